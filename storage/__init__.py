@@ -1,0 +1,18 @@
+"""Bytes on disk: feature stores (zarr features + parquet row metadata) and their ingest.
+
+Other layers use only the verbs re-exported here; zarr and parquet details stay inside.
+"""
+
+from storage.errors import StoreError
+from storage.ingest import FORMATS, ingest_file
+from storage.store import SCHEMA_VERSION, FeatureStore, create_store, open_store
+
+__all__ = [
+    "FORMATS",
+    "SCHEMA_VERSION",
+    "FeatureStore",
+    "StoreError",
+    "create_store",
+    "ingest_file",
+    "open_store",
+]

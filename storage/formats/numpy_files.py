@@ -1,0 +1,153 @@
+"""``.npy`` (memory-mapped) and ``.npz`` (members streamed out of the zip) sources."""
+
+from __future__ import annotations
+
+import math
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+from numpy.lib import format as npformat
+
+from storage.errors import StoreError
+from storage.formats.base import Block, read_exact
+
+
+class NpySource:
+    """A 2-D (features) or 1-D (labels) ``.npy`` file, memory-mapped so it may exceed RAM."""
+
+    extensions = (".npy",)
+
+    def __init__(self, path: Path, **_keys: str | None) -> None:
+        self.path = path
+        try:
+            # Never allow_pickle: loading must not execute code from the file.
+            self._array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except ValueError as e:
+            raise StoreError(f"{path}: cannot load ({e}); expected a numeric .npy array") from e
+        if self._array.ndim not in (1, 2):
+            raise StoreError(f"{path}: array of shape {self._array.shape}; expected 1-D or 2-D")
+        self.shape = self._array.shape
+
+    def blocks(self, block_rows: int) -> Iterator[Block]:
+        for start in range(0, self.shape[0], block_rows):
+            yield Block(np.asarray(self._array[start : start + block_rows]))
+
+    def close(self) -> None:
+        # np.load's memmap holds the file open until the array is released.
+        self._array = None
+
+
+class NpzSource:
+    """Named arrays in an ``.npz`` (savez or savez_compressed), streamed member by member.
+
+    ``x_key`` defaults to "X" or else the only 2-D member; labels come from ``y_key`` (default
+    "y" if present) and ids from ``ids_key`` (default "ids" if present).
+    """
+
+    extensions = (".npz",)
+
+    def __init__(
+        self,
+        path: Path,
+        x_key: str | None = None,
+        y_key: str | None = None,
+        ids_key: str | None = None,
+        **_keys: str | None,
+    ) -> None:
+        self.path = path
+        try:
+            self._zip = zipfile.ZipFile(path)
+        except (OSError, zipfile.BadZipFile) as e:
+            raise StoreError(f"{path}: not a readable .npz ({e})") from e
+        self._members = {n[: -len(".npy")]: n for n in self._zip.namelist() if n.endswith(".npy")}
+        headers = {key: self._header(key) for key in self._members}
+        x_key = x_key or self._default_x(headers)
+        if y_key is None and "y" in headers:
+            y_key = "y"
+        if ids_key is None and "ids" in headers:
+            ids_key = "ids"
+        for key in (x_key, y_key, ids_key):
+            if key is not None and key not in headers:
+                raise StoreError(f"{path}: no array {key!r}; has {sorted(headers)}")
+        self.shape = headers[x_key][0]
+        if len(self.shape) not in (1, 2):
+            raise StoreError(f"{path}: {x_key!r} has shape {self.shape}; expected 2-D features")
+        for key in (y_key, ids_key):
+            if key is not None and headers[key][0] != self.shape[:1]:
+                raise StoreError(
+                    f"{path}: {key!r} has shape {headers[key][0]}; expected ({self.shape[0]},)"
+                )
+        self._keys = (x_key, y_key, ids_key)
+
+    def _default_x(self, headers: dict[str, tuple]) -> str:
+        if "X" in headers:
+            return "X"
+        two_d = [k for k, (shape, _) in headers.items() if len(shape) == 2]
+        if len(two_d) != 1:
+            raise StoreError(
+                f"{self.path}: cannot tell which array holds the features among {sorted(headers)}; "
+                "expected one named 'X' or exactly one 2-D array (or pass x_key)"
+            )
+        return two_d[0]
+
+    def _header(self, key: str, stream: IO[bytes] | None = None) -> tuple:
+        """(shape, dtype) of a member, leaving ``stream`` positioned at the first data byte."""
+        own = stream is None
+        stream = self._zip.open(self._members[key]) if own else stream
+        try:
+            version = npformat.read_magic(stream)
+            if version == (1, 0):
+                shape, fortran, dtype = npformat.read_array_header_1_0(stream)
+            elif version == (2, 0):
+                shape, fortran, dtype = npformat.read_array_header_2_0(stream)
+            else:
+                raise StoreError(
+                    f"{self.path}: member {key!r} uses .npy format {version}; expected 1.0 or 2.0"
+                )
+        except ValueError as e:
+            raise StoreError(f"{self.path}: member {key!r} is not a valid .npy ({e})") from e
+        finally:
+            if own:
+                stream.close()
+        if dtype.hasobject:
+            raise StoreError(
+                f"{self.path}: member {key!r} has object dtype; expected numeric or fixed-width "
+                "string arrays (object arrays would need pickle)"
+            )
+        if fortran and len(shape) > 1:
+            raise StoreError(
+                f"{self.path}: member {key!r} is Fortran-ordered; rows cannot be streamed, "
+                "expected C order"
+            )
+        return shape, dtype
+
+    def blocks(self, block_rows: int) -> Iterator[Block]:
+        streams = {}
+        try:
+            for key in self._keys:
+                if key is not None:
+                    stream = self._zip.open(self._members[key])
+                    shape, dtype = self._header(key, stream)
+                    streams[key] = (stream, dtype, shape[1:])
+            n = self.shape[0]
+            for start in range(0, n, block_rows):
+                rows = min(block_rows, n - start)
+                x, y, ids = (self._read(streams, key, rows) for key in self._keys)
+                yield Block(x, y, ids)
+        finally:
+            for stream, _, _ in streams.values():
+                stream.close()
+
+    def _read(self, streams: dict, key: str | None, rows: int) -> np.ndarray | None:
+        if key is None:
+            return None
+        stream, dtype, row_shape = streams[key]
+        nbytes = rows * math.prod(row_shape) * dtype.itemsize
+        data = read_exact(stream, nbytes, self.path, f"member {key!r}")
+        return np.frombuffer(data, dtype).reshape(rows, *row_shape)
+
+    def close(self) -> None:
+        self._zip.close()

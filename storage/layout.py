@@ -1,0 +1,163 @@
+"""Where things live inside a store directory, and how the commit record is read and written.
+
+A store is a zarr v3 group directory::
+
+    zarr.json               group metadata; attributes["imgscale"] is the commit record
+    features/               n_alloc x D float32 array, chunked by rows only
+    rows/{start:012d}.parquet   row metadata, one file per committed batch
+    classes.parquet         label -> class name
+    .lock                   flock target serialising writers
+
+Readers trust only the commit record: rows past ``committed_rows`` and rows files that no batch
+names are leftovers of a writer that died and are overwritten or removed by the next writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zarr
+from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec
+
+from storage.errors import StoreError
+
+SCHEMA_VERSION = 1
+ATTRS_KEY = "imgscale"
+FEATURES = "features"
+ROWS_DIR = "rows"
+CLASSES_FILE = "classes.parquet"
+LOCK_FILE = ".lock"
+# zarr's LocalStore writes every key to "<key>.<uuid>.partial" then renames it; a writer killed
+# mid-write leaves such files behind, and our own tmp files use the same suffix so one sweep
+# cleans both.
+PARTIAL_SUFFIX = ".partial"
+
+# Codec choice is a module constant because the read path is the first ceiling of every pass
+# (design.md); a benchmark swaps it. crc32c goes last so any corruption of the stored bytes
+# fails loudly instead of decoding to wrong numbers.
+COMPRESSORS = (ZstdCodec(level=1), Crc32cCodec())
+CHUNK_BYTES = 64 * 2**20
+# write_empty_chunks=False (zarr's default) would skip or delete a chunk that equals the fill
+# value, and a missing chunk is exactly what the readers treat as damage.
+ARRAY_CONFIG = {"write_empty_chunks": True}
+
+ROWS_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("label", pa.int32()),
+        ("split", pa.string()),
+        ("batch_id", pa.string()),
+    ]
+)
+CLASSES_SCHEMA = pa.schema([("label", pa.int32()), ("name", pa.string())])
+
+
+def default_rows_per_chunk(dim: int) -> int:
+    """Rows in a ~64 MiB float32 chunk: big enough that dask's ~1 ms per task is noise."""
+    return max(1, CHUNK_BYTES // (4 * dim))
+
+
+def rows_file_name(start: int) -> str:
+    return f"{ROWS_DIR}/{start:012d}.parquet"
+
+
+def chunk_file(path: Path, chunk_index: int) -> Path:
+    """File holding row-chunk ``chunk_index`` (default v3 chunk key encoding, one column chunk)."""
+    return path / FEATURES / "c" / str(chunk_index) / "0"
+
+
+def create_features_array(path: Path, dim: int, rows_per_chunk: int) -> None:
+    zarr.create_array(
+        store=str(path),
+        name=FEATURES,
+        shape=(0, dim),
+        chunks=(rows_per_chunk, dim),
+        dtype="float32",
+        serializer=BytesCodec(),
+        compressors=COMPRESSORS,
+        # NaN, not 0: any read of a never-written row would poison results visibly.
+        fill_value=float("nan"),
+        chunk_key_encoding={"name": "default", "separator": "/"},
+        config=ARRAY_CONFIG,
+    )
+
+
+def open_features_array(path: Path, mode: str = "r") -> zarr.Array:
+    return zarr.open_array(store=str(path / FEATURES), mode=mode, config=ARRAY_CONFIG)
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """The commit record, read straight from disk so commits by other processes are seen.
+
+    zarr.json is replaced atomically by zarr's LocalStore, so this sees one commit or the next.
+    """
+    meta_file = path / "zarr.json"
+    if not path.exists():
+        raise StoreError(f"store {path}: does not exist; expected an imgscale feature store")
+    try:
+        meta = json.loads(meta_file.read_bytes())
+    except FileNotFoundError:
+        raise StoreError(
+            f"store {path}: no zarr.json; expected an imgscale feature store (zarr v3 group)"
+        ) from None
+    except ValueError as e:
+        raise StoreError(f"{meta_file}: not valid JSON ({e})") from e
+    record = meta.get("attributes", {}).get(ATTRS_KEY) if isinstance(meta, dict) else None
+    if not isinstance(record, dict):
+        raise StoreError(
+            f"{meta_file}: no '{ATTRS_KEY}' attributes; expected an imgscale feature store"
+        )
+    found = record.get("schema_version")
+    if found != SCHEMA_VERSION:
+        raise StoreError(
+            f"{meta_file}: schema_version {found!r}, expected {SCHEMA_VERSION}; "
+            "this imgscale cannot read that store"
+        )
+    return record
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    """The commit: one atomic write of the group's zarr.json (LocalStore: tmp file + rename)."""
+    group = zarr.open_group(store=str(path), mode="r+")
+    group.update_attributes({ATTRS_KEY: record})
+
+
+def tmp_path_for(target: Path) -> Path:
+    return target.with_name(f"{target.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
+
+
+def write_table_atomic(table: pa.Table, target: Path) -> None:
+    """Write a parquet file so a reader or a crash sees the old file or the new one, never half."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_path_for(target)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def read_classes(path: Path) -> list[str]:
+    file = path / CLASSES_FILE
+    if not file.exists():
+        return []
+    table = pq.read_table(file).sort_by("label")
+    labels = table.column("label").to_pylist()
+    if labels != list(range(len(labels))):
+        raise StoreError(f"{file}: labels {labels[:10]}…, expected 0..{len(labels) - 1} in order")
+    return table.column("name").to_pylist()
+
+
+def write_classes(path: Path, names: list[str]) -> None:
+    table = pa.table(
+        {"label": pa.array(range(len(names)), pa.int32()), "name": pa.array(names, pa.string())},
+        schema=CLASSES_SCHEMA,
+    )
+    write_table_atomic(table, path / CLASSES_FILE)

@@ -1,0 +1,258 @@
+"""FeatureStore: create, open and read an imgscale feature store (see storage/layout.py)."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import math
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import zarr
+from dask.base import tokenize
+
+from storage.chunks import ChunkReader
+from storage.errors import StoreError
+from storage.layout import (
+    ROWS_SCHEMA,
+    SCHEMA_VERSION,
+    create_features_array,
+    default_rows_per_chunk,
+    read_classes,
+    read_record,
+    write_classes,
+    write_record,
+)
+from storage.lock import StoreLock
+from storage.writer import BatchWriter
+
+__all__ = ["SCHEMA_VERSION", "FeatureStore", "create_store", "open_store"]
+
+
+class FeatureStore:
+    """An open feature store. Cheap to construct; every read re-reads the commit record so rows
+    committed by other processes appear, and rows being written never do."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        record = read_record(self.path)
+        self.dim: int = record["dim"]
+        self.rows_per_chunk: int = record["rows_per_chunk"]
+        self.encoding: str = record["encoding"]
+        # Committed rows files never change, so their tables are cached by name.
+        self._rows_cache: dict[str, pa.Table] = {}
+
+    def __repr__(self) -> str:
+        return f"FeatureStore({str(self.path)!r}, rows={self.committed_rows}, dim={self.dim})"
+
+    @property
+    def committed_rows(self) -> int:
+        return read_record(self.path)["committed_rows"]
+
+    @property
+    def class_names(self) -> list[str]:
+        return read_classes(self.path)
+
+    def set_class_names(self, names: Sequence[str]) -> None:
+        """Extend the class list; existing names keep their labels so committed rows stay valid.
+
+        ``names`` must agree with the existing names on their common prefix; a shorter list
+        changes nothing.
+        """
+        names = list(names)
+        if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+            raise StoreError(f"store {self.path}: class names must be unique non-empty strings")
+        with StoreLock(self.path):
+            old = read_classes(self.path)
+            common = min(len(old), len(names))
+            if names[:common] != old[:common]:
+                raise StoreError(
+                    f"store {self.path}: class names {names[:common]} would relabel rows; "
+                    f"expected the existing names {old} first, new names after"
+                )
+            if len(names) > len(old):
+                write_classes(self.path, names)
+
+    def has_batch(self, batch_id: str) -> bool:
+        return any(b["batch_id"] == batch_id for b in read_record(self.path)["batches"])
+
+    def writer(self, batch_id: str) -> BatchWriter:
+        """Context manager streaming one batch in many blocks; commits once at a clean exit."""
+        return BatchWriter(self, batch_id)
+
+    def append(
+        self, batch_id: str, X: Any, labels: Any = None, ids: Any = None, split: Any = "train"
+    ) -> int:
+        """Append one batch; returns rows committed (0 if ``batch_id`` was already committed)."""
+        with self.writer(batch_id) as w:
+            n = w.write(X, labels, ids, split)
+        return n
+
+    # -- reading --------------------------------------------------------------------------
+
+    def features(self, split: str | None = None) -> da.Array:
+        """Committed rows as a float32 dask array, one task per zarr chunk, full width.
+
+        With ``split``, rows are selected by a boolean mask, so chunks stay aligned to the zarr
+        chunks (some become shorter).
+        """
+        record = read_record(self.path)
+        n = record["committed_rows"]
+        reader = ChunkReader(self.path, n, self.dim, self.rows_per_chunk)
+        name = "imgscale-features-" + tokenize(str(self.path.resolve()), n, record["created"])
+        x = da.from_array(
+            reader,
+            chunks=(self.rows_per_chunk, self.dim),
+            name=name,
+            asarray=False,
+            fancy=False,
+            meta=np.empty((0, self.dim), np.float32),
+        )
+        if split is None:
+            return x
+        mask = self._rows(record, None).column("split").to_numpy(zero_copy_only=False) == split
+        return x[mask]
+
+    def rows(self, split: str | None = None) -> pa.Table:
+        """Committed row metadata (id, label, split, batch_id) in row order."""
+        return self._rows(read_record(self.path), split)
+
+    def labels(self, split: str | None = None) -> np.ndarray:
+        return self.rows(split).column("label").to_numpy().astype(np.int32, copy=False)
+
+    def ids(self, split: str | None = None) -> np.ndarray:
+        return self.rows(split).column("id").to_numpy(zero_copy_only=False)
+
+    def splits(self, split: str | None = None) -> np.ndarray:
+        return self.rows(split).column("split").to_numpy(zero_copy_only=False)
+
+    def _rows(self, record: dict[str, Any], split: str | None) -> pa.Table:
+        tables = [self._batch_rows(b) for b in record["batches"]]
+        table = pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
+        if split is not None:
+            table = table.filter(pc.equal(table.column("split"), split))
+        return table
+
+    def _batch_rows(self, batch: dict[str, Any]) -> pa.Table:
+        name = batch["rows_file"]
+        if name not in self._rows_cache:
+            file = self.path / name
+            expected = batch["stop"] - batch["start"]
+            try:
+                table = pq.read_table(file, schema=ROWS_SCHEMA)
+            except (OSError, pa.ArrowException) as e:
+                raise StoreError(
+                    f"store {self.path}: rows file {file} for rows {batch['start']}–"
+                    f"{batch['stop'] - 1} unreadable ({e}); expected {expected} rows of metadata"
+                ) from e
+            if table.num_rows != expected:
+                raise StoreError(
+                    f"store {self.path}: rows file {file} has {table.num_rows} rows; expected "
+                    f"{expected} (rows {batch['start']}–{batch['stop'] - 1})"
+                )
+            self._rows_cache[name] = table
+        return self._rows_cache[name]
+
+    # -- inspection -----------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """Summary for `imgscale info`: flat, JSON-ready, keys stable."""
+        record = read_record(self.path)
+        names = self.class_names
+        labels = self._rows(record, None).column("label").to_numpy()
+        values, counts = np.unique(labels, return_counts=True)
+        label_counts = {
+            _label_key(int(v), names): int(c) for v, c in zip(values, counts, strict=True)
+        }
+        return {
+            "rows": record["committed_rows"],
+            "dim": record["dim"],
+            "encoding": record["encoding"],
+            "classes": names or [int(v) for v in values if v >= 0],
+            "label_counts": label_counts,
+            "bytes_on_disk": sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file()),
+            "rows_per_chunk": record["rows_per_chunk"],
+            "schema_version": record["schema_version"],
+            "batches": len(record["batches"]),
+        }
+
+    def verify(self) -> None:
+        """Read and checksum every committed chunk and rows file; StoreError on the first fault."""
+        record = read_record(self.path)
+        n = record["committed_rows"]
+        self._rows_cache.clear()
+        self._rows(record, None)
+        reader = ChunkReader(self.path, n, self.dim, self.rows_per_chunk)
+        for index in range(math.ceil(n / self.rows_per_chunk)):
+            reader.read_chunk(index)
+
+
+def _label_key(label: int, names: list[str]) -> str:
+    # Keys are strings so the dict is the same before and after a JSON round trip.
+    if label == -1:
+        return "unlabelled"
+    return names[label] if label < len(names) else str(label)
+
+
+def create_store(
+    path: str | Path,
+    dim: int,
+    *,
+    class_names: Sequence[str] | None = None,
+    rows_per_chunk: int | None = None,
+    provenance: dict[str, Any] | None = None,
+) -> FeatureStore:
+    """Create an empty store at ``path`` (which must not exist or be an empty directory)."""
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise StoreError(f"store {path}: path exists and is not empty; refusing to overwrite it")
+    if not isinstance(dim, int | np.integer) or dim < 1:
+        raise StoreError(f"store {path}: dim {dim!r}; expected a positive integer")
+    dim = int(dim)
+    rows_per_chunk = default_rows_per_chunk(dim) if rows_per_chunk is None else int(rows_per_chunk)
+    if rows_per_chunk < 1:
+        raise StoreError(f"store {path}: rows_per_chunk {rows_per_chunk}; expected ≥ 1")
+    path.mkdir(parents=True, exist_ok=True)
+    zarr.create_group(store=str(path))
+    create_features_array(path, dim, rows_per_chunk)
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "committed_rows": 0,
+        "dim": dim,
+        "dtype": "float32",
+        "encoding": "raw",
+        "rows_per_chunk": rows_per_chunk,
+        "created": _provenance(provenance),
+        "batches": [],
+    }
+    # The record goes last: until it exists, open_store refuses the directory.
+    write_record(path, record)
+    store = FeatureStore(path)
+    if class_names:
+        store.set_class_names(class_names)
+    return store
+
+
+def open_store(path: str | Path) -> FeatureStore:
+    """Open an existing store; StoreError if missing, not a store, or of another schema version."""
+    return FeatureStore(path)
+
+
+def _provenance(extra: dict[str, Any] | None) -> dict[str, Any]:
+    try:
+        version = importlib.metadata.version("imgscale")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return {
+        "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "imgscale_version": version,
+        "host": socket.gethostname(),
+        **(extra or {}),
+    }

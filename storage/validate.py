@@ -1,0 +1,85 @@
+"""Checks on one block of rows before anything is written, so bad input never reaches disk.
+
+Each function takes ``where`` (store, batch and row range) and ``first_row`` (the block's first
+row in store coordinates) so messages point at the offending rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from storage.errors import StoreError
+
+
+def as_features(X: Any, dim: int, where: str, first_row: int) -> np.ndarray:
+    """``X`` as a C-contiguous float32 (n, dim) array of finite values.
+
+    Integer sources (uint8 images, bvecs) convert exactly enough for features. bool is refused:
+    a boolean 2-D array reaching ``append`` is far more often a mask passed by mistake than binary
+    features, and genuine binary features cost one explicit ``astype(np.float32)``.
+    """
+    X = np.asarray(X)
+    if X.dtype.kind not in "fiu":
+        raise StoreError(
+            f"{where}: features have dtype {X.dtype}; expected a real numeric dtype "
+            "(float or integer; bool, complex, strings and objects are refused)"
+        )
+    if X.ndim != 2 or X.shape[1] != dim:
+        raise StoreError(f"{where}: features have shape {X.shape}; expected (n, {dim})")
+    with np.errstate(over="ignore"):  # float64 beyond float32 range becomes inf, reported below
+        X = np.ascontiguousarray(X, dtype=np.float32)
+    bad = ~np.isfinite(X).all(axis=1)
+    if bad.any():
+        raise StoreError(
+            f"{where}: {int(bad.sum())} rows contain NaN/inf (first at row "
+            f"{first_row + int(np.argmax(bad))}); expected finite float32 values"
+        )
+    return X
+
+
+def as_labels(labels: Any, n: int, n_classes: int, where: str, first_row: int) -> np.ndarray:
+    """int32 labels, -1 meaning unlabelled; with class names known, each must name a class."""
+    if labels is None:
+        return np.full(n, -1, np.int32)
+    labels = np.asarray(labels)
+    if labels.dtype.kind not in "iu":
+        raise StoreError(f"{where}: labels have dtype {labels.dtype}; expected integers")
+    if labels.shape != (n,):
+        raise StoreError(f"{where}: labels have shape {labels.shape}; expected ({n},), one per row")
+    top = n_classes - 1 if n_classes else np.iinfo(np.int32).max
+    bad = (labels < -1) | (labels > top)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise StoreError(
+            f"{where}: {int(bad.sum())} labels out of range (first {labels[i]} at row "
+            f"{first_row + i}); expected -1 (unlabelled) to {top}"
+        )
+    return labels.astype(np.int32)
+
+
+def as_strings(values: Any, n: int, what: str, where: str) -> list[str]:
+    """A per-row list of str; a single str is repeated for every row."""
+    if isinstance(values, str):
+        return [values] * n
+    array = np.asarray(values)
+    if array.shape != (n,):
+        raise StoreError(f"{where}: {what} have shape {array.shape}; expected ({n},), one per row")
+    out = array.tolist()
+    if not all(isinstance(v, str) for v in out):
+        raise StoreError(f"{where}: {what} have dtype {array.dtype}; expected strings")
+    return out
+
+
+def check_unique_ids(ids: Sequence[str], seen: set[str], where: str, first_row: int) -> None:
+    """Refuse ids repeated inside the block or already present in ``seen``."""
+    block_seen: set[str] = set()
+    for i, id_ in enumerate(ids):
+        if id_ in seen or id_ in block_seen:
+            raise StoreError(
+                f"{where}: duplicate id {id_!r} at row {first_row + i}; expected ids unique "
+                "across the store"
+            )
+        block_seen.add(id_)

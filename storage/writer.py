@@ -1,0 +1,188 @@
+"""Streaming one batch into a store: validate each block, write whole chunks, commit once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from storage.layout import (
+    ROWS_DIR,
+    ROWS_SCHEMA,
+    open_features_array,
+    read_classes,
+    read_record,
+    rows_file_name,
+    write_record,
+    write_table_atomic,
+)
+from storage.lock import StoreLock, remove_partials
+from storage.validate import as_features, as_labels, as_strings, check_unique_ids
+
+if TYPE_CHECKING:
+    from storage.store import FeatureStore
+
+
+class BatchWriter:
+    """Context manager that appends one batch, written in any number of blocks.
+
+    Holds the store's writer lock from ``__enter__`` to ``__exit__``. Rows go to zarr as soon
+    as they fill a chunk (bounded memory), but become visible only through the commit at a clean
+    ``__exit__``: row metadata file first, then one atomic rewrite of the commit record. An
+    exception (or a killed process) commits nothing; the rows it wrote past ``committed_rows``
+    are garbage the next writer overwrites. A block rejected by validation changes nothing and
+    the writer stays usable. ``already_committed`` tells whether the batch id was committed
+    before, in which case writes are ignored.
+    """
+
+    def __init__(self, store: FeatureStore, batch_id: str) -> None:
+        if not isinstance(batch_id, str) or not batch_id:
+            raise TypeError(f"batch_id must be a non-empty str, got {batch_id!r}")
+        self.store = store
+        self.batch_id = batch_id
+        self._lock = StoreLock(store.path)
+        self._active = False
+        self._broken = False
+
+    # -- context --------------------------------------------------------------------------
+
+    def __enter__(self) -> BatchWriter:
+        self._lock.acquire()
+        try:
+            self._begin()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._active = True
+        return self
+
+    def _begin(self) -> None:
+        path = self.store.path
+        record = read_record(path)
+        self.already_committed = any(b["batch_id"] == self.batch_id for b in record["batches"])
+        if self.already_committed:
+            return
+        remove_partials(path)
+        _remove_orphan_rows_files(path, record)
+        self.start = record["committed_rows"]
+        self.rows_written = 0  # rows accepted into this batch so far
+        self._flushed = self.start  # rows [start, _flushed) are in zarr
+        self._pending: list[np.ndarray] = []
+        self._pending_rows = 0
+        self._meta: list[pa.RecordBatch] = []
+        self._n_classes = len(read_classes(path))
+        self._array = open_features_array(path, mode="r+")
+        self._seen_ids: set[str] | None = None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc_type is None and not self.already_committed and not self._broken:
+                if self.rows_written:
+                    self._flush(final=True)
+                    self._commit()
+        finally:
+            self._active = False
+            self._lock.release()
+
+    # -- writing --------------------------------------------------------------------------
+
+    def write(self, X: Any, labels: Any = None, ids: Any = None, split: Any = "train") -> int:
+        """Validate and buffer one block of rows; returns rows accepted (0 if already committed)."""
+        if not self._active:
+            raise RuntimeError("BatchWriter.write called outside its `with` block")
+        if self._broken:
+            raise RuntimeError("an earlier write failed mid-way; this batch cannot be committed")
+        if self.already_committed:
+            return 0
+        first = self.start + self.rows_written
+        shape = np.shape(X)
+        n = shape[0] if shape else 0
+        where = f"store {self.store.path}, batch {self.batch_id!r}, rows {first}–{first + n - 1}"
+        X = as_features(X, self.store.dim, where, first)
+        n = X.shape[0]
+        labels = as_labels(labels, n, self._n_classes, where, first)
+        if ids is None:
+            ids = [f"{self.batch_id}:{i}" for i in range(self.rows_written, self.rows_written + n)]
+        else:
+            ids = as_strings(ids, n, "ids", where)
+        split = as_strings(split, n, "split", where)
+        seen = self._committed_and_batch_ids()
+        check_unique_ids(ids, seen, where, first)
+
+        # Everything below mutates state; a failure here leaves the batch unusable.
+        self._broken = True
+        seen.update(ids)
+        self._meta.append(
+            pa.RecordBatch.from_arrays(
+                [
+                    pa.array(ids, pa.string()),
+                    pa.array(labels, pa.int32()),
+                    pa.array(split, pa.string()),
+                    pa.array([self.batch_id] * n, pa.string()),
+                ],
+                schema=ROWS_SCHEMA,
+            )
+        )
+        self._pending.append(X)
+        self._pending_rows += n
+        self.rows_written += n
+        self._flush(final=False)
+        self._broken = False
+        return n
+
+    def _committed_and_batch_ids(self) -> set[str]:
+        # Loaded on first use: one pass over the committed ids column, then O(block) per write.
+        if self._seen_ids is None:
+            self._seen_ids = set(self.store.rows().column("id").to_pylist())
+        return self._seen_ids
+
+    def _flush(self, final: bool) -> None:
+        """Write pending rows to zarr, up to the last whole chunk unless ``final``.
+
+        Writes start at ``_flushed`` and end on a chunk boundary, so each chunk is written once
+        per batch except the tail chunk of the last commit, whose read-modify-write is safe
+        because zarr's LocalStore replaces a chunk file atomically with identical committed rows.
+        """
+        rpc = self.store.rows_per_chunk
+        total = self._flushed + self._pending_rows
+        end = total if final else total // rpc * rpc
+        if end <= self._flushed:
+            return
+        data = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+        if self._array.shape[0] < end:
+            self._array.resize((end, self.store.dim))
+        take = end - self._flushed
+        self._array[self._flushed : end] = data[:take]
+        rest = data[take:]
+        self._pending = [rest] if len(rest) else []
+        self._pending_rows = len(rest)
+        self._flushed = end
+
+    def _commit(self) -> None:
+        path = self.store.path
+        stop = self.start + self.rows_written
+        rows_file = rows_file_name(self.start)
+        write_table_atomic(pa.Table.from_batches(self._meta, ROWS_SCHEMA), path / rows_file)
+        record = read_record(path)
+        record["batches"] = [
+            *record["batches"],
+            {"batch_id": self.batch_id, "start": self.start, "stop": stop, "rows_file": rows_file},
+        ]
+        record["committed_rows"] = stop
+        write_record(path, record)
+
+
+def _remove_orphan_rows_files(path: Path, record: dict[str, Any]) -> None:
+    """Rows files no batch names were written by a writer that died before its commit."""
+    named = {b["rows_file"] for b in record["batches"]}
+    for file in (path / ROWS_DIR).glob("*.parquet"):
+        if f"{ROWS_DIR}/{file.name}" not in named:
+            file.unlink(missing_ok=True)

@@ -1,0 +1,60 @@
+"""A missing, truncated or corrupted chunk file is reported by name, never read as data."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from storage import FeatureStore, StoreError
+
+
+def _chunk(store: FeatureStore, index: int) -> Path:
+    return store.path / "features" / "c" / str(index) / "0"
+
+
+def _truncate(file: Path) -> None:
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])
+
+
+def _flip_a_byte(file: Path) -> None:
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    file.write_bytes(bytes(data))
+
+
+DAMAGE = {"deleted": Path.unlink, "truncated": _truncate, "corrupted": _flip_a_byte}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_damaged_chunk_fails_features_read_naming_the_chunk(
+    store: FeatureStore, damage: str
+) -> None:
+    DAMAGE[damage](_chunk(store, 1))
+    with pytest.raises(StoreError) as err:
+        store.features().compute()
+    assert str(_chunk(store, 1)) in str(err.value) and "rows 10–19" in str(err.value)
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_damaged_chunk_fails_verify_naming_the_chunk(store: FeatureStore, damage: str) -> None:
+    DAMAGE[damage](_chunk(store, 2))
+    with pytest.raises(StoreError, match=re.escape(str(_chunk(store, 2)))):
+        store.verify()
+
+
+def test_intact_store_verifies(store: FeatureStore) -> None:
+    store.verify()
+
+
+def test_chunks_outside_the_damage_still_read(store: FeatureStore) -> None:
+    _chunk(store, 1).unlink()
+    assert store.features()[:10].compute().shape == (10, 6)
+
+
+def test_missing_rows_file_is_reported(store: FeatureStore) -> None:
+    (store.path / "rows" / "000000000000.parquet").unlink()
+    with pytest.raises(StoreError, match="rows 0–24"):
+        FeatureStore(store.path).rows()
