@@ -1,0 +1,163 @@
+"""Input checks, label encoding and the predict / top-k plumbing shared by the classifiers.
+
+A classifier supplies `_score_params()` (its fitted arrays) and a static `_scores(X, *params)`
+numpy kernel giving one float32 score per class; this module turns that into
+`decision_function`, `predict` and `predict_top_k` on numpy arrays and, lazily with `map_blocks`,
+on row-chunked dask arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from sklearn.base import ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+
+from pipeline._compute import compute
+
+UNLABELLED = -1
+
+# Rows scored at a time in predict/top-k: bounds the rows × classes float32 temporary.
+_SCORE_ROWS = 4096
+
+
+def is_unlabelled(y: np.ndarray) -> np.ndarray:
+    """Rows marked -1 (scikit-learn's semi-supervised convention); only numeric labels can be."""
+    if y.dtype.kind in "iuf":
+        return y == UNLABELLED
+    return np.zeros(y.shape, dtype=bool)
+
+
+def unique_labels(y: Any) -> np.ndarray:
+    """Sorted distinct labels other than -1 (one pass over y if it is a dask array)."""
+    if isinstance(y, da.Array):
+        y = compute(da.unique(y))[0]
+    y = np.unique(y)
+    return y[~is_unlabelled(y)]
+
+
+def encode_labels(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Class index of each label in `classes` (any order), -1 for unlabelled rows."""
+    y = np.asarray(y)
+    index = np.full(y.shape, UNLABELLED, dtype=np.int64)
+    labelled = ~is_unlabelled(y)
+    if len(classes) == 0:
+        if labelled.any():
+            raise ValueError(f"unknown labels {np.unique(y[labelled])[:10].tolist()}")
+        return index
+    order = np.argsort(classes, kind="stable")
+    pos = np.searchsorted(classes, y[labelled], sorter=order).clip(0, len(classes) - 1)
+    found = order[pos]
+    unknown = classes[found] != y[labelled]
+    if unknown.any():
+        bad = np.unique(y[labelled][unknown])[:10].tolist()
+        raise ValueError(f"labels {bad} are not among the classes {classes[:10].tolist()}...")
+    index[labelled] = found
+    return index
+
+
+def encode_labels_lazy(y: Any, classes: np.ndarray) -> Any:
+    """`encode_labels` for numpy or (block-wise, lazily) dask labels."""
+    if isinstance(y, da.Array):
+        return y.map_blocks(encode_labels, dask.delayed(classes, pure=True), dtype=np.int64)
+    return encode_labels(y, classes)
+
+
+def check_dask_X(X: da.Array, n_features: int | None) -> da.Array:
+    """Dask counterpart of sklearn's input checks: 2-D, full-width row chunks, float32."""
+    if X.ndim != 2:
+        raise ValueError(f"expected a 2-D array of features, got shape {X.shape}")
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(f"X has {X.shape[1]} features, but the model expects {n_features}")
+    if X.dtype.kind not in "fiub":
+        raise ValueError(f"expected numeric features, got dtype {X.dtype}")
+    return X.rechunk({1: -1}).astype(np.float32, copy=False)
+
+
+def _top_k_block(X: np.ndarray, scores: Any, params: tuple, classes: np.ndarray, k: int):
+    out = np.empty((len(X), k), dtype=classes.dtype)
+    for start in range(0, len(X), _SCORE_ROWS):
+        s = scores(X[start : start + _SCORE_ROWS], *params)
+        # Stable sort of the negated scores: best first, ties to the lower class index (= argmax).
+        best = np.argsort(-s, axis=1, kind="stable")[:, :k]
+        out[start : start + len(s)] = classes[best]
+    return out
+
+
+def _predict_block(X: np.ndarray, scores: Any, params: tuple, classes: np.ndarray):
+    out = np.empty(len(X), dtype=classes.dtype)
+    for start in range(0, len(X), _SCORE_ROWS):
+        s = scores(X[start : start + _SCORE_ROWS], *params)
+        out[start : start + len(s)] = classes[np.argmax(s, axis=1)]
+    return out
+
+
+def _decision_block(X: np.ndarray, scores: Any, params: tuple, binary: bool):
+    s = scores(X, *params)
+    # scikit-learn's binary convention: one column, positive favours classes_[1].
+    return s[:, 1] - s[:, 0] if binary else s
+
+
+class RowClassifierMixin(ClassifierMixin):
+    """decision_function / predict / predict_top_k for numpy or row-chunked dask input."""
+
+    def _check_fit_input(self, X: Any, y: Any, *, reset: bool) -> tuple[Any, Any]:
+        if isinstance(X, da.Array):
+            X = check_dask_X(X, None if reset else self.n_features_in_)
+            if reset:
+                self.n_features_in_ = int(X.shape[1])
+        else:
+            X = validate_data(self, X, reset=reset, dtype=np.float32)
+        if not isinstance(y, da.Array):
+            y = column_or_1d(y, warn=True)
+            check_classification_targets(y)
+        if len(y) != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {len(y)} labels")
+        return X, y
+
+    def _check_predict_input(self, X: Any) -> Any:
+        check_is_fitted(self)
+        return self._check_rows(X)
+
+    def _check_rows(self, X: Any) -> Any:
+        """Rows to score with the fitted (or being fitted) feature count, as float32."""
+        if isinstance(X, da.Array):
+            return check_dask_X(X, self.n_features_in_)
+        return validate_data(self, X, reset=False, dtype=np.float32)
+
+    def _map_rows(self, X: Any, block_fn: Any, *args: Any, n_cols: int | None, dtype: Any):
+        params = tuple(self._score_params())
+        if not isinstance(X, da.Array):
+            return block_fn(X, self._scores, params, *args)
+        shared = dask.delayed(params, pure=True)
+        if n_cols is None:
+            return X.map_blocks(block_fn, self._scores, shared, *args, dtype=dtype, drop_axis=1)
+        return X.map_blocks(
+            block_fn, self._scores, shared, *args, dtype=dtype, chunks=(X.chunks[0], (n_cols,))
+        )
+
+    def decision_function(self, X: Any) -> Any:
+        """Per-class scores (n, C); for two classes, scikit-learn's (n,) score of classes_[1]."""
+        X = self._check_predict_input(X)
+        binary = len(self.classes_) == 2
+        n_cols = None if binary else len(self.classes_)
+        return self._map_rows(X, _decision_block, binary, n_cols=n_cols, dtype=np.float32)
+
+    def predict(self, X: Any) -> Any:
+        """The best-scoring class of each row (ties go to the earlier class in `classes_`)."""
+        X = self._check_predict_input(X)
+        classes = np.asarray(self.classes_)
+        return self._map_rows(X, _predict_block, classes, n_cols=None, dtype=classes.dtype)
+
+    def predict_top_k(self, X: Any, k: int = 5) -> Any:
+        """The k best classes of each row, best first (n, min(k, C)); column 0 equals `predict`."""
+        X = self._check_predict_input(X)
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        classes = np.asarray(self.classes_)
+        k = min(k, len(classes))
+        return self._map_rows(X, _top_k_block, classes, k, n_cols=k, dtype=classes.dtype)

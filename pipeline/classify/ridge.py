@@ -1,0 +1,259 @@
+"""Ridge regression classifier with centering and a regularisation grid (paper 000 §3.3, §4.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import scipy.linalg
+from sklearn.base import BaseEstimator
+
+from pipeline._compute import compute
+from pipeline.classify._base import (
+    RowClassifierMixin,
+    encode_labels_lazy,
+    unique_labels,
+)
+from pipeline.reductions import RowStats, reduce_rows, row_stats
+
+RHO_GRID = (0.0002, 0.002, 0.02, 0.2, 2.0, 20.0, 200.0, 2000.0)
+
+# Validation rows scored at a time against all grid values: bounds the rows × (C·R) temporary.
+_GRID_ROWS = 1024
+
+
+def centred_system(stats: RowStats, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """G = X̃ᵀX̃ and B = X̃ᵀY for labelled rows X̃ = X_l − μ, from uncentred sums (float64)."""
+    s_l = stats.labelled_sum
+    cross = np.outer(s_l, mean)
+    gram = stats.gram - cross - cross.T + stats.n_labelled * np.outer(mean, mean)
+    targets = stats.class_sums.T - np.outer(mean, stats.class_counts)
+    return gram, targets
+
+
+def gcv_scores(eigvals: np.ndarray, z: np.ndarray, n_labelled: int, grid: np.ndarray) -> np.ndarray:
+    """Generalised cross-validation (RSS/n)/(1 − df/n)² per ρ, from one eigendecomposition.
+
+    With G = V diag(λ) Vᵀ and Z = VᵀB: RSS(ρ) = tr(YᵀY) − Σᵢ ‖Zᵢ‖² (λᵢ + 2ρ)/(λᵢ + ρ)², where
+    tr(YᵀY) = n for one-hot Y, and df(ρ) = Σᵢ λᵢ/(λᵢ + ρ).
+    """
+    z2 = (z**2).sum(axis=1)
+    lam, rho = eigvals[None, :], grid[:, None]
+    rss = n_labelled - (z2 * (lam + 2 * rho) / (lam + rho) ** 2).sum(axis=1)
+    df = (lam / (lam + rho)).sum(axis=1)
+    with np.errstate(divide="ignore"):
+        return np.where(df < n_labelled, (rss / n_labelled) / (1 - df / n_labelled) ** 2, np.inf)
+
+
+def grid_hits_chunk(
+    X: np.ndarray,
+    y_index: np.ndarray,
+    weights: np.ndarray,
+    intercepts: np.ndarray,
+    n_classes: int,
+    row_start: int = 0,
+) -> np.ndarray:
+    """(R + 1, C) counts: correct top-1 predictions per ρ and class, then rows per class."""
+    n_rho = weights.shape[1] // n_classes
+    hits = np.zeros((n_rho + 1, n_classes), dtype=np.int64)
+    for start in range(0, len(X), _GRID_ROWS):
+        y_block = y_index[start : start + _GRID_ROWS]
+        labelled = y_block >= 0
+        y_block = y_block[labelled]
+        scores = X[start : start + _GRID_ROWS][labelled] @ weights + intercepts
+        predicted = scores.reshape(len(y_block), n_rho, n_classes).argmax(axis=2)
+        correct = predicted == y_block[:, None]
+        for r in range(n_rho):
+            hits[r] += np.bincount(y_block[correct[:, r]], minlength=n_classes)
+        hits[n_rho] += np.bincount(y_block, minlength=n_classes)
+    return hits
+
+
+class RidgeClassifier(RowClassifierMixin, BaseEstimator):
+    """Ridge regression on one-hot targets, centred on the mean of all rows, without bias.
+
+    W = (X̃ᵀX̃ + ρI)⁻¹ X̃ᵀY with X̃ the labelled rows minus the mean μ of all rows (labelled and
+    unlabelled, label -1) and Y ∈ {0,1}^{l×C}; decision(x) = (x − μ)ᵀW. Fitting is one pass over
+    the rows (Gram, sums, class sums) and one eigendecomposition of X̃ᵀX̃ that gives W for every ρ.
+
+    Parameters
+    ----------
+    rho : float or None, default=None
+        Regularisation ρ > 0. None selects it from `rho_grid`: by the mean per-class rate on
+        validation rows passed to `fit`, else by generalised cross-validation.
+    rho_grid : tuple of float, default=(0.0002, 0.002, 0.02, 0.2, 2, 20, 200, 2000)
+        Candidate values of ρ (paper 000 §4.1).
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (C,)
+        Labels, sorted by `fit`; `partial_fit` appends classes it has not seen.
+    coef_ : ndarray of shape (C, D), float32
+        Wᵀ, so that decision = X coef_ᵀ + intercept_.
+    intercept_ : ndarray of shape (C,), float32
+        −coef_ @ mean_.
+    mean_ : ndarray of shape (D,), float64
+        Mean μ of all rows seen, labelled or not.
+    rho_ : float
+        The ρ used for `coef_`.
+    rho_scores_ : ndarray of shape (R,)
+        Per grid value: the validation mean per-class rate (higher is better) if
+        `rho_selection_ == "validation"`, else the GCV score (lower is better).
+    rho_selection_ : str
+        "fixed", "validation" or "gcv".
+    n_rows_, feature_sum_, gram_, class_sums_, class_counts_ :
+        Sufficient statistics (`pipeline.reductions.RowStats`) that `partial_fit` adds to.
+    n_features_in_ : int
+
+    References
+    ----------
+    Gong & Lazebnik, "Comparing data-dependent and data-independent embeddings for
+    classification and ranking of Internet images", CVPR 2011, §3.3 and §4.1.
+    """
+
+    def __init__(self, rho: float | None = None, rho_grid: tuple = RHO_GRID):
+        self.rho = rho
+        self.rho_grid = rho_grid
+
+    def fit(self, X: Any, y: Any, X_val: Any = None, y_val: Any = None) -> RidgeClassifier:
+        """One pass over (X, y), plus one over (X_val, y_val) when ρ is chosen on them."""
+        grid = self._checked_grid()
+        if (X_val is None) != (y_val is None):
+            raise ValueError("pass both X_val and y_val, or neither")
+        X, y = self._check_fit_input(X, y, reset=True)
+        classes = unique_labels(y)
+        if len(classes) == 0:
+            raise ValueError("y has no labelled rows (every label is -1)")
+        stats = row_stats(X, encode_labels_lazy(y, classes), len(classes), gram=True)
+        validation = None if X_val is None else (self._check_rows(X_val), y_val)
+        self._set_state(self._solve(stats, classes, grid, validation=validation))
+        return self
+
+    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> RidgeClassifier:
+        """Add rows (and classes never seen before, appended to `classes_`) and re-solve.
+
+        ρ stays at `rho`, or at `rho_` if it was chosen on validation rows, else GCV picks it.
+        """
+        grid = self._checked_grid()
+        first = not hasattr(self, "classes_")
+        X, y = self._check_fit_input(X, y, reset=first)
+        old = np.asarray([]) if first else np.asarray(self.classes_)
+        seen = unique_labels(y)
+        if classes is not None:
+            seen = np.union1d(seen, unique_labels(np.asarray(classes)))
+        new = np.setdiff1d(seen, old)
+        all_classes = new if first else np.concatenate([old, new])
+        stats = row_stats(X, encode_labels_lazy(y, all_classes), len(all_classes), gram=True)
+        keep = None
+        if not first:
+            stats = self._row_stats() + stats
+            if self.rho_selection_ == "validation":
+                keep = (float(self.rho_), np.asarray(self.rho_scores_))
+        self._set_state(self._solve(stats, all_classes, grid, keep=keep))
+        return self
+
+    def _checked_grid(self) -> np.ndarray:
+        grid = np.asarray(self.rho_grid, dtype=np.float64).ravel()
+        if len(grid) == 0 or not np.all(grid > 0):
+            raise ValueError(f"rho_grid must be non-empty and positive, got {self.rho_grid}")
+        if self.rho is not None and not self.rho > 0:
+            raise ValueError(f"rho must be positive or None, got {self.rho}")
+        return grid
+
+    def _row_stats(self) -> RowStats:
+        return RowStats(
+            n_rows=self.n_rows_,
+            feature_sum=self.feature_sum_,
+            class_sums=self.class_sums_,
+            class_counts=self.class_counts_,
+            gram=self.gram_,
+        )
+
+    def _solve(
+        self,
+        stats: RowStats,
+        classes: np.ndarray,
+        grid: np.ndarray,
+        *,
+        validation: tuple | None = None,
+        keep: tuple | None = None,
+    ) -> dict[str, Any]:
+        empty = classes[stats.class_counts == 0]
+        if len(empty):
+            raise ValueError(f"classes {empty[:10].tolist()} have no labelled rows")
+        mean = stats.feature_sum / stats.n_rows
+        gram, targets = centred_system(stats, mean)
+        eigvals, eigvecs = scipy.linalg.eigh(gram)
+        eigvals = eigvals.clip(min=0.0)  # G is PSD; negative values are rounding
+        z = eigvecs.T @ targets
+        if self.rho is not None:
+            scores = gcv_scores(eigvals, z, stats.n_labelled, grid)
+            rho, how = float(self.rho), "fixed"
+        elif validation is not None:
+            scores = _validation_rates(eigvals, eigvecs, z, mean, grid, classes, *validation)
+            rho, how = float(grid[np.argmax(scores)]), "validation"
+        elif keep is not None:
+            (rho, scores), how = keep, "validation"
+        else:
+            scores = gcv_scores(eigvals, z, stats.n_labelled, grid)
+            rho, how = float(grid[np.argmin(scores)]), "gcv"
+        weights = eigvecs @ (z / (eigvals + rho)[:, None])
+        return {
+            "classes_": classes,
+            "mean_": mean,
+            "coef_": np.ascontiguousarray(weights.T, dtype=np.float32),
+            "intercept_": (-(mean @ weights)).astype(np.float32),
+            "rho_": rho,
+            "rho_scores_": np.asarray(scores, dtype=np.float64),
+            "rho_selection_": how,
+            "n_rows_": int(stats.n_rows),
+            "feature_sum_": stats.feature_sum,
+            "gram_": stats.gram,
+            "class_sums_": stats.class_sums,
+            "class_counts_": stats.class_counts,
+        }
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
+    def _score_params(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.coef_, self.intercept_
+
+    @staticmethod
+    def _scores(X: np.ndarray, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
+        return X @ coef.T + intercept
+
+
+def _validation_rates(
+    eigvals: np.ndarray,
+    eigvecs: np.ndarray,
+    z: np.ndarray,
+    mean: np.ndarray,
+    grid: np.ndarray,
+    classes: np.ndarray,
+    X_val: Any,
+    y_val: Any,
+) -> np.ndarray:
+    """Mean per-class rate on the validation rows for every ρ, in one pass over them."""
+    n_classes = len(classes)
+    # All grid weights side by side, D × (R·C): one GEMM scores every ρ at once.
+    weights = eigvecs @ np.hstack([z / (eigvals + rho)[:, None] for rho in grid])
+    intercepts = -(mean @ weights)
+    if not isinstance(y_val, da.Array):
+        y_val = np.asarray(y_val).ravel()
+    y_index = encode_labels_lazy(y_val, classes)
+    hits = reduce_rows(
+        grid_hits_chunk,
+        [X_val, y_index],
+        weights.astype(np.float32),
+        intercepts.astype(np.float32),
+        n_classes,
+    )
+    hits = compute(hits)[0]
+    totals = hits[-1]
+    present = totals > 0
+    if not present.any():
+        raise ValueError("y_val has no labelled rows")
+    return (hits[:-1, present] / totals[present]).mean(axis=1)

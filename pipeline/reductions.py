@@ -1,0 +1,193 @@
+"""Row reductions shared by every estimator whose fit is a sum over rows.
+
+Per-chunk numpy kernels (`chunk_row_stats`) are separate from the wiring (`reduce_rows`), which
+applies any kernel to aligned row blocks and tree-sums the results: numpy input is one kernel call,
+a row-chunked dask array is one task per block plus a tree of adds, so no n-sized array and no
+gather of all blocks ever reaches one place.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from scipy import sparse
+from toolz import partition_all
+
+from pipeline._compute import compute
+
+# Rows converted to float64 at a time: bounds the temporary copy (32 MiB at D = 512).
+_SUB_ROWS = 8192
+
+
+@dataclass
+class RowStats:
+    """Sufficient statistics of a set of rows, additive over disjoint sets of rows.
+
+    `feature_sum` counts all rows (labelled or not: the centering mean of paper 000 §3.3);
+    `gram`, `class_sums` and `class_counts` count labelled rows only. `gram` is uncentred and is
+    None when not requested.
+    """
+
+    n_rows: int
+    feature_sum: np.ndarray
+    class_sums: np.ndarray
+    class_counts: np.ndarray
+    gram: np.ndarray | None = None
+
+    @property
+    def n_labelled(self) -> int:
+        return int(self.class_counts.sum())
+
+    @property
+    def labelled_sum(self) -> np.ndarray:
+        return self.class_sums.sum(axis=0)
+
+    @classmethod
+    def zeros(cls, n_features: int, n_classes: int, *, gram: bool) -> RowStats:
+        return cls(
+            n_rows=0,
+            feature_sum=np.zeros(n_features),
+            class_sums=np.zeros((n_classes, n_features)),
+            class_counts=np.zeros(n_classes, dtype=np.int64),
+            gram=np.zeros((n_features, n_features)) if gram else None,
+        )
+
+    def with_n_classes(self, n_classes: int) -> RowStats:
+        """Append empty classes at the end (new classes never renumber existing ones)."""
+        extra = n_classes - len(self.class_counts)
+        if extra < 0:
+            raise ValueError(f"cannot shrink {len(self.class_counts)} classes to {n_classes}")
+        if extra == 0:
+            return self
+        return RowStats(
+            n_rows=self.n_rows,
+            feature_sum=self.feature_sum,
+            class_sums=np.vstack([self.class_sums, np.zeros((extra, self.class_sums.shape[1]))]),
+            class_counts=np.concatenate([self.class_counts, np.zeros(extra, dtype=np.int64)]),
+            gram=self.gram,
+        )
+
+    def __add__(self, other: RowStats) -> RowStats:
+        if (self.gram is None) != (other.gram is None):
+            raise ValueError("cannot add RowStats with and without a Gram matrix")
+        n_classes = max(len(self.class_counts), len(other.class_counts))
+        a, b = self.with_n_classes(n_classes), other.with_n_classes(n_classes)
+        return RowStats(
+            n_rows=a.n_rows + b.n_rows,
+            feature_sum=a.feature_sum + b.feature_sum,
+            class_sums=a.class_sums + b.class_sums,
+            class_counts=a.class_counts + b.class_counts,
+            gram=None if a.gram is None else a.gram + b.gram,
+        )
+
+
+def _one_hot(y_index: np.ndarray, n_classes: int) -> sparse.csr_array:
+    """C×n CSR one-hot built directly from a stable sort (no COO round trip)."""
+    counts = np.bincount(y_index, minlength=n_classes)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    indices = np.argsort(y_index, kind="stable")
+    data = np.ones(len(y_index))
+    return sparse.csr_array((data, indices, indptr), shape=(n_classes, len(y_index)))
+
+
+def chunk_row_stats(
+    X: np.ndarray, y_index: np.ndarray, n_classes: int, gram: bool, row_start: int = 0
+) -> RowStats:
+    """RowStats of one chunk; rows with ``y_index == -1`` count only towards `feature_sum`."""
+    n, n_features = X.shape
+    y_index = np.asarray(y_index)
+    if y_index.shape != (n,):
+        raise ValueError(f"rows {row_start}..{row_start + n}: {y_index.shape} labels for {n} rows")
+    if n and (y_index.min() < -1 or y_index.max() >= n_classes):
+        bad = y_index[(y_index < -1) | (y_index >= n_classes)][0]
+        raise ValueError(
+            f"rows {row_start}..{row_start + n}: class index {bad} outside [-1, {n_classes})"
+        )
+    stats = RowStats.zeros(n_features, n_classes, gram=gram)
+    stats.n_rows = n
+    # One reused float64 buffer: a fresh 32 MiB array per sub-block costs page faults.
+    buffer = np.empty((min(n, _SUB_ROWS), n_features))
+    for start in range(0, n, _SUB_ROWS):
+        block = buffer[: min(_SUB_ROWS, n - start)]
+        np.copyto(block, X[start : start + _SUB_ROWS])
+        block_sum = block.sum(axis=0)
+        if not np.isfinite(block_sum).all():
+            bad_rows = np.flatnonzero(~np.isfinite(block).all(axis=1)) + row_start + start
+            raise ValueError(f"non-finite feature values in rows {bad_rows[:10].tolist()}")
+        stats.feature_sum += block_sum
+        y_block = y_index[start : start + _SUB_ROWS]
+        labelled = y_block >= 0
+        if not labelled.all():
+            block, y_block = block[labelled], y_block[labelled]
+        stats.class_sums += _one_hot(y_block, n_classes) @ block
+        stats.class_counts += np.bincount(y_block, minlength=n_classes)
+        if gram:
+            stats.gram += block.T @ block  # numpy dispatches Aᵀ A to syrk
+    return stats
+
+
+def _sum(*parts: Any) -> Any:
+    return functools.reduce(operator.add, parts)
+
+
+def _tree_sum(parts: list, split_every: int) -> Any:
+    while len(parts) > 1:
+        parts = [
+            dask.delayed(_sum, pure=True)(*group) if len(group) > 1 else group[0]
+            for group in partition_all(split_every, parts)
+        ]
+    return parts[0]
+
+
+def _aligned_blocks(arrays: Sequence[Any]) -> tuple[list[list], list[int]]:
+    """Delayed row blocks of every array, on the row chunks of the first dask array."""
+    row_chunks = next(a for a in arrays if isinstance(a, da.Array)).chunks[0]
+    blocks = []
+    for a in arrays:
+        full_width = tuple((s,) for s in a.shape[1:])
+        if isinstance(a, da.Array):
+            a = a.rechunk((row_chunks, *full_width))
+        else:
+            a = da.from_array(np.asarray(a), chunks=(row_chunks, *full_width))
+        blocks.append(list(a.to_delayed().ravel()))
+    starts = np.concatenate([[0], np.cumsum(row_chunks)[:-1]]).tolist()
+    return blocks, starts
+
+
+def reduce_rows(
+    kernel: Callable[..., Any],
+    arrays: Sequence[Any],
+    *args: Any,
+    split_every: int = 8,
+) -> Any:
+    """Sum of ``kernel(*row_blocks, *args, row_start=r)`` over aligned row blocks of `arrays`.
+
+    All numpy: returns the value of one kernel call. Any dask: returns a lazy `Delayed` tree sum
+    (one task per block, `split_every` partial sums per add); materialise it with
+    `pipeline._compute.compute`. Kernel results must support ``+``.
+    """
+    n_rows = {len(a) for a in arrays}
+    if len(n_rows) != 1:
+        raise ValueError(f"arrays have different row counts: {sorted(n_rows)}")
+    if not any(isinstance(a, da.Array) for a in arrays):
+        return kernel(*arrays, *args, row_start=0)
+    blocks, starts = _aligned_blocks(arrays)
+    shared = [dask.delayed(a, pure=True) if isinstance(a, np.ndarray) else a for a in args]
+    task = dask.delayed(kernel, pure=True)
+    parts = [
+        task(*row_blocks, *shared, row_start=start)
+        for *row_blocks, start in zip(*blocks, starts, strict=True)
+    ]
+    return _tree_sum(parts, split_every)
+
+
+def row_stats(X: Any, y_index: Any, n_classes: int, *, gram: bool) -> RowStats:
+    """RowStats of numpy or row-chunked dask `X` in one pass; `y_index` in [-1, n_classes)."""
+    return compute(reduce_rows(chunk_row_stats, [X, y_index], n_classes, gram))[0]

@@ -1,0 +1,96 @@
+"""NearestClassMean (paper 002 §3.2, ℓ2) against numpy brute force."""
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from pipeline.classify import NearestClassMean
+from tests.pipeline.conftest import N_CLASSES, as_dask
+
+
+def brute_force_means(X, y):
+    return np.stack([X[y == c].astype(np.float64).mean(axis=0) for c in range(N_CLASSES)])
+
+
+def test_means_are_class_means_of_labelled_rows(data):
+    X, y = data
+    model = NearestClassMean().fit(X, y)
+    np.testing.assert_array_equal(model.classes_, np.arange(N_CLASSES))
+    np.testing.assert_allclose(model.means_, brute_force_means(X, y), rtol=1e-6)
+    np.testing.assert_array_equal(model.class_counts_, np.bincount(y[y >= 0]))
+
+
+def test_decision_is_minus_squared_distance_to_each_mean(data):
+    X, y = data
+    model = NearestClassMean().fit(X, y)
+    distances = ((X[:, None, :] - model.means_[None].astype(np.float64)) ** 2).sum(axis=2)
+    np.testing.assert_allclose(model.decision_function(X), -distances, rtol=1e-5, atol=1e-4)
+
+
+def test_predict_is_the_nearest_mean(data):
+    X, y = data
+    model = NearestClassMean().fit(X, y)
+    distances = ((X[:, None, :] - model.means_[None].astype(np.float64)) ** 2).sum(axis=2)
+    np.testing.assert_array_equal(model.predict(X), distances.argmin(axis=1))
+
+
+def test_fit_on_dask_equals_numpy(data):
+    X, y = data
+    on_dask = NearestClassMean().fit(as_dask(X), as_dask(y))
+    on_numpy = NearestClassMean().fit(X, y)
+    np.testing.assert_allclose(on_dask.class_sums_, on_numpy.class_sums_, rtol=1e-12)
+    np.testing.assert_array_equal(on_dask.class_counts_, on_numpy.class_counts_)
+
+
+def test_dask_predictions_are_lazy_and_equal_numpy(data):
+    X, y = data
+    model = NearestClassMean().fit(X, y)
+    for method in ("decision_function", "predict", "predict_top_k"):
+        lazy = getattr(model, method)(as_dask(X))
+        assert isinstance(lazy, da.Array)
+        np.testing.assert_array_equal(lazy.compute(), getattr(model, method)(X))
+
+
+def test_partial_fit_in_pieces_equals_one_fit(data):
+    X, y = data
+    pieces = NearestClassMean()
+    for rows in np.array_split(np.arange(len(X)), 4):
+        pieces.partial_fit(X[rows], y[rows], classes=np.arange(N_CLASSES))
+    np.testing.assert_allclose(pieces.means_, NearestClassMean().fit(X, y).means_, rtol=1e-6)
+
+
+def test_new_class_is_appended_without_touching_other_means(data):
+    X, y = data
+    model = NearestClassMean().fit(X[y != 2], y[y != 2])
+    before = model.means_.copy()
+    model.partial_fit(X[y == 2], y[y == 2])
+    assert model.classes_.tolist() == [0, 1, 3, 4, 2]
+    np.testing.assert_array_equal(model.means_[:4], before)  # bit-identical
+    np.testing.assert_allclose(model.means_[4], X[y == 2].mean(axis=0), rtol=1e-6)
+
+
+def test_class_without_rows_is_rejected_by_name(data):
+    X, y = data
+    with pytest.raises(ValueError, match=r"classes \['cat'\]"):
+        NearestClassMean().partial_fit(
+            X[y >= 0], np.where(y[y >= 0] > 1, "dog", "cow"), classes=["cat", "cow", "dog"]
+        )
+
+
+def test_unlabelled_rows_do_not_move_the_means(data):
+    X, y = data
+    with_unlabelled = NearestClassMean().fit(X, y)
+    without = NearestClassMean().fit(X[y >= 0], y[y >= 0])
+    np.testing.assert_array_equal(with_unlabelled.means_, without.means_)
+
+
+def test_fitted_state_rebuilds_a_model_that_keeps_learning(data):
+    X, y = data
+    model = NearestClassMean().fit(X[:200], y[:200])
+    rebuilt = NearestClassMean(**model.get_params())
+    for name, value in vars(model).items():
+        if name.endswith("_"):
+            setattr(rebuilt, name, value)
+    np.testing.assert_array_equal(rebuilt.predict(X), model.predict(X))
+    rebuilt.partial_fit(X[200:], y[200:])
+    np.testing.assert_allclose(rebuilt.means_, NearestClassMean().fit(X, y).means_, rtol=1e-6)

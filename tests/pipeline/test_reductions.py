@@ -1,0 +1,106 @@
+"""pipeline.reductions: RowStats kernels against numpy brute force, and the tree-sum wiring."""
+
+import itertools
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline import reductions
+from pipeline.reductions import RowStats, chunk_row_stats, reduce_rows, row_stats
+from tests.pipeline.conftest import N_CLASSES, as_dask
+
+
+def brute_force_stats(X, y):
+    X64 = X.astype(np.float64)
+    labelled = y >= 0
+    return RowStats(
+        n_rows=len(X),
+        feature_sum=X64.sum(axis=0),
+        class_sums=np.stack([X64[y == c].sum(axis=0) for c in range(N_CLASSES)]),
+        class_counts=np.bincount(y[labelled], minlength=N_CLASSES),
+        gram=X64[labelled].T @ X64[labelled],
+    )
+
+
+def assert_stats_close(a, b):
+    assert a.n_rows == b.n_rows
+    np.testing.assert_array_equal(a.class_counts, b.class_counts)
+    for name in ("feature_sum", "class_sums", "gram"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-12, atol=1e-9)
+
+
+def test_row_stats_of_numpy_equal_brute_force_sums(data):
+    X, y = data
+    assert_stats_close(row_stats(X, y, N_CLASSES, gram=True), brute_force_stats(X, y))
+
+
+def test_unlabelled_rows_count_only_towards_feature_sum(data):
+    X, y = data
+    stats = row_stats(X, y, N_CLASSES, gram=False)
+    assert stats.n_labelled == (y >= 0).sum()
+    np.testing.assert_allclose(stats.labelled_sum, X[y >= 0].sum(axis=0, dtype=np.float64))
+    np.testing.assert_allclose(stats.feature_sum, X.sum(axis=0, dtype=np.float64))
+    assert stats.gram is None
+
+
+def test_row_stats_of_dask_equal_numpy(data):
+    X, y = data
+    assert_stats_close(
+        row_stats(as_dask(X), as_dask(y), N_CLASSES, gram=True),
+        row_stats(X, y, N_CLASSES, gram=True),
+    )
+
+
+def test_chunk_row_stats_do_not_depend_on_the_sub_block_size(data, monkeypatch):
+    X, y = data
+    whole = chunk_row_stats(X, y, N_CLASSES, True)
+    monkeypatch.setattr(reductions, "_SUB_ROWS", 7)
+    assert_stats_close(chunk_row_stats(X, y, N_CLASSES, True), whole)
+
+
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(1, 419), max_size=6, unique=True))
+def test_row_stats_are_invariant_to_row_chunking(cuts):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(420, 6)).astype(np.float32)
+    y = rng.integers(-1, N_CLASSES, 420)
+    bounds = [0, *sorted(cuts), 420]
+    chunks = tuple(b - a for a, b in itertools.pairwise(bounds))
+    chunked = row_stats(da.from_array(X, chunks=(chunks, 6)), y, N_CLASSES, gram=True)
+    assert_stats_close(chunked, row_stats(X, y, N_CLASSES, gram=True))
+
+
+def test_reduce_rows_sums_blocks_in_a_tree_of_bounded_fan_in(data):
+    X, y = data
+    lazy = reduce_rows(chunk_row_stats, [as_dask(X, rows=10), y], N_CLASSES, False, split_every=3)
+    graph = dict(lazy.__dask_graph__())
+    fan_in = [len(dask.core.get_dependencies(graph, key)) for key in graph]
+    assert len(graph) > 42 and max(fan_in) <= 3
+
+
+def test_row_stats_reject_non_finite_rows_naming_them(data):
+    X, y = data
+    X = X.copy()
+    X[150, 2] = np.nan
+    with pytest.raises(ValueError, match=r"rows \[150\]"):
+        row_stats(as_dask(X), y, N_CLASSES, gram=False)
+
+
+def test_row_stats_reject_class_indices_out_of_range(data):
+    X, y = data
+    with pytest.raises(ValueError, match="outside"):
+        row_stats(X, np.where(y == 4, 5, y), N_CLASSES, gram=False)
+
+
+def test_adding_row_stats_appends_classes_of_the_shorter_one(data):
+    X, y = data
+    y = y.copy()
+    head = y[:100]
+    head[head >= 3] = -1  # the first 100 rows only know classes 0..2
+    few = row_stats(X[:100], y[:100], 3, gram=True)
+    rest = row_stats(X[100:], y[100:], N_CLASSES, gram=True)
+    assert_stats_close(few + rest, brute_force_stats(X, y))

@@ -1,0 +1,196 @@
+"""RidgeClassifier (paper 000 §3.3) vs sklearn Ridge on rows centred on the mean of all rows."""
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.linear_model import Ridge
+
+from pipeline.classify import RidgeClassifier
+from pipeline.classify.ridge import RHO_GRID
+from pipeline.metrics import per_class_rate
+from tests.pipeline.conftest import N_CLASSES, as_dask
+
+
+def reference_weights(X, y, rho):
+    """sklearn Ridge without intercept on (X_l − mean of all rows, one-hot Y): D × C."""
+    X64 = X.astype(np.float64)
+    labelled = y >= 0
+    centred = X64[labelled] - X64.mean(axis=0)
+    targets = np.eye(N_CLASSES)[y[labelled]]
+    return Ridge(alpha=rho, fit_intercept=False).fit(centred, targets).coef_.T
+
+
+def assert_rel_close(actual, expected, rtol=1e-5):
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("rho", RHO_GRID)
+def test_coef_equals_sklearn_ridge_on_centred_numpy_rows(data, rho):
+    X, y = data
+    model = RidgeClassifier(rho=rho).fit(X, y)
+    assert_rel_close(model.coef_.T, reference_weights(X, y, rho))
+
+
+@pytest.mark.parametrize("rho", RHO_GRID)
+def test_coef_equals_sklearn_ridge_on_centred_dask_rows(data, rho):
+    X, y = data
+    model = RidgeClassifier(rho=rho).fit(as_dask(X), as_dask(y))
+    assert_rel_close(model.coef_.T, reference_weights(X, y, rho))
+
+
+def test_mean_includes_unlabelled_rows(data):
+    X, y = data
+    model = RidgeClassifier().fit(X, y)
+    np.testing.assert_allclose(model.mean_, X.astype(np.float64).mean(axis=0), rtol=1e-12)
+
+
+def test_decision_function_is_centred_rows_times_weights(data):
+    X, y = data
+    model = RidgeClassifier(rho=2.0).fit(X, y)
+    expected = (X.astype(np.float64) - X.mean(axis=0, dtype=np.float64)) @ reference_weights(
+        X, y, 2.0
+    )
+    assert_rel_close(model.decision_function(X), expected, rtol=1e-4)
+
+
+def brute_force_gcv(X, y, rho):
+    """Golub–Heath–Wahba GCV from the explicit hat matrix of the centred labelled rows."""
+    labelled = y >= 0
+    centred = X[labelled].astype(np.float64) - X.astype(np.float64).mean(axis=0)
+    targets = np.eye(N_CLASSES)[y[labelled]]
+    n, d = centred.shape
+    hat = centred @ np.linalg.solve(centred.T @ centred + rho * np.eye(d), centred.T)
+    rss = ((targets - hat @ targets) ** 2).sum()
+    return (rss / n) / (1 - np.trace(hat) / n) ** 2
+
+
+def test_gcv_scores_equal_brute_force_hat_matrix_gcv(data):
+    X, y = data
+    model = RidgeClassifier().fit(X, y)
+    expected = [brute_force_gcv(X, y, rho) for rho in RHO_GRID]
+    np.testing.assert_allclose(model.rho_scores_, expected, rtol=1e-8)
+
+
+def test_without_validation_rows_rho_minimises_gcv(data):
+    X, y = data
+    grid = (1e-3, 1.0, 30.0, 300.0, 1e4)  # brute-force GCV is smallest at 30 on this data
+    model = RidgeClassifier(rho_grid=grid).fit(X, y)
+    assert model.rho_selection_ == "gcv"
+    assert model.rho_ == 30.0 == grid[np.argmin([brute_force_gcv(X, y, r) for r in grid])]
+
+
+def test_validation_scores_are_per_class_rates_of_each_grid_model(data):
+    X, y = data
+    X_val, y_val = X[::2], y[::2]
+    model = RidgeClassifier().fit(X[1::2], y[1::2], X_val=X_val, y_val=y_val)
+    labelled = y_val >= 0
+    expected = [
+        per_class_rate(
+            y_val[labelled],
+            RidgeClassifier(rho=rho).fit(X[1::2], y[1::2]).predict(X_val[labelled]),
+        )
+        for rho in RHO_GRID
+    ]
+    np.testing.assert_allclose(model.rho_scores_, expected)
+    assert model.rho_selection_ == "validation"
+    assert model.rho_ == RHO_GRID[int(np.argmax(expected))]
+
+
+def test_validation_on_dask_rows_equals_numpy(data):
+    X, y = data
+    grid = (1e-3, 30.0, 1e3, 3e4)  # spread so that the rates differ
+    on_numpy = RidgeClassifier(rho_grid=grid).fit(X, y, X_val=X[::3], y_val=y[::3])
+    on_dask = RidgeClassifier(rho_grid=grid).fit(
+        as_dask(X), y, X_val=as_dask(X[::3], rows=31), y_val=as_dask(y[::3], rows=31)
+    )
+    np.testing.assert_allclose(on_dask.rho_scores_, on_numpy.rho_scores_)
+    assert len(set(on_numpy.rho_scores_)) > 1
+
+
+def test_fixed_rho_is_used_even_with_validation_rows(data):
+    X, y = data
+    model = RidgeClassifier(rho=0.2).fit(X, y, X_val=X, y_val=y)
+    assert (model.rho_, model.rho_selection_) == (0.2, "fixed")
+
+
+def test_partial_fit_in_pieces_equals_one_fit(data):
+    X, y = data
+    whole = RidgeClassifier().fit(X, y)
+    pieces = RidgeClassifier()
+    for rows in np.array_split(np.arange(len(X)), 3):
+        pieces.partial_fit(X[rows], y[rows], classes=np.arange(N_CLASSES))
+    assert pieces.rho_ == whole.rho_
+    np.testing.assert_array_equal(pieces.classes_, whole.classes_)
+    assert_rel_close(pieces.coef_, whole.coef_)
+    assert_rel_close(pieces.intercept_, whole.intercept_)
+
+
+def test_partial_fit_appends_a_new_class_and_fits_it(data):
+    X, y = data
+    model = RidgeClassifier(rho=2.0).partial_fit(X[y != 3], y[y != 3])
+    model.partial_fit(X[y == 3], y[y == 3])
+    assert model.classes_.tolist() == [0, 1, 2, 4, 3]
+    assert_rel_close(model.coef_[[0, 1, 2, 4, 3]].T, reference_weights(X, y, 2.0))
+
+
+def test_partial_fit_keeps_rho_chosen_on_validation_rows(data):
+    X, y = data
+    model = RidgeClassifier(rho_grid=(1e-3, 1e6)).fit(X, y, X_val=X, y_val=y)
+    assert model.rho_ == 1e-3
+    model.partial_fit(X[:10], y[:10])
+    assert (model.rho_, model.rho_selection_) == (1e-3, "validation")
+
+
+def test_class_without_labelled_rows_is_rejected_by_name(data):
+    X, y = data
+    with pytest.raises(ValueError, match=r"classes \[7\]"):
+        RidgeClassifier().partial_fit(X, y, classes=[0, 1, 2, 3, 4, 7])
+
+
+def test_failed_fit_leaves_the_fitted_model_unchanged(data):
+    X, y = data
+    model = RidgeClassifier().fit(X, y)
+    coef = model.coef_.copy()
+    bad = X.copy()
+    bad[3, 0] = np.inf
+    with pytest.raises(ValueError):
+        model.fit(as_dask(bad), y)
+    np.testing.assert_array_equal(model.coef_, coef)
+
+
+def test_dask_predictions_are_lazy_and_equal_numpy(data):
+    X, y = data
+    model = RidgeClassifier().fit(X, y)
+    Xd = as_dask(X)
+    for method in ("decision_function", "predict", "predict_top_k"):
+        lazy = getattr(model, method)(Xd)
+        assert isinstance(lazy, da.Array)
+        np.testing.assert_array_equal(lazy.compute(), getattr(model, method)(X))
+
+
+def test_predict_top_k_lists_classes_best_first_starting_with_predict(data):
+    X, y = data
+    model = RidgeClassifier().fit(X, y)
+    top = model.predict_top_k(X, k=3)
+    scores = model.decision_function(X)
+    ranked = np.take_along_axis(scores, np.searchsorted(model.classes_, top), axis=1)
+    assert top.shape == (len(X), 3)
+    np.testing.assert_array_equal(top[:, 0], model.predict(X))
+    assert (np.diff(ranked, axis=1) <= 0).all()
+
+
+def fitted_state(model):
+    return {k: v for k, v in vars(model).items() if k.endswith("_") and not k.startswith("_")}
+
+
+def test_fitted_state_is_arrays_and_json_scalars_and_rebuilds_the_model(data):
+    X, y = data
+    model = RidgeClassifier().fit(X[:200], y[:200])
+    state = fitted_state(model)
+    assert all(isinstance(v, np.ndarray | int | float | str | bool) for v in state.values())
+    rebuilt = type(model)(**model.get_params())
+    for name, value in state.items():
+        setattr(rebuilt, name, value)
+    np.testing.assert_array_equal(rebuilt.predict(X), model.predict(X))
+    rebuilt.partial_fit(X[200:], y[200:])
+    assert_rel_close(rebuilt.coef_, RidgeClassifier().fit(X, y).coef_)
