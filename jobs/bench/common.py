@@ -1,0 +1,90 @@
+"""What every benchmark needs: synthetic stores, peak-RSS sampling and result records."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from storage import FeatureStore, create_store, open_store
+
+BLOCK_ROWS = 65_536
+
+
+def record(name: str, value: float, unit: str, peer_value: float | None = None, **extra) -> dict:
+    """One measured figure; ``ratio`` is ours over the peer's when a peer was measured."""
+    out = {"name": name, "value": float(value), "unit": unit, **extra}
+    if peer_value is not None:
+        out["peer_value"] = float(peer_value)
+        out["ratio"] = float(value) / float(peer_value) if peer_value else float("inf")
+    return out
+
+
+def mixture_blocks(
+    rows: int, dim: int, classes: int, *, seed: int = 0, block_rows: int = BLOCK_ROWS
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Gaussian-mixture rows (one unit-variance cluster per class), generated block by block.
+
+    Deterministic in ``seed`` so a peer can regenerate exactly the rows the store holds.
+    """
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((classes, dim), dtype=np.float32)
+    for start in range(0, rows, block_rows):
+        n = min(block_rows, rows - start)
+        labels = rng.integers(0, classes, n).astype(np.int32)
+        X = rng.standard_normal((n, dim), dtype=np.float32)
+        X += centres[labels]
+        yield X, labels
+
+
+def mixture_store(
+    path: str | os.PathLike, rows: int, dim: int, classes: int, *, val_fraction: float = 0.2
+) -> FeatureStore:
+    """The synthetic store for ``rows × dim`` with ``classes`` classes, reused if already built."""
+    path = Path(path)
+    if path.exists():
+        store = open_store(path)
+        if store.committed_rows == rows and store.dim == dim:
+            return store
+        raise FileExistsError(f"{path} holds another benchmark store; remove it first")
+    store = create_store(path, dim, class_names=[f"class{c}" for c in range(classes)])
+    with store.writer("synthetic") as writer:
+        for X, labels in mixture_blocks(rows, dim, classes):
+            split = np.where(np.arange(len(labels)) < val_fraction * len(labels), "val", "train")
+            writer.write(X, labels, split=split)
+    return store
+
+
+class PeakRSS:
+    """Sample the summed RSS of this process and all its descendants (e.g. Dask workers)."""
+
+    def __init__(self, interval: float = 0.05):
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for process in [me, *me.children(recursive=True)]:
+                try:
+                    total += process.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            time.sleep(self.interval)

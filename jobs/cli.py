@@ -1,0 +1,240 @@
+"""The ``imgscale`` command line: a thin layer over ``jobs`` functions.
+
+Every command exits 0 on success and non-zero with a one-line message on stderr on failure
+(``--verbose`` adds the traceback). Commands that report figures print one JSON object with
+``--json`` and nothing else on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+
+import click
+
+from jobs import models
+from jobs.cluster import connect
+from jobs.train import METHODS
+
+scheduler_option = click.option(
+    "--scheduler",
+    envvar="DASK_SCHEDULER_ADDRESS",
+    default=None,
+    metavar="ADDRESS",
+    help="Dask scheduler to connect to (default: $DASK_SCHEDULER_ADDRESS, else a LocalCluster).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object only.")
+
+
+# main() reads --verbose from argv: the exception it reports has already unwound click's context.
+verbose_option = click.option(
+    "--verbose", is_flag=True, expose_value=False, help="Show the traceback on failure."
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="imgscale")
+def cli() -> None:
+    """Train image classifiers from feature vectors streamed from zarr stores through Dask."""
+
+
+@cli.command()
+@click.argument("src", type=click.Path(exists=True, dir_okay=False))
+@click.argument("store", type=click.Path())
+@click.option("--x-key", help="Array or column holding the features (npz, parquet).")
+@click.option("--y-key", help="Array or column holding integer labels (-1 = unlabelled).")
+@click.option("--ids-key", help="Array or column holding row ids (default: BATCH:ROW).")
+@click.option("--labels", "labels_path", type=click.Path(exists=True), help="idx labels file.")
+@click.option("--split", default="train", show_default=True, help="Split name for these rows.")
+@click.option("--batch-id", help="Commit id (default: from the file's name, size and mtime).")
+@verbose_option
+def ingest(src, store, x_key, y_key, ids_key, labels_path, split, batch_id) -> None:
+    """Ingest SRC (.npy, .npz, .parquet, idx[.gz], .fvecs, .bvecs) into STORE (create or append)."""
+    from storage import ingest_file
+
+    started = time.perf_counter()
+    feature_store = ingest_file(
+        src,
+        store,
+        batch_id=batch_id,
+        x_key=x_key,
+        y_key=y_key,
+        ids_key=ids_key,
+        labels_path=labels_path,
+        split=split,
+        progress=_progress_line("ingest"),
+    )
+    click.echo(
+        f"{store}: {feature_store.committed_rows} rows × {feature_store.dim} committed "
+        f"({time.perf_counter() - started:.1f} s)",
+        err=True,
+    )
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True))
+@json_option
+@verbose_option
+def info(store, as_json) -> None:
+    """Show a store's rows, dimension, encoding, classes, label counts and size on disk."""
+    from storage import open_store
+
+    summary = open_store(store).info()
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    for key, value in summary.items():
+        click.echo(f"{key:>16}: {value}")
+
+
+@cli.command()
+@click.argument("store", type=click.Path(exists=True))
+@click.argument("model", type=click.Path())
+@click.option("--method", type=click.Choice(METHODS), default="ridge", show_default=True)
+@click.option("--split", default="train", show_default=True, help="Rows to train on.")
+@click.option("--val-split", default="val", show_default=True, help="Rows that choose ρ.")
+@click.option("--rho", type=float, help="Fixed ridge regulariser (default: validated grid).")
+@scheduler_option
+@verbose_option
+def train(store, model, method, split, val_split, rho, scheduler) -> None:
+    """Train a classifier on STORE and save it to MODEL (zarr + JSON, no pickle)."""
+    from jobs.train import train as train_model
+    from storage import open_store
+
+    feature_store = open_store(store)
+    started = time.perf_counter()
+    with connect(scheduler):
+        fitted = train_model(feature_store, method, split=split, val_split=val_split, rho=rho)
+    models.save(
+        fitted,
+        model,
+        store=str(feature_store.path.resolve()),
+        split=split,
+        rows=len(feature_store.labels(split)),
+        committed_rows=feature_store.committed_rows,
+    )
+    detail = f", rho={fitted.rho_:g}" if hasattr(fitted, "rho_") else ""
+    click.echo(f"{model}: {method}{detail} ({time.perf_counter() - started:.1f} s)", err=True)
+
+
+@cli.command()
+@click.argument("model", type=click.Path(exists=True))
+@click.argument("store", type=click.Path(exists=True))
+@click.argument("out", type=click.Path())
+@click.option("--split", default=None, help="Only rows of this split (default: all).")
+@click.option("--top-k", default=5, show_default=True, help="Labels kept per row.")
+@scheduler_option
+@verbose_option
+def predict(model, store, out, split, top_k, scheduler) -> None:
+    """Write MODEL's predictions for STORE's rows to the parquet file OUT."""
+    from jobs.predict import predict_to_parquet
+    from storage import open_store
+
+    fitted, _ = models.load(model)
+    with connect(scheduler):
+        rows = predict_to_parquet(fitted, open_store(store), out, split=split, k=top_k)
+    click.echo(f"{out}: {rows} rows", err=True)
+
+
+@cli.command()
+@click.argument("model", type=click.Path(exists=True))
+@click.argument("store", type=click.Path(exists=True))
+@click.option("--split", default="test", show_default=True)
+@scheduler_option
+@json_option
+@verbose_option
+def evaluate(model, store, split, scheduler, as_json) -> None:
+    """Per-class rate, top-1/top-5 flat error and MiAP of MODEL on STORE's labelled rows."""
+    from jobs.evaluate import evaluate as evaluate_model
+    from storage import open_store
+
+    fitted, _ = models.load(model)
+    with connect(scheduler, quiet=as_json):
+        result = evaluate_model(fitted, open_store(store), split)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for key, value in result.items():
+        click.echo(f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}")
+
+
+@cli.command()
+@click.option("--workdir", type=click.Path(), help="Keep the demo store and models here.")
+@scheduler_option
+@verbose_option
+def demo(workdir, scheduler) -> None:
+    """sklearn digits → a store → ridge and NCM on a Dask cluster → a table of results."""
+    from jobs.demo import run_demo
+
+    click.echo(run_demo(workdir, scheduler))
+
+
+@cli.group()
+def bench() -> None:
+    """Benchmarks that print figures and ratios against a peer measured in the same run."""
+
+
+@bench.command("ridge")
+@click.option("--rows", default=1_000_000, show_default=True)
+@click.option("--dim", default=512, show_default=True)
+@click.option("--classes", default=1000, show_default=True)
+@click.option("--workdir", type=click.Path(), help="Where the synthetic store goes (default tmp).")
+@click.option("--skip-peer", is_flag=True, help="Do not run scikit-learn.")
+@scheduler_option
+@json_option
+@verbose_option
+def bench_ridge(rows, dim, classes, workdir, skip_peer, scheduler, as_json) -> None:
+    """Streamed ridge over an 8-value ρ grid vs scikit-learn RidgeClassifier per ρ in memory."""
+    from jobs.bench.ridge import run
+
+    records = run(rows, dim, classes, workdir=workdir, scheduler=scheduler, peer=not skip_peer)
+    _print_records(records, as_json)
+
+
+def _print_records(records: list[dict], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"records": records}))
+        return
+    for r in records:
+        peer = f"  peer {r['peer_value']:.4g}  ratio {r['ratio']:.3f}" if "ratio" in r else ""
+        click.echo(f"{r['name']:<40} {r['value']:>12.4g} {r['unit']:<8}{peer}")
+
+
+def _progress_line(label: str):
+    """A progress callback that redraws one stderr line, throttled to a few updates a second."""
+    last = [0.0]
+
+    def report(done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - last[0] < 0.5:
+            return
+        last[0] = now
+        percent = 100 * done / total if total else 100
+        end = "\n" if done >= total else ""
+        sys.stderr.write(f"\r{label}: {done}/{total} rows ({percent:.0f}%){end}")
+        sys.stderr.flush()
+
+    return report
+
+
+def main() -> None:
+    """Entry point: one-line errors on stderr, tracebacks only with ``--verbose``."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        hint = " (see --help)" if isinstance(exc, click.UsageError) else ""
+        click.echo(f"imgscale: error: {exc.format_message()}{hint}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("imgscale: aborted", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        if "--verbose" in sys.argv:
+            traceback.print_exc()
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        click.echo(f"imgscale: error: {message}", err=True)
+        sys.exit(1)

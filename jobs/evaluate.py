@@ -1,0 +1,36 @@
+"""Evaluate a fitted classifier on a store's split without bringing its rows to the client."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator
+
+from pipeline._compute import compute
+from pipeline.metrics import evaluate_top_k, mean_interpolated_average_precision
+from storage import FeatureStore
+
+TOP_K = 5
+# MiAP needs every score of every class at once; past this many scores it is left out.
+MAP_MAX_SCORES = 20_000_000
+
+
+def evaluate(model: BaseEstimator, store: FeatureStore, split: str | None = "test") -> dict:
+    """Per-class rate, top-1/top-5 flat error and (for small n×C) MiAP on the labelled rows."""
+    labels = store.labels(split)
+    labelled = np.flatnonzero(labels >= 0)
+    if len(labelled) == 0:
+        raise ValueError(f"store {store.path}: no labelled rows in split {split!r}")
+    X = store.features(split)[labelled] if len(labelled) < len(labels) else store.features(split)
+    y = labels[labelled]
+    k = min(TOP_K, len(model.classes_))
+    result = evaluate_top_k(y, model.predict_top_k(X, k=k))
+    if k < TOP_K:
+        result["top5_error"] = None
+    if len(y) * len(model.classes_) <= MAP_MAX_SCORES:
+        (scores,) = compute(model.decision_function(X))
+        scores = np.asarray(scores)
+        if scores.ndim == 1:  # two classes: sklearn's single column scores classes_[1]
+            scores = np.column_stack([-scores, scores])
+        relevant = y[:, None] == np.asarray(model.classes_)[None, :]
+        result["map"] = mean_interpolated_average_precision(relevant, scores)
+    return result

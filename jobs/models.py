@@ -1,0 +1,71 @@
+"""Save and load fitted estimators (or pipelines of them) via ``storage.models``, without pickle.
+
+Only classes named in :data:`MODEL_CLASSES` can be loaded: a model file picks a class from this
+allow-list by name and supplies its JSON parameters and numeric arrays, nothing else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from importlib.metadata import version
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.pipeline import Pipeline, make_pipeline
+
+from pipeline.classify import NearestClassMean, RidgeClassifier
+from storage.errors import StoreError
+from storage.models import SavedStep, load_model, save_model
+
+MODEL_CLASSES: dict[str, type[BaseEstimator]] = {
+    cls.__name__: cls for cls in (RidgeClassifier, NearestClassMean)
+}
+
+
+def save(model: BaseEstimator, path: str | os.PathLike, **provenance) -> None:
+    """Save a fitted estimator or pipeline with provenance (store, rows, time, version)."""
+    estimators = [step for _, step in model.steps] if isinstance(model, Pipeline) else [model]
+    steps = [_to_step(estimator) for estimator in estimators]
+    provenance = {
+        "imgscale_version": version("imgscale"),
+        "saved_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        **provenance,
+    }
+    save_model(path, steps, provenance)
+
+
+def load(path: str | os.PathLike) -> tuple[BaseEstimator, dict]:
+    """Load a model saved by :func:`save`; returns the estimator (or pipeline) and provenance."""
+    steps, provenance = load_model(path)
+    estimators = [_from_step(step, path) for step in steps]
+    model = estimators[0] if len(estimators) == 1 else make_pipeline(*estimators)
+    return model, provenance
+
+
+def _to_step(estimator: BaseEstimator) -> SavedStep:
+    kind = type(estimator).__name__
+    if MODEL_CLASSES.get(kind) is not type(estimator):
+        raise TypeError(f"cannot save {kind}: not one of {sorted(MODEL_CLASSES)}")
+    arrays, scalars = {}, {}
+    for name, value in vars(estimator).items():
+        if not name.endswith("_") or name.startswith("_"):
+            continue
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+            arrays[name] = value
+        else:
+            scalars[name] = value
+    return SavedStep(kind, estimator.get_params(deep=False), arrays, scalars)
+
+
+def _from_step(step: SavedStep, path) -> BaseEstimator:
+    cls = MODEL_CLASSES.get(step.kind)
+    if cls is None:
+        raise StoreError(
+            f"model {path}: unknown estimator {step.kind!r}; expected one of "
+            f"{sorted(MODEL_CLASSES)}"
+        )
+    estimator = cls(**step.params)
+    for name, value in {**step.scalars, **step.arrays}.items():
+        setattr(estimator, name, value)
+    return estimator

@@ -1,0 +1,90 @@
+"""A real multi-process Dask cluster on 127.0.0.1 and digits split into .npz files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client
+from sklearn.datasets import load_digits
+
+# The `dask` console script installed beside this interpreter, as a user would run it.
+DASK = str(Path(sys.executable).with_name("dask"))
+
+
+@pytest.fixture(scope="session")
+def scheduler_address(tmp_path_factory) -> str:
+    """Start ``dask scheduler`` and two ``dask worker`` processes; yield the scheduler address."""
+    scheduler_file = tmp_path_factory.mktemp("cluster") / "scheduler.json"
+    common = ["--no-dashboard"]
+    processes = [
+        subprocess.Popen(
+            [
+                DASK,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--scheduler-file",
+                str(scheduler_file),
+                *common,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    try:
+        _wait_for(scheduler_file.exists, "scheduler file")
+        for _ in range(2):
+            processes.append(
+                subprocess.Popen(
+                    [
+                        DASK,
+                        "worker",
+                        "--scheduler-file",
+                        str(scheduler_file),
+                        "--nthreads",
+                        "1",
+                        "--host",
+                        "127.0.0.1",
+                        *common,
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        with Client(scheduler_file=str(scheduler_file), timeout="30s") as client:
+            client.wait_for_workers(2, timeout=60)
+            address = client.scheduler.address
+        yield address
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+
+
+def _wait_for(condition, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not appear within {timeout} s")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def digits_splits(tmp_path_factory) -> dict[str, Path]:
+    """Digits as train/val/test .npz files (60/20/20, fixed seed), features float32."""
+    root = tmp_path_factory.mktemp("digits")
+    digits = load_digits()
+    order = np.random.default_rng(1).permutation(len(digits.target))
+    paths = {}
+    for split, rows in zip(("train", "val", "test"), np.split(order, [1078, 1437]), strict=True):
+        paths[split] = root / f"{split}.npz"
+        np.savez(paths[split], X=digits.data[rows].astype(np.float32), y=digits.target[rows])
+    return paths
