@@ -1,0 +1,51 @@
+import numpy as np
+import pytest
+from sklearn.neighbors import NearestNeighbors
+
+from pipeline.embed import RandomFourierFeatures
+from pipeline.embed._bandwidth import knn_bandwidth
+from tests.pipeline.embed.conftest import as_dask
+
+
+def _gaussian(X, gamma):
+    d2 = ((X[:, None, :] - X[None, :, :]) ** 2).sum(axis=2)
+    return np.exp(-gamma * d2 / 2)
+
+
+def test_kernel_approximation_error_falls_like_one_over_sqrt_d():
+    X = np.random.default_rng(1).normal(size=(60, 5)).astype(np.float32)
+    exact = _gaussian(X.astype(np.float64), gamma=0.3)
+    dims = np.array([64, 256, 1024, 4096])
+    errors = []
+    for d in dims:
+        trials = []
+        for seed in range(6):
+            Z = RandomFourierFeatures(d, gamma=0.3, random_state=seed).fit_transform(X)
+            trials.append(np.sqrt(((Z.astype(np.float64) @ Z.T - exact) ** 2).mean()))
+        errors.append(np.mean(trials))
+    slope = np.polyfit(np.log(dims), np.log(errors), 1)[0]
+    assert slope == pytest.approx(-0.5, abs=0.08)
+
+
+def test_bandwidth_is_mean_distance_to_50th_neighbour_among_all_rows():
+    X = np.random.default_rng(2).normal(size=(300, 4)).astype(np.float32)
+    # 51 neighbours: the row itself comes first at distance 0.
+    distances, _ = NearestNeighbors(n_neighbors=51).fit(X).kneighbors(X)
+    expected = distances[:, 50].mean()
+    assert knn_bandwidth(X, 50, 300, 0) == pytest.approx(expected, rel=1e-4)
+    assert knn_bandwidth(as_dask(X), 50, 300, 0) == pytest.approx(expected, rel=1e-4)
+
+
+def test_gamma_defaults_to_inverse_squared_bandwidth():
+    X = np.random.default_rng(3).normal(size=(300, 4)).astype(np.float32)
+    rff = RandomFourierFeatures(50, bandwidth_sample=300, random_state=0).fit(X)
+    assert rff.gamma_ == pytest.approx(1 / knn_bandwidth(X, 50, 300, 0) ** 2, rel=1e-6)
+
+
+def test_matches_sklearn_rbf_sampler_convention_gamma_over_two():
+    from sklearn.kernel_approximation import RBFSampler
+
+    X = np.random.default_rng(4).normal(size=(40, 3)).astype(np.float32)
+    ours = RandomFourierFeatures(8000, gamma=0.5, random_state=0).fit_transform(X)
+    theirs = RBFSampler(gamma=0.25, n_components=8000, random_state=0).fit_transform(X)
+    assert np.abs(ours @ ours.T - theirs @ theirs.T).mean() < 0.02
