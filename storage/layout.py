@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zarr
-from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
 from storage.errors import StoreError
 
@@ -38,10 +38,17 @@ LOCK_FILE = ".lock"
 # cleans both.
 PARTIAL_SUFFIX = ".partial"
 
-# Codec choice is a module constant because the read path is the first ceiling of every pass
-# (design.md); a benchmark swaps it. crc32c goes last so any corruption of the stored bytes
-# fails loudly instead of decoding to wrong numbers.
-COMPRESSORS = (ZstdCodec(level=1), Crc32cCodec())
+# Chunk codecs after the bytes serializer. `imgscale bench io` (docs/benchmarks.md) chose the
+# default: zstd saves ~8% on float features but caps reads at ~0.5 GB/s, while uncompressed
+# chunks are read directly (storage/chunk_io.py) at page-cache speed. crc32c goes last in every
+# chain so corruption of the stored bytes fails loudly instead of decoding to wrong numbers.
+CODECS = {
+    "none": (Crc32cCodec(),),
+    "zstd": (ZstdCodec(level=1), Crc32cCodec()),
+    "lz4": (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"), Crc32cCodec()),
+}
+DEFAULT_CODEC = "none"
+COMPRESSORS = CODECS[DEFAULT_CODEC]
 CHUNK_BYTES = 64 * 2**20
 # write_empty_chunks=False (zarr's default) would skip or delete a chunk that equals the fill
 # value, and a missing chunk is exactly what the readers treat as damage.
@@ -72,7 +79,11 @@ def chunk_file(path: Path, chunk_index: int) -> Path:
     return path / FEATURES / "c" / str(chunk_index) / "0"
 
 
-def create_features_array(path: Path, dim: int, rows_per_chunk: int) -> None:
+def create_features_array(
+    path: Path, dim: int, rows_per_chunk: int, codec: str = DEFAULT_CODEC
+) -> None:
+    if codec not in CODECS:
+        raise StoreError(f"store {path}: codec {codec!r}; expected one of {sorted(CODECS)}")
     zarr.create_array(
         store=str(path),
         name=FEATURES,
@@ -80,7 +91,7 @@ def create_features_array(path: Path, dim: int, rows_per_chunk: int) -> None:
         chunks=(rows_per_chunk, dim),
         dtype="float32",
         serializer=BytesCodec(),
-        compressors=COMPRESSORS,
+        compressors=CODECS[codec],
         # NaN, not 0: any read of a never-written row would poison results visibly.
         fill_value=float("nan"),
         chunk_key_encoding={"name": "default", "separator": "/"},

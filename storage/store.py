@@ -21,6 +21,7 @@ from dask.base import tokenize
 from storage.chunks import ChunkReader
 from storage.errors import StoreError
 from storage.layout import (
+    DEFAULT_CODEC,
     ROWS_SCHEMA,
     SCHEMA_VERSION,
     create_features_array,
@@ -208,8 +209,13 @@ def create_store(
     class_names: Sequence[str] | None = None,
     rows_per_chunk: int | None = None,
     provenance: dict[str, Any] | None = None,
+    codec: str = DEFAULT_CODEC,
 ) -> FeatureStore:
-    """Create an empty store at ``path`` (which must not exist or be an empty directory)."""
+    """Create an empty store at ``path`` (which must not exist or be an empty directory).
+
+    ``codec`` names the chunk compression (see ``storage.layout.CODECS``); the default stores
+    chunks uncompressed with a checksum, the fastest to stream.
+    """
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise StoreError(f"store {path}: path exists and is not empty; refusing to overwrite it")
@@ -221,7 +227,7 @@ def create_store(
         raise StoreError(f"store {path}: rows_per_chunk {rows_per_chunk}; expected ≥ 1")
     path.mkdir(parents=True, exist_ok=True)
     zarr.create_group(store=str(path))
-    create_features_array(path, dim, rows_per_chunk)
+    create_features_array(path, dim, rows_per_chunk, codec)
     record = {
         "schema_version": SCHEMA_VERSION,
         "committed_rows": 0,
