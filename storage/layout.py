@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zarr
@@ -28,8 +29,15 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 from storage.errors import StoreError
 
 SCHEMA_VERSION = 1
+# PQ stores carry their own version so an imgscale that predates them (and knows only version 1)
+# refuses one with its clear schema message instead of failing on a missing features array.
+PQ_SCHEMA_VERSION = 2
 ATTRS_KEY = "imgscale"
 FEATURES = "features"
+# PQ stores (storage/pq.py): n x M uint8 codes, M x 256 x D/M codebook, optional D x D rotation.
+CODES = "codes"
+CODEBOOK = "codebook"
+ROTATION = "rotation"
 ROWS_DIR = "rows"
 CLASSES_FILE = "classes.parquet"
 LOCK_FILE = ".lock"
@@ -103,6 +111,50 @@ def open_features_array(path: Path, mode: str = "r") -> zarr.Array:
     return zarr.open_array(store=str(path / FEATURES), mode=mode, config=ARRAY_CONFIG)
 
 
+def codes_chunk_file(path: Path, chunk_index: int) -> Path:
+    """File holding row-chunk ``chunk_index`` of a PQ store's codes."""
+    return path / CODES / "c" / str(chunk_index) / "0"
+
+
+def create_codes_array(path: Path, m: int, rows_per_chunk: int) -> None:
+    """The n x M uint8 codes of a PQ store: row-chunked like features, same codecs."""
+    zarr.create_array(
+        store=str(path),
+        name=CODES,
+        shape=(0, m),
+        chunks=(rows_per_chunk, m),
+        dtype="uint8",
+        serializer=BytesCodec(),
+        compressors=COMPRESSORS,
+        fill_value=0,
+        chunk_key_encoding={"name": "default", "separator": "/"},
+        config=ARRAY_CONFIG,
+    )
+
+
+def open_codes_array(path: Path, mode: str = "r") -> zarr.Array:
+    return zarr.open_array(store=str(path / CODES), mode=mode, config=ARRAY_CONFIG)
+
+
+def write_small_array(path: Path, name: str, values: np.ndarray) -> None:
+    """A small array (codebook, rotation) written whole as one checksummed chunk."""
+    array = zarr.create_array(
+        store=str(path),
+        name=name,
+        shape=values.shape,
+        chunks=values.shape,
+        dtype=values.dtype,
+        serializer=BytesCodec(),
+        compressors=COMPRESSORS,
+        config=ARRAY_CONFIG,
+    )
+    array[...] = values
+
+
+def open_small_array(path: Path, name: str) -> zarr.Array:
+    return zarr.open_array(store=str(path / name), mode="r")
+
+
 def read_record(path: Path) -> dict[str, Any]:
     """The commit record, read straight from disk so commits by other processes are seen.
 
@@ -125,9 +177,10 @@ def read_record(path: Path) -> dict[str, Any]:
             f"{meta_file}: no '{ATTRS_KEY}' attributes; expected an imgscale feature store"
         )
     found = record.get("schema_version")
-    if found != SCHEMA_VERSION:
+    expected = PQ_SCHEMA_VERSION if record.get("encoding") == "pq" else SCHEMA_VERSION
+    if found != expected:
         raise StoreError(
-            f"{meta_file}: schema_version {found!r}, expected {SCHEMA_VERSION}; "
+            f"{meta_file}: schema_version {found!r}, expected {expected}; "
             "this imgscale cannot read that store"
         )
     return record

@@ -32,9 +32,12 @@ from storage.layout import (
     write_record,
 )
 from storage.lock import StoreLock
+from storage.pq import CodesChunkReader, PQCodec, load_codec, pq_info, pq_params
 from storage.writer import BatchWriter
 
 __all__ = ["SCHEMA_VERSION", "FeatureStore", "create_store", "open_store"]
+
+ENCODINGS = ("raw", "pq")
 
 
 class FeatureStore:
@@ -47,6 +50,12 @@ class FeatureStore:
         self.dim: int = record["dim"]
         self.rows_per_chunk: int = record["rows_per_chunk"]
         self.encoding: str = record["encoding"]
+        if self.encoding not in ENCODINGS:
+            raise StoreError(
+                f"store {self.path}: encoding {self.encoding!r}; expected one of {ENCODINGS}"
+            )
+        if self.encoding == "pq":
+            pq_params(self.path, record)
         # Committed rows files never change, so their tables are cached by name.
         self._rows_cache: dict[str, pa.Table] = {}
 
@@ -106,7 +115,10 @@ class FeatureStore:
         """
         record = read_record(self.path)
         n = record["committed_rows"]
-        reader = ChunkReader(self.path, n, self.dim, self.rows_per_chunk)
+        if self.encoding == "pq":
+            reader = CodesChunkReader(self.path, record, n, decode=True)
+        else:
+            reader = ChunkReader(self.path, n, self.dim, self.rows_per_chunk)
         name = "imgscale-features-" + tokenize(str(self.path.resolve()), n, record["created"])
         x = da.from_array(
             reader,
@@ -120,6 +132,48 @@ class FeatureStore:
             return x
         mask = self._rows(record, None).column("split").to_numpy(zero_copy_only=False) == split
         return x[mask]
+
+    def codes(self, split: str | None = None) -> da.Array:
+        """A PQ store's committed codes as a uint8 (n, M) dask array, chunked like `features`.
+
+        For the paths that never decode (class means from a count table, ADC search).
+        """
+        record = read_record(self.path)
+        if record["encoding"] != "pq":
+            raise StoreError(f"store {self.path}: encoding {record['encoding']!r} has no codes")
+        n = record["committed_rows"]
+        reader = CodesChunkReader(self.path, record, n)
+        name = "imgscale-codes-" + tokenize(str(self.path.resolve()), n, record["created"])
+        x = da.from_array(
+            reader,
+            chunks=(self.rows_per_chunk, reader.m),
+            name=name,
+            asarray=False,
+            fancy=False,
+            meta=np.empty((0, reader.m), np.uint8),
+        )
+        if split is None:
+            return x
+        mask = self._rows(record, None).column("split").to_numpy(zero_copy_only=False) == split
+        return x[mask]
+
+    @property
+    def codec(self) -> PQCodec:
+        """A PQ store's codebook and rotation, checked against the store."""
+        record = read_record(self.path)
+        if record["encoding"] != "pq":
+            raise StoreError(f"store {self.path}: encoding {record['encoding']!r} has no codec")
+        return load_codec(self.path, record)
+
+    @property
+    def codebook(self) -> np.ndarray:
+        """(M, 256, D/M) float32 centroids of a PQ store."""
+        return self.codec.codebook
+
+    @property
+    def rotation(self) -> np.ndarray | None:
+        """(D, D) float32 rotation of a PQ store (codes quantize ``x @ rotation``), or None."""
+        return self.codec.rotation
 
     def rows(self, split: str | None = None) -> pa.Table:
         """Committed row metadata (id, label, split, batch_id) in row order."""
@@ -172,7 +226,7 @@ class FeatureStore:
         label_counts = {
             _label_key(int(v), names): int(c) for v, c in zip(values, counts, strict=True)
         }
-        return {
+        summary = {
             "rows": record["committed_rows"],
             "dim": record["dim"],
             "encoding": record["encoding"],
@@ -183,6 +237,9 @@ class FeatureStore:
             "schema_version": record["schema_version"],
             "batches": len(record["batches"]),
         }
+        if record["encoding"] == "pq":
+            summary.update(pq_info(self.path, record, summary["bytes_on_disk"]))
+        return summary
 
     def verify(self) -> None:
         """Read and checksum every committed chunk and rows file; StoreError on the first fault."""
@@ -190,6 +247,9 @@ class FeatureStore:
         n = record["committed_rows"]
         self._rows_cache.clear()
         self._rows(record, None)
+        if record["encoding"] == "pq":
+            CodesChunkReader(self.path, record, n).verify()
+            return
         reader = ChunkReader(self.path, n, self.dim, self.rows_per_chunk)
         for index in range(math.ceil(n / self.rows_per_chunk)):
             reader.read_chunk(index)

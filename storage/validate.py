@@ -83,3 +83,20 @@ def check_unique_ids(ids: Sequence[str], seen: set[str], where: str, first_row: 
                 "across the store"
             )
         block_seen.add(id_)
+
+
+def as_codes(codes: Any, m: int, where: str) -> np.ndarray:
+    """PQ codes as a C-contiguous uint8 (n, m) array.
+
+    Only uint8 is accepted: any other dtype (float rows passed to a PQ store, or int codes that
+    may hold values ≥ 256) is a caller mistake that a silent cast would turn into wrong rows.
+    """
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8:
+        raise StoreError(
+            f"{where}: codes have dtype {codes.dtype}; expected uint8 PQ codes (encode float rows "
+            "with the store's codec first)"
+        )
+    if codes.ndim != 2 or codes.shape[1] != m:
+        raise StoreError(f"{where}: codes have shape {codes.shape}; expected (n, {m})")
+    return np.ascontiguousarray(codes)

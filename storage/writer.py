@@ -12,6 +12,7 @@ import pyarrow as pa
 from storage.layout import (
     ROWS_DIR,
     ROWS_SCHEMA,
+    open_codes_array,
     open_features_array,
     read_classes,
     read_record,
@@ -20,7 +21,7 @@ from storage.layout import (
     write_table_atomic,
 )
 from storage.lock import StoreLock, remove_partials
-from storage.validate import as_features, as_labels, as_strings, check_unique_ids
+from storage.validate import as_codes, as_features, as_labels, as_strings, check_unique_ids
 
 if TYPE_CHECKING:
     from storage.store import FeatureStore
@@ -74,7 +75,12 @@ class BatchWriter:
         self._pending_rows = 0
         self._meta: list[pa.RecordBatch] = []
         self._n_classes = len(read_classes(path))
-        self._array = open_features_array(path, mode="r+")
+        # A PQ store takes uint8 codes (n x M) instead of float rows; all else is the same.
+        self._is_pq = record.get("encoding") == "pq"
+        if self._is_pq:
+            self._array = open_codes_array(path, mode="r+")
+        else:
+            self._array = open_features_array(path, mode="r+")
         self._seen_ids: set[str] | None = None
 
     def __exit__(
@@ -106,7 +112,10 @@ class BatchWriter:
         shape = np.shape(X)
         n = shape[0] if shape else 0
         where = f"store {self.store.path}, batch {self.batch_id!r}, rows {first}–{first + n - 1}"
-        X = as_features(X, self.store.dim, where, first)
+        if self._is_pq:
+            X = as_codes(X, self._array.shape[1], where)
+        else:
+            X = as_features(X, self.store.dim, where, first)
         n = X.shape[0]
         labels = as_labels(labels, n, self._n_classes, where, first)
         if ids is None:
@@ -158,7 +167,7 @@ class BatchWriter:
             return
         data = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
         if self._array.shape[0] < end:
-            self._array.resize((end, self.store.dim))
+            self._array.resize((end, self._array.shape[1]))
         take = end - self._flushed
         self._array[self._flushed : end] = data[:take]
         rest = data[take:]

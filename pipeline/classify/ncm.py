@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import column_or_1d
 
 from pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, unique_labels
+from pipeline.pq import check_codebook, code_counts, sums_from_counts
 from pipeline.reductions import RowStats, row_stats
 
 
@@ -42,8 +46,71 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         """Add rows and new classes; means of classes that get no rows stay bit-identical."""
         return self._add_rows(X, y, classes, first=not hasattr(self, "classes_"))
 
+    def fit_codes(
+        self, codes: Any, y: Any, codebook: Any, rotation: Any = None
+    ) -> NearestClassMean:
+        """Fit from product-quantization codes without decoding them.
+
+        Equal (to float rounding) to `fit` on the decoded rows: one pass counts, per class,
+        sub-quantizer and centroid, how often each code occurs; the class sums are those counts
+        times the codebook (`pipeline.pq`). ``codes`` is (n, M) uint8, numpy or row-chunked dask;
+        ``codebook`` (M, 256, D/M); ``rotation`` (D, D) if the codes quantize ``x @ rotation``.
+        The fitted state is the same as `fit`'s, so the model scores float rows (decoded or raw)
+        and `partial_fit` / `partial_fit_codes` may follow either.
+        """
+        return self._add_codes(codes, y, codebook, rotation, None, first=True)
+
+    def partial_fit_codes(
+        self, codes: Any, y: Any, codebook: Any, rotation: Any = None, classes: Any = None
+    ) -> NearestClassMean:
+        """`partial_fit` from codes: add rows and new classes without decoding."""
+        first = not hasattr(self, "classes_")
+        return self._add_codes(codes, y, codebook, rotation, classes, first=first)
+
+    def _add_codes(
+        self, codes: Any, y: Any, codebook: Any, rotation: Any, classes: Any, *, first: bool
+    ) -> NearestClassMean:
+        codebook, rotation = check_codebook(codebook, rotation)
+        m, _, dsub = codebook.shape
+        dim = m * dsub
+        if not first and dim != self.n_features_in_:
+            raise ValueError(
+                f"codebook decodes to {dim} features, but the model expects {self.n_features_in_}"
+            )
+        if codes.ndim != 2 or codes.shape[1] != m or codes.dtype != np.uint8:
+            raise ValueError(f"codes of shape {codes.shape} {codes.dtype}; expected (n, {m}) uint8")
+        if isinstance(codes, da.Array):
+            codes = codes.rechunk({1: -1})
+        else:
+            codes = np.asarray(codes)
+        if not isinstance(y, da.Array):
+            y = column_or_1d(y, warn=True)
+            check_classification_targets(y)
+        if len(y) != codes.shape[0]:
+            raise ValueError(f"codes have {codes.shape[0]} rows but y has {len(y)} labels")
+        if first:
+            self.n_features_in_ = dim
+
+        def stats(y_index: Any, n_classes: int) -> RowStats:
+            counts = code_counts(codes, y_index, m, n_classes)
+            return RowStats(
+                n_rows=counts.n_rows,
+                feature_sum=sums_from_counts(counts.all_counts[None], codebook, rotation)[0],
+                class_sums=sums_from_counts(counts.table, codebook, rotation),
+                class_counts=counts.class_counts,
+            )
+
+        return self._add_stats(y, classes, stats, first=first)
+
     def _add_rows(self, X: Any, y: Any, classes: Any, *, first: bool) -> NearestClassMean:
         X, y = self._check_fit_input(X, y, reset=first)
+
+        def stats(y_index: Any, n_classes: int) -> RowStats:
+            return row_stats(X, y_index, n_classes, gram=False)
+
+        return self._add_stats(y, classes, stats, first=first)
+
+    def _add_stats(self, y: Any, classes: Any, stats_of: Any, *, first: bool) -> NearestClassMean:
         old = np.asarray([]) if first else np.asarray(self.classes_)
         seen = unique_labels(y)
         if classes is not None:
@@ -52,7 +119,7 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         all_classes = new if first else np.concatenate([old, new])
         if len(all_classes) == 0:
             raise ValueError("y has no labelled rows (every label is -1)")
-        stats = row_stats(X, encode_labels_lazy(y, all_classes), len(all_classes), gram=False)
+        stats = stats_of(encode_labels_lazy(y, all_classes), len(all_classes))
         added_counts = stats.class_counts
         if not first:
             stats = RowStats(0, stats.feature_sum, self.class_sums_, self.class_counts_) + stats

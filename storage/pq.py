@@ -1,0 +1,405 @@
+"""Product quantization: the codec, PQ feature stores and their per-chunk decoding reader.
+
+A vector of dimension D is cut into M sub-vectors of D/M dimensions; each is replaced by the
+index of its nearest of 256 centroids learned by k-means on that sub-space, so a row costs M bytes
+instead of 4·D (paper 002 §4.1: 8-dim sub-vectors, 256 centroids, one byte per code; Jégou,
+Douze & Schmid, "Product quantization for nearest neighbor search", PAMI 2011). An optional random
+orthogonal rotation applied first spreads variance evenly over the sub-spaces.
+
+Training and encoding use faiss (``ProductQuantizer``): its k-means and nearest-centroid search
+are multi-threaded C++ with SIMD distance kernels, and faiss is already a dependency. Decoding is
+a numpy gather, so readers of a PQ store need neither faiss nor its threads.
+
+A PQ store is a feature store (same zarr group, commit record written last, parquet row metadata)
+whose record has ``encoding="pq"`` and ``schema_version`` ``PQ_SCHEMA_VERSION``, holding ``codes``
+(n x M uint8, row-chunked), ``codebook`` (M x 256 x D/M float32) and optionally ``rotation``
+(D x D float32, rotated = x @ rotation).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from storage.chunk_io import direct_checksum, read_chunk_file
+from storage.errors import StoreError
+from storage.layout import (
+    CODEBOOK,
+    CODES,
+    PQ_SCHEMA_VERSION,
+    ROTATION,
+    codes_chunk_file,
+    create_codes_array,
+    default_rows_per_chunk,
+    open_codes_array,
+    open_small_array,
+    write_record,
+    write_small_array,
+)
+
+KSUB = 256  # centroids per sub-quantizer: one uint8 per code
+# faiss warns below 39 training points per centroid; fewer leaves centroids poorly placed.
+MIN_TRAIN_PER_CENTROID = 39
+DEFAULT_SAMPLE = 65_536
+
+
+@dataclass
+class PQCodec:
+    """M sub-quantizers of 256 centroids, optionally after an orthogonal rotation.
+
+    Attributes
+    ----------
+    codebook : ndarray (M, 256, D/M) float32
+    rotation : ndarray (D, D) float32 or None; codes quantize ``x @ rotation``.
+    """
+
+    codebook: np.ndarray
+    rotation: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.codebook = np.ascontiguousarray(self.codebook, dtype=np.float32)
+        if self.rotation is not None:
+            self.rotation = np.ascontiguousarray(self.rotation, dtype=np.float32)
+        self._faiss_pq: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The faiss object is a SWIG handle: rebuilt lazily in the process that encodes.
+        return {**self.__dict__, "_faiss_pq": None}
+
+    @property
+    def m(self) -> int:
+        return self.codebook.shape[0]
+
+    @property
+    def dsub(self) -> int:
+        return self.codebook.shape[2]
+
+    @property
+    def dim(self) -> int:
+        return self.m * self.dsub
+
+    # -- training -------------------------------------------------------------------------
+
+    @classmethod
+    def train(
+        cls, sample: np.ndarray, m: int, *, rotate: bool = False, seed: int = 0, niter: int = 25
+    ) -> PQCodec:
+        """k-means (faiss, ``niter`` Lloyd iterations) of each of the M sub-spaces of ``sample``."""
+        import faiss
+
+        sample = np.ascontiguousarray(sample, dtype=np.float32)
+        n, dim = sample.shape
+        check_m(dim, m)
+        if n < KSUB:
+            raise StoreError(
+                f"PQ training: {n} rows; expected at least {KSUB} (one per centroid), "
+                f"ideally {MIN_TRAIN_PER_CENTROID * KSUB}"
+            )
+        if n < MIN_TRAIN_PER_CENTROID * KSUB:
+            warnings.warn(
+                f"PQ training on {n} rows: fewer than {MIN_TRAIN_PER_CENTROID}×{KSUB} = "
+                f"{MIN_TRAIN_PER_CENTROID * KSUB}; centroids will be poorly placed",
+                stacklevel=2,
+            )
+        if not np.isfinite(sample).all():
+            raise StoreError("PQ training: sample has NaN/inf values; expected finite rows")
+        rotation = random_rotation(dim, seed) if rotate else None
+        if rotation is not None:
+            sample = sample @ rotation
+        pq = faiss.ProductQuantizer(dim, m, 8)
+        pq.cp.niter = niter
+        pq.cp.seed = seed
+        pq.train(sample)
+        codebook = faiss.vector_to_array(pq.centroids).reshape(m, KSUB, dim // m)
+        return cls(codebook, rotation)
+
+    # -- encode / decode ------------------------------------------------------------------
+
+    def encode(self, X: np.ndarray) -> np.ndarray:
+        """uint8 codes (n, M): nearest centroid of each sub-vector (faiss, one thread)."""
+        import faiss
+
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        if X.ndim != 2 or X.shape[1] != self.dim:
+            raise StoreError(f"PQ encode: rows of shape {X.shape}; expected (n, {self.dim})")
+        if self.rotation is not None:
+            X = X @ self.rotation
+        if self._faiss_pq is None:
+            pq = faiss.ProductQuantizer(self.dim, self.m, 8)
+            faiss.copy_array_to_vector(self.codebook.ravel(), pq.centroids)
+            self._faiss_pq = pq
+        # One thread: encode tasks run one per single-threaded Dask worker (jobs/cluster.py),
+        # and OpenMP threads on top of that would oversubscribe the cores.
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)
+        try:
+            return self._faiss_pq.compute_codes(X)
+        finally:
+            faiss.omp_set_num_threads(threads)
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """float32 rows (n, D): the concatenated centroids, rotated back."""
+        codes = np.asarray(codes)
+        n = codes.shape[0]
+        # One gather from the (M·256, D/M) table: code k of sub-quantizer j is row 256·j + k.
+        index = codes.astype(np.intp)
+        index += np.arange(self.m, dtype=np.intp) * KSUB
+        out = np.take(self.codebook.reshape(-1, self.dsub), index, axis=0).reshape(n, self.dim)
+        if self.rotation is not None:
+            out = out @ self.rotation.T
+        return out
+
+
+def check_m(dim: int, m: int) -> None:
+    if not isinstance(m, int | np.integer) or m < 1 or dim % m:
+        raise StoreError(
+            f"PQ: M={m} sub-quantizers do not divide D={dim}; expected a divisor of {dim} "
+            f"(e.g. {', '.join(str(d) for d in _divisors_near(dim, 8))} for ~8-dim sub-vectors)"
+        )
+
+
+def _divisors_near(dim: int, dsub: int) -> list[int]:
+    ms = [m for m in range(1, dim + 1) if dim % m == 0]
+    return sorted(ms, key=lambda m: abs(dim / m - dsub))[:3]
+
+
+def random_rotation(dim: int, seed: int) -> np.ndarray:
+    """A Haar-random orthogonal D x D matrix (QR of a Gaussian, signs fixed)."""
+    rng = np.random.default_rng(seed)
+    q, r = np.linalg.qr(rng.standard_normal((dim, dim)))
+    q *= np.sign(np.diag(r))
+    return q.astype(np.float32)
+
+
+def sample_indices(n: int, size: int, seed: int) -> np.ndarray:
+    """Sorted distinct row indices of a uniform sample (all rows if ``size >= n``)."""
+    if size >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
+
+
+# -- PQ stores ----------------------------------------------------------------------------
+
+
+def create_pq_store(
+    path: str | Path,
+    codec: PQCodec,
+    *,
+    class_names: Sequence[str] | None = None,
+    rows_per_chunk: int | None = None,
+    provenance: dict[str, Any] | None = None,
+    source: dict[str, Any] | None = None,
+):
+    """Create an empty PQ store at ``path`` holding ``codec``; rows are appended as codes.
+
+    ``rows_per_chunk`` defaults to that of a raw store of the same D, so a decoded chunk is the
+    usual ~64 MiB of float32 and every estimator sees the same task sizes on either store.
+    """
+    from storage.store import FeatureStore, _provenance
+
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise StoreError(f"store {path}: path exists and is not empty; refusing to overwrite it")
+    check_codec(codec, codec.dim, f"store {path}")
+    dim = codec.dim
+    rows_per_chunk = default_rows_per_chunk(dim) if rows_per_chunk is None else int(rows_per_chunk)
+    if rows_per_chunk < 1:
+        raise StoreError(f"store {path}: rows_per_chunk {rows_per_chunk}; expected ≥ 1")
+    path.mkdir(parents=True, exist_ok=True)
+    zarr.create_group(store=str(path))
+    create_codes_array(path, codec.m, rows_per_chunk)
+    write_small_array(path, CODEBOOK, codec.codebook)
+    if codec.rotation is not None:
+        write_small_array(path, ROTATION, codec.rotation)
+    record = {
+        "schema_version": PQ_SCHEMA_VERSION,
+        "committed_rows": 0,
+        "dim": dim,
+        "dtype": "float32",
+        "encoding": "pq",
+        "rows_per_chunk": rows_per_chunk,
+        "created": _provenance(provenance),
+        "batches": [],
+        "pq": {
+            "m": codec.m,
+            "ksub": KSUB,
+            "dsub": codec.dsub,
+            "rotation": codec.rotation is not None,
+            "source": source or {},
+        },
+    }
+    # The record goes last: until it exists, open_store refuses the directory.
+    write_record(path, record)
+    store = FeatureStore(path)
+    if class_names:
+        store.set_class_names(class_names)
+    return store
+
+
+def pq_params(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """The record's ``pq`` entry, checked; StoreError naming the store if missing or malformed."""
+    params = record.get("pq")
+    ok = (
+        isinstance(params, dict)
+        and isinstance(params.get("m"), int)
+        and params.get("ksub") == KSUB
+        and isinstance(params.get("dsub"), int)
+        and params["m"] * params["dsub"] == record["dim"]
+    )
+    if not ok:
+        raise StoreError(
+            f"store {path}: encoding 'pq' with pq parameters {params!r}; expected "
+            f"{{'m': M, 'ksub': {KSUB}, 'dsub': D/M}} with M·dsub = dim {record['dim']}"
+        )
+    return params
+
+
+def load_codec(path: Path, record: dict[str, Any]) -> PQCodec:
+    """The store's codebook and rotation, checked against its record."""
+    params = pq_params(path, record)
+    try:
+        codebook = open_small_array(path, CODEBOOK)[...]
+        rotation = open_small_array(path, ROTATION)[...] if params.get("rotation") else None
+    except Exception as e:
+        raise StoreError(
+            f"store {path}: codebook/rotation unreadable ({type(e).__name__}: {e}); expected "
+            f"{path / CODEBOOK} of shape ({params['m']}, {KSUB}, {params['dsub']}) float32"
+        ) from e
+    codec = PQCodec.__new__(PQCodec)
+    codec.codebook, codec.rotation, codec._faiss_pq = codebook, rotation, None
+    check_codec(codec, record["dim"], f"store {path}", m=params["m"])
+    return codec
+
+
+def check_codec(codec: PQCodec, dim: int, where: str, m: int | None = None) -> None:
+    """Codebook (M, 256, D/M) float32 finite, rotation (D, D) float32, both matching ``dim``."""
+    cb = codec.codebook
+    good = (
+        cb.dtype == np.float32
+        and cb.ndim == 3
+        and cb.shape[1] == KSUB
+        and cb.shape[0] * cb.shape[2] == dim
+        and (m is None or cb.shape[0] == m)
+    )
+    if not good:
+        expected = f"({m}, {KSUB}, {dim // m})" if m else f"(M, {KSUB}, {dim}/M)"
+        raise StoreError(
+            f"{where}: codebook of shape {cb.shape} {cb.dtype}; expected {expected} float32 "
+            f"for D={dim}"
+        )
+    if not np.isfinite(cb).all():
+        raise StoreError(f"{where}: codebook has NaN/inf values; expected finite centroids")
+    rot = codec.rotation
+    if rot is not None and (rot.dtype != np.float32 or rot.shape != (dim, dim)):
+        raise StoreError(
+            f"{where}: rotation of shape {rot.shape} {rot.dtype}; expected ({dim}, {dim}) float32"
+        )
+
+
+def check_codes_array(path: Path, array: zarr.Array, m: int) -> None:
+    if array.dtype != np.uint8 or array.ndim != 2 or array.shape[1] != m:
+        raise StoreError(
+            f"store {path}: {path / CODES} has shape {array.shape} {array.dtype}; expected "
+            f"(n, {m}) uint8 codes (a codes array from another codec or a damaged store?)"
+        )
+
+
+class CodesChunkReader:
+    """Array-like view of the committed rows of a PQ store's codes, one zarr chunk per read.
+
+    Pickles to any worker (path and shape only), like ``storage.chunks.ChunkReader``. With
+    ``decode``, reads return float32 rows decoded with the store's codebook (loaded once per
+    process that reads), so ``features()`` of a PQ store has the same interface as a raw one.
+    """
+
+    def __init__(
+        self, path: Path, record: dict[str, Any], n_rows: int, *, decode: bool = False
+    ) -> None:
+        self.path = Path(path)
+        self.record = record
+        self.rows_per_chunk = record["rows_per_chunk"]
+        self.m = pq_params(self.path, record)["m"]
+        self.decode = decode
+        self.shape = (n_rows, record["dim"] if decode else self.m)
+        self.dtype = np.dtype(np.float32 if decode else np.uint8)
+        self.ndim = 2
+        self._array: Any = None
+        self._codec: PQCodec | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_array": None, "_codec": None}
+
+    def codec(self) -> PQCodec:
+        if self._codec is None:
+            self._codec = load_codec(self.path, self.record)
+        return self._codec
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        rows, cols = key if isinstance(key, tuple) else (key, slice(None))
+        start, stop, _ = rows.indices(self.shape[0])
+        if stop <= start:
+            return np.empty((0, self.shape[1]), self.dtype)[:, cols]
+        index = start // self.rows_per_chunk
+        if (stop - 1) // self.rows_per_chunk != index:
+            raise ValueError(f"read of rows {start}–{stop - 1} spans chunks; read one at a time")
+        codes = self.read_chunk(index, start, stop)
+        if self.decode:
+            return self.codec().decode(codes)[:, cols]
+        return codes[:, cols]
+
+    def read_chunk(
+        self, index: int, start: int | None = None, stop: int | None = None
+    ) -> np.ndarray:
+        """Codes ``start:stop`` (default: all committed rows) of chunk ``index``, checked."""
+        chunk_start = index * self.rows_per_chunk
+        chunk_stop = min(chunk_start + self.rows_per_chunk, self.shape[0])
+        start = chunk_start if start is None else start
+        stop = chunk_stop if stop is None else stop
+        file = codes_chunk_file(self.path, index)
+        where = f"store {self.path}: chunk file {file}, rows {chunk_start}–{chunk_stop - 1}"
+        if not file.is_file():
+            raise StoreError(f"{where}: missing; expected a chunk of committed codes")
+        if self._array is None or self._array.shape[0] < stop:
+            try:
+                self._array = open_codes_array(self.path)
+            except Exception as e:
+                raise StoreError(f"{where}: codes array unreadable ({e})") from e
+            check_codes_array(self.path, self._array, self.m)
+        try:
+            # Same direct read as raw features (storage/chunk_io.py) when the codec allows it.
+            checksum = direct_checksum(self._array)
+            if checksum is None:
+                return self._array[start:stop]
+            chunk = read_chunk_file(file, (self.rows_per_chunk, self.m), np.uint8, checksum)
+            return chunk[start - chunk_start : stop - chunk_start]
+        except Exception as e:
+            raise StoreError(
+                f"{where}: unreadable ({type(e).__name__}: {e}); expected an intact "
+                "checksummed chunk of uint8 codes (truncated or corrupt file?)"
+            ) from e
+
+    def verify(self) -> None:
+        self.codec()
+        for index in range(math.ceil(self.shape[0] / self.rows_per_chunk)):
+            self.read_chunk(index)
+
+
+def pq_info(path: Path, record: dict[str, Any], bytes_on_disk: int) -> dict[str, Any]:
+    """Extra `imgscale info` keys of a PQ store: M, sub-vector size, rotation, compression."""
+    params = pq_params(path, record)
+    raw_bytes = record["committed_rows"] * record["dim"] * 4
+    return {
+        "pq_m": params["m"],
+        "pq_dsub": params["dsub"],
+        "pq_rotation": bool(params.get("rotation")),
+        "raw_float32_bytes": raw_bytes,
+        "compression_ratio": raw_bytes / bytes_on_disk if bytes_on_disk else 0.0,
+        "source": params.get("source", {}),
+    }

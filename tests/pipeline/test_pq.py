@@ -1,0 +1,150 @@
+"""Class sums and ADC search on PQ codes, checked against decoding the rows with numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import ortho_group
+
+from pipeline.classify import NearestClassMean
+from pipeline.pq import (
+    adc_search,
+    chunk_code_counts,
+    code_counts,
+    sums_from_counts,
+)
+from tests.pipeline.conftest import as_dask
+
+M, DSUB, N, C = 6, 3, 400, 7
+DIM = M * DSUB
+
+
+def decode(codes, codebook, rotation=None):
+    """Reference decoder: concatenate the chosen centroid of every sub-space."""
+    out = np.concatenate([codebook[j][codes[:, j]] for j in range(codebook.shape[0])], axis=1)
+    return out if rotation is None else out @ rotation.T
+
+
+@pytest.fixture
+def pq_data():
+    rng = np.random.default_rng(0)
+    codebook = rng.normal(size=(M, 256, DSUB)).astype(np.float32)
+    # Few centroids used per sub-space, so codes repeat within classes as in real data.
+    codes = rng.integers(0, 12, size=(N, M)).astype(np.uint8)
+    codes[::5] = rng.integers(0, 256, size=codes[::5].shape)
+    y = rng.integers(-1, C, size=N)
+    return codes, y, codebook
+
+
+@pytest.mark.parametrize("n_classes", [C, 5000], ids=["dense", "sparse"])
+def test_count_table_counts_class_subquantizer_centroid_triples(pq_data, n_classes):
+    codes, y, _ = pq_data
+    counts = chunk_code_counts(codes, y, M, n_classes)
+    expected = np.zeros((n_classes, M, 256), np.int64)
+    for row, label in zip(codes, y, strict=True):
+        if label >= 0:
+            expected[label, np.arange(M), row] += 1
+    np.testing.assert_array_equal(counts.table.toarray().reshape(n_classes, M, 256), expected)
+    np.testing.assert_array_equal(counts.class_counts, np.bincount(y[y >= 0], minlength=n_classes))
+    assert counts.all_counts.sum() == N * M and counts.n_rows == N
+
+
+def test_chunked_counts_tree_sum_to_the_one_chunk_counts(pq_data):
+    codes, y, _ = pq_data
+    whole = chunk_code_counts(codes, y, M, C)
+    summed = code_counts(as_dask(codes), as_dask(y), M, C)
+    assert (summed.table != whole.table).nnz == 0
+    np.testing.assert_array_equal(summed.all_counts, whole.all_counts)
+
+
+def test_sums_from_counts_equal_sums_of_decoded_rows(pq_data):
+    codes, y, codebook = pq_data
+    rotation = ortho_group.rvs(DIM, random_state=1).astype(np.float32)
+    counts = chunk_code_counts(codes, y, M, C)
+    X = decode(codes, codebook, rotation).astype(np.float64)
+    expected = np.stack([X[y == c].sum(axis=0) for c in range(C)])
+    np.testing.assert_allclose(
+        sums_from_counts(counts.table, codebook, rotation), expected, rtol=1e-5, atol=1e-4
+    )
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["numpy", "dask"])
+def test_ncm_fit_codes_equals_fit_on_decoded_rows(pq_data, chunked):
+    codes, y, codebook = pq_data
+    X = decode(codes, codebook)
+    reference = NearestClassMean().fit(X, y)
+    wrap = as_dask if chunked else (lambda a: a)
+    model = NearestClassMean().fit_codes(wrap(codes), wrap(y), codebook)
+    np.testing.assert_array_equal(model.classes_, reference.classes_)
+    np.testing.assert_array_equal(model.class_counts_, reference.class_counts_)
+    np.testing.assert_allclose(model.means_, reference.means_, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(model.predict(X), reference.predict(X))
+
+
+def test_ncm_fit_codes_with_rotation_equals_mean_of_decoded_rows(pq_data):
+    codes, y, codebook = pq_data
+    rotation = ortho_group.rvs(DIM, random_state=2).astype(np.float32)
+    X = decode(codes, codebook, rotation)
+    model = NearestClassMean().fit_codes(codes, y, codebook, rotation)
+    expected = np.stack([X[y == c].mean(axis=0) for c in range(C)])
+    np.testing.assert_allclose(model.means_, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_partial_fit_codes_adds_rows_and_classes_like_partial_fit(pq_data):
+    codes, y, codebook = pq_data
+    X = decode(codes, codebook)
+    first, later = y < 4, y >= 4  # later rows bring classes 4.. 6
+    reference = NearestClassMean().partial_fit(X[first], y[first]).partial_fit(X[later], y[later])
+    model = NearestClassMean().partial_fit_codes(codes[first], y[first], codebook)
+    model.partial_fit_codes(codes[later], y[later], codebook)
+    np.testing.assert_array_equal(model.classes_, reference.classes_)
+    np.testing.assert_allclose(model.means_, reference.means_, rtol=1e-5, atol=1e-5)
+
+
+def test_fit_codes_refuses_codes_that_do_not_match_the_codebook(pq_data):
+    codes, y, codebook = pq_data
+    with pytest.raises(ValueError, match=r"expected \(n, 6\) uint8"):
+        NearestClassMean().fit_codes(codes[:, :4], y, codebook)
+    with pytest.raises(ValueError, match=r"expected \(n, 6\) uint8"):
+        NearestClassMean().fit_codes(codes.astype(np.int64), y, codebook)
+    with pytest.raises(ValueError, match=r"expected \(M, 256, D/M\)"):
+        NearestClassMean().fit_codes(codes, y, codebook[:, :100])
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["numpy", "dask"])
+@pytest.mark.parametrize("rotated", [False, True], ids=["plain", "rotated"])
+def test_adc_search_equals_brute_force_on_decoded_rows(pq_data, chunked, rotated):
+    codes, _, codebook = pq_data
+    rotation = ortho_group.rvs(DIM, random_state=3).astype(np.float32) if rotated else None
+    X = decode(codes, codebook, rotation).astype(np.float64)
+    queries = np.random.default_rng(4).normal(size=(9, DIM)).astype(np.float32)
+    ids, distances = adc_search(
+        queries, as_dask(codes) if chunked else codes, codebook, k=5, rotation=rotation
+    )
+    brute = ((queries[:, None, :].astype(np.float64) - X[None]) ** 2).sum(-1)
+    expected = np.sort(brute, axis=1)[:, :5]
+    assert ids.shape == distances.shape == (9, 5)
+    np.testing.assert_allclose(distances, expected, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(
+        np.take_along_axis(brute, ids, axis=1), expected, rtol=1e-4, atol=1e-3
+    )
+
+
+def test_adc_search_matches_faiss_index_pq(pq_data):
+    faiss = pytest.importorskip("faiss")
+    codes, _, codebook = pq_data
+    index = faiss.IndexPQ(DIM, M, 8)
+    faiss.copy_array_to_vector(codebook.ravel(), index.pq.centroids)
+    index.is_trained = True
+    faiss.copy_array_to_vector(codes.ravel(), index.codes)
+    index.ntotal = N
+    queries = np.random.default_rng(5).normal(size=(4, DIM)).astype(np.float32)
+    expected_d, _ = index.search(queries, 3)
+    _, distances = adc_search(queries, codes, codebook, k=3)
+    np.testing.assert_allclose(distances, expected_d, rtol=1e-4, atol=1e-3)
+
+
+def test_adc_k_larger_than_rows_returns_every_row(pq_data):
+    codes, _, codebook = pq_data
+    ids, _ = adc_search(np.zeros((2, DIM), np.float32), codes[:3], codebook, k=10)
+    assert sorted(ids[0].tolist()) == [0, 1, 2]

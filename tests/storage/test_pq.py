@@ -1,0 +1,236 @@
+"""PQ codec and PQ stores: faiss is the reference for training/encoding/decoding, and a PQ store
+reads back exactly the rows the codec decodes, chunk by chunk, through the usual store verbs."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+
+from storage import StoreError, open_store
+from storage.pq import KSUB, PQCodec, create_pq_store, random_rotation
+
+DIM, M = 16, 4
+
+
+def blobs(n: int, seed: int = 0, dim: int = DIM) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(20, dim)) * 3
+    return (centres[rng.integers(0, 20, n)] + rng.normal(size=(n, dim))).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def codec() -> PQCodec:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return PQCodec.train(blobs(3000), M, seed=0, niter=10)
+
+
+def test_codebook_has_m_sub_quantizers_of_256_centroids(codec):
+    assert codec.codebook.shape == (M, KSUB, DIM // M) and codec.codebook.dtype == np.float32
+
+
+def test_encode_and_decode_match_faiss_product_quantizer(codec):
+    X = blobs(500, seed=1)
+    pq = faiss.ProductQuantizer(DIM, M, 8)
+    faiss.copy_array_to_vector(codec.codebook.ravel(), pq.centroids)
+    codes = codec.encode(X)
+    np.testing.assert_array_equal(codes, pq.compute_codes(X))
+    np.testing.assert_array_equal(codec.decode(codes), pq.decode(codes))
+
+
+def test_encode_picks_the_nearest_centroid_of_each_sub_vector(codec):
+    X = blobs(200, seed=2)
+    sub = X.reshape(len(X), M, -1)
+    d = ((sub[:, :, None, :] - codec.codebook[None]) ** 2).sum(-1)  # (n, M, 256)
+    codes = codec.encode(X)
+    chosen = np.take_along_axis(d, codes[:, :, None].astype(int), axis=2)[..., 0]
+    np.testing.assert_allclose(chosen, d.min(axis=2), rtol=1e-5, atol=1e-5)
+
+
+def test_rotation_is_orthogonal_and_undone_by_decode():
+    R = random_rotation(DIM, seed=3)
+    np.testing.assert_allclose(R @ R.T, np.eye(DIM), atol=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        codec = PQCodec.train(blobs(3000), M, rotate=True, niter=10)
+    X = blobs(300, seed=4)
+    plain = PQCodec(codec.codebook)
+    np.testing.assert_allclose(
+        codec.decode(codec.encode(X)),
+        plain.decode(plain.encode(X @ codec.rotation)) @ codec.rotation.T,
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+def test_m_not_dividing_d_is_an_error():
+    with pytest.raises(StoreError, match="do not divide D=16"):
+        PQCodec.train(blobs(3000), 5)
+
+
+def test_too_few_training_rows_warns_with_the_number():
+    with pytest.warns(UserWarning, match="1000 rows"):
+        PQCodec.train(blobs(1000), M, niter=2)
+    with pytest.raises(StoreError, match="100 rows"):
+        PQCodec.train(blobs(100), M)
+
+
+# -- PQ stores ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pq_store(tmp_path, codec):
+    store = create_pq_store(
+        tmp_path / "pq.zarr", codec, class_names=["a", "b", "c"], rows_per_chunk=64
+    )
+    X = blobs(150, seed=5)
+    store.append("b0", codec.encode(X), labels=np.arange(150) % 3, split="train")
+    return store, X
+
+
+def test_features_of_a_pq_store_are_the_decoded_codes_chunk_by_chunk(pq_store, codec):
+    store, X = pq_store
+    x = store.features()
+    assert x.dtype == np.float32 and x.chunks == ((64, 64, 22), (DIM,))
+    np.testing.assert_array_equal(x.compute(), codec.decode(codec.encode(X)))
+
+
+def test_codes_are_a_uint8_dask_array_chunked_like_features(pq_store, codec):
+    store, X = pq_store
+    codes = store.codes()
+    assert codes.dtype == np.uint8 and codes.chunks == ((64, 64, 22), (M,))
+    np.testing.assert_array_equal(codes.compute(), codec.encode(X))
+    np.testing.assert_array_equal(store.codebook, codec.codebook)
+    assert store.rotation is None
+
+
+def test_reopened_pq_store_keeps_rows_labels_and_split(pq_store):
+    store, _ = pq_store
+    again = open_store(store.path)
+    assert again.encoding == "pq" and again.committed_rows == 150 and again.dim == DIM
+    np.testing.assert_array_equal(again.labels("train"), np.arange(150) % 3)
+    assert again.features("train").shape == (150, DIM)
+
+
+def test_info_reports_m_and_compression(pq_store):
+    store, _ = pq_store
+    info = store.info()
+    assert info["encoding"] == "pq" and info["pq_m"] == M and info["pq_dsub"] == DIM // M
+    assert info["raw_float32_bytes"] == 150 * DIM * 4
+    assert info["compression_ratio"] == pytest.approx(
+        info["raw_float32_bytes"] / info["bytes_on_disk"]
+    )
+    json.dumps(info)
+
+
+def test_pq_store_verifies(pq_store):
+    pq_store[0].verify()
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+
+def _record(store) -> dict:
+    return json.loads((Path(store.path) / "zarr.json").read_text())
+
+
+def test_float_rows_appended_to_a_pq_store_are_refused_and_nothing_written(pq_store):
+    store, X = pq_store
+    before = _record(store)
+    with pytest.raises(StoreError, match="dtype float32; expected uint8"):
+        store.append("b1", X[:10])
+    with pytest.raises(StoreError, match="dtype int64; expected uint8"):
+        store.append("b1", np.full((10, M), 300))
+    with pytest.raises(StoreError, match=r"shape \(10, 3\); expected \(n, 4\)"):
+        store.append("b1", np.zeros((10, 3), np.uint8))
+    assert _record(store) == before
+
+
+def test_codebook_of_the_wrong_shape_is_a_clear_error(pq_store):
+    import zarr
+
+    store, _ = pq_store
+    zarr.create_array(
+        str(store.path), name="codebook", shape=(M, 128, DIM // M), dtype="float32", overwrite=True
+    )
+    with pytest.raises(
+        StoreError, match=r"codebook of shape \(4, 128, 4\).*expected \(4, 256, 4\)"
+    ):
+        store.features().compute()
+
+
+def test_codes_array_of_another_dtype_is_a_clear_error(pq_store):
+    import zarr
+
+    store, _ = pq_store
+    # What a corrupted codes array that holds values ≥ 256 looks like: not uint8.
+    bad = zarr.create_array(
+        str(store.path),
+        name="codes",
+        shape=(150, M),
+        chunks=(64, M),
+        dtype="uint16",
+        overwrite=True,
+    )
+    bad[...] = 300
+    with pytest.raises(StoreError, match=r"uint16; expected \(n, 4\) uint8"):
+        store.features().compute()
+
+
+def test_codebook_mismatching_the_store_dimension_is_refused_at_create(tmp_path, codec):
+    bad = PQCodec(codec.codebook[:, :100])
+    with pytest.raises(StoreError, match="codebook of shape"):
+        create_pq_store(tmp_path / "x.zarr", bad)
+    assert not (tmp_path / "x.zarr").exists()
+
+
+def test_pq_store_has_its_own_schema_version_so_older_readers_refuse_it(pq_store, monkeypatch):
+    import storage.layout as layout
+
+    store, _ = pq_store
+    record = _record(store)["attributes"]["imgscale"]
+    assert record["schema_version"] == layout.PQ_SCHEMA_VERSION != layout.SCHEMA_VERSION
+    # An imgscale that predates PQ stores knew only version 1 and would say so.
+    monkeypatch.setattr(layout, "PQ_SCHEMA_VERSION", layout.SCHEMA_VERSION)
+    with pytest.raises(StoreError, match="schema_version 2, expected 1"):
+        open_store(store.path)
+
+
+def test_pq_record_with_an_older_schema_version_is_refused(pq_store):
+    store, _ = pq_store
+    meta = _record(store)
+    meta["attributes"]["imgscale"]["schema_version"] = 1
+    (store.path / "zarr.json").write_text(json.dumps(meta))
+    with pytest.raises(StoreError, match="schema_version 1, expected 2"):
+        open_store(store.path)
+
+
+def test_raw_store_has_no_codes(tmp_path):
+    from storage import create_store
+
+    store = create_store(tmp_path / "raw.zarr", DIM)
+    with pytest.raises(StoreError, match="has no codes"):
+        store.codes()
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "corrupted"])
+def test_damaged_codes_chunk_is_reported_by_name(pq_store, damage):
+    store, _ = pq_store
+    file = store.path / "codes" / "c" / "1" / "0"
+    data = bytearray(file.read_bytes())
+    if damage == "deleted":
+        file.unlink()
+    elif damage == "truncated":
+        file.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        data[len(data) // 2] ^= 0xFF
+        file.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match=r"codes/c/1/0, rows 64–127"):
+        store.features().compute()
+    with pytest.raises(StoreError, match=r"codes/c/1/0"):
+        store.verify()
