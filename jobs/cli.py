@@ -16,7 +16,7 @@ import click
 
 from jobs import models
 from jobs.cluster import connect
-from jobs.train import METHODS
+from jobs.train import EMBEDDINGS, METHODS
 
 scheduler_option = click.option(
     "--scheduler",
@@ -96,17 +96,34 @@ def info(store, as_json) -> None:
 @click.option("--split", default="train", show_default=True, help="Rows to train on.")
 @click.option("--val-split", default="val", show_default=True, help="Rows that choose ρ.")
 @click.option("--rho", type=float, help="Fixed ridge regulariser (default: validated grid).")
+@click.option(
+    "--embedding",
+    type=click.Choice(list(EMBEDDINGS)),
+    help="Embed rows first (fitted on all SPLIT rows, applied on the fly; paper 000 §3.2).",
+)
+@click.option("--n-components", type=int, help="Embedding dimension (default: paper 000 §4.1).")
+@click.option("--gamma", type=float, help="RFF/Nyström γ (default: 50th-neighbour bandwidth).")
 @scheduler_option
 @verbose_option
-def train(store, model, method, split, val_split, rho, scheduler) -> None:
+def train(
+    store, model, method, split, val_split, rho, embedding, n_components, gamma, scheduler
+) -> None:
     """Train a classifier on STORE and save it to MODEL (zarr + JSON, no pickle)."""
+    from jobs.train import make_embedding
     from jobs.train import train as train_model
     from storage import open_store
 
     feature_store = open_store(store)
+    embedder = None
+    if embedding is not None:
+        embedder = make_embedding(embedding, n_components=n_components, gamma=gamma)
+    elif n_components is not None or gamma is not None:
+        raise click.UsageError("--n-components and --gamma need --embedding")
     started = time.perf_counter()
     with connect(scheduler):
-        fitted = train_model(feature_store, method, split=split, val_split=val_split, rho=rho)
+        fitted = train_model(
+            feature_store, method, split=split, val_split=val_split, rho=rho, embedding=embedder
+        )
     models.save(
         fitted,
         model,
@@ -115,7 +132,10 @@ def train(store, model, method, split, val_split, rho, scheduler) -> None:
         rows=len(feature_store.labels(split)),
         committed_rows=feature_store.committed_rows,
     )
-    detail = f", rho={fitted.rho_:g}" if hasattr(fitted, "rho_") else ""
+    classifier = fitted.steps[-1][1] if hasattr(fitted, "steps") else fitted
+    detail = f", rho={classifier.rho_:g}" if hasattr(classifier, "rho_") else ""
+    if embedding is not None:
+        detail += f", {embedding} embedding to {fitted.steps[0][1].n_components_} dims"
     click.echo(f"{model}: {method}{detail} ({time.perf_counter() - started:.1f} s)", err=True)
 
 

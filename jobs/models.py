@@ -14,13 +14,35 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
+from pipeline import embed
 from pipeline.classify import NearestClassMean, RidgeClassifier
 from storage.errors import StoreError
 from storage.models import SavedStep, load_model, save_model
 
 MODEL_CLASSES: dict[str, type[BaseEstimator]] = {
-    cls.__name__: cls for cls in (RidgeClassifier, NearestClassMean)
+    cls.__name__: cls
+    for cls in (RidgeClassifier, NearestClassMean, *(getattr(embed, n) for n in embed.__all__))
 }
+
+
+class ClassifierPipeline(Pipeline):
+    """A Pipeline (embeddings, then a classifier) that also offers the classifier's top-k.
+
+    sklearn's Pipeline already exposes ``classes_``, ``predict`` and ``decision_function`` of
+    its last step; ``jobs.evaluate`` and ``jobs.predict`` also call ``predict_top_k``. Each
+    embedding's ``transform`` is lazy on dask input, so rows are embedded chunk by chunk on the
+    fly, never stored.
+    """
+
+    def predict_top_k(self, X, k: int = 5):
+        for _, _, step in self._iter(with_final=False):
+            X = step.transform(X)
+        return self.steps[-1][1].predict_top_k(X, k=k)
+
+
+def classifier_pipeline(*estimators: BaseEstimator) -> ClassifierPipeline:
+    """``make_pipeline`` (same step names) returning a :class:`ClassifierPipeline`."""
+    return ClassifierPipeline(make_pipeline(*estimators).steps)
 
 
 def save(model: BaseEstimator, path: str | os.PathLike, **provenance) -> None:
@@ -39,7 +61,7 @@ def load(path: str | os.PathLike) -> tuple[BaseEstimator, dict]:
     """Load a model saved by :func:`save`; returns the estimator (or pipeline) and provenance."""
     steps, provenance = load_model(path)
     estimators = [_from_step(step, path) for step in steps]
-    model = estimators[0] if len(estimators) == 1 else make_pipeline(*estimators)
+    model = estimators[0] if len(estimators) == 1 else classifier_pipeline(*estimators)
     return model, provenance
 
 

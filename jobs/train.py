@@ -4,10 +4,44 @@ from __future__ import annotations
 
 from sklearn.base import BaseEstimator
 
+from jobs.models import classifier_pipeline
+from pipeline import embed
 from pipeline.classify import NearestClassMean, RidgeClassifier
 from storage import FeatureStore
 
 METHODS = ("ridge", "ncm")
+
+# --embedding name → (class, fixed parameters); --n-components / --gamma apply where the class
+# has that parameter. Defaults follow paper 000 §4.1.
+EMBEDDINGS: dict[str, tuple[type, dict]] = {
+    "rff": (embed.RandomFourierFeatures, {}),
+    "sqrt": (embed.SquareRoot, {}),
+    "hike": (embed.HistogramIntersection, {}),
+    "nystrom": (embed.Nystrom, {"kernel": "gaussian"}),
+    "nystrom-intersection": (embed.Nystrom, {"kernel": "intersection"}),
+    "addkpca": (embed.AddKPCA, {}),
+    "pca": (embed.PCA, {}),
+    "random-projection": (embed.GaussianRandomProjection, {}),
+}
+
+
+def make_embedding(
+    name: str, *, n_components: int | None = None, gamma: float | None = None, random_state=0
+) -> BaseEstimator:
+    """An unfitted embedding by its CLI name, with the options that apply to it."""
+    if name not in EMBEDDINGS:
+        raise ValueError(f"unknown embedding {name!r}; expected one of {', '.join(EMBEDDINGS)}")
+    cls, params = EMBEDDINGS[name]
+    accepted = cls().get_params()
+    options = {"n_components": n_components, "gamma": gamma, "random_state": random_state}
+    for key, value in options.items():
+        if value is None:
+            continue
+        if key in accepted:
+            params = {**params, key: value}
+        elif key != "random_state":
+            raise ValueError(f"--{key.replace('_', '-')} does not apply to embedding {name!r}")
+    return cls(**params)
 
 
 def train(
@@ -17,15 +51,26 @@ def train(
     split: str = "train",
     val_split: str | None = "val",
     rho: float | None = None,
+    embedding: BaseEstimator | None = None,
 ) -> BaseEstimator:
     """Fit ``method`` on the rows of ``split`` (its unlabelled rows count for centering only).
 
     For ridge without a fixed ``rho``, the grid value is chosen on ``val_split`` when the store
     has such rows, else by generalized cross-validation (paper 000 §4.1 validates on a split).
+
+    With an (unfitted) ``embedding``, it is first fitted on every row of ``split``, labelled or
+    not (data-dependent embeddings use the unlabelled rows, paper 000 §4.1); the classifier then
+    sees the embedded train rows and embedded validation rows, both computed lazily chunk by
+    chunk, and the result is a ``ClassifierPipeline`` (embedding, classifier).
     """
     X, y = store.features(split), store.labels(split)
     if len(y) == 0:
         raise ValueError(f"store {store.path}: no rows in split {split!r}")
+    if embedding is not None:
+        embedding.fit(X)
+        embedded = _EmbeddedStore(store, embedding.transform)
+        classifier = train(embedded, method, split=split, val_split=val_split, rho=rho)
+        return classifier_pipeline(embedding, classifier)
     if method == "ncm":
         return NearestClassMean().fit(X, y)
     if method != "ridge":
@@ -36,3 +81,17 @@ def train(
         if (y_val >= 0).any():
             return model.fit(X, y, X_val=store.features(val_split), y_val=y_val)
     return model.fit(X, y)
+
+
+class _EmbeddedStore:
+    """A store's view whose ``features(split)`` are embedded on the fly (lazily, per chunk)."""
+
+    def __init__(self, store: FeatureStore, transform):
+        self._store, self._transform = store, transform
+        self.path = store.path
+
+    def features(self, split: str | None = None):
+        return self._transform(self._store.features(split))
+
+    def labels(self, split: str | None = None):
+        return self._store.labels(split)
