@@ -11,6 +11,7 @@ import json
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import click
 
@@ -210,6 +211,24 @@ def bench_ridge(rows, dim, classes, workdir, skip_peer, scheduler, as_json) -> N
     from jobs.bench.ridge import run
 
     records = run(rows, dim, classes, workdir=workdir, scheduler=scheduler, peer=not skip_peer)
+    _print_records(records, as_json)
+
+
+@bench.command("io")
+@click.option("--size-gib", default=2.0, show_default=True, help="Size of the synthetic array.")
+@click.option("--dim", default=512, show_default=True)
+@click.option("--workdir", type=click.Path(), help="Scratch directory (default tmp).")
+@click.option("--markdown", type=click.Path(dir_okay=False), help="Also write a Markdown table.")
+@json_option
+@verbose_option
+def bench_io(size_gib, dim, workdir, markdown, as_json) -> None:
+    """Store read rates by codec, chunk size, sharding and engine; each pass vs the read rate."""
+    from jobs.bench.common import records_markdown
+    from jobs.bench.io import run
+
+    records = run(size_gib, dim, workdir)
+    if markdown:
+        Path(markdown).write_text(records_markdown(records, " ".join(["imgscale", *sys.argv[1:]])))
     _print_records(records, as_json)
 
 

@@ -18,8 +18,11 @@ PROGRESS_AFTER_SECONDS = 2.0
 
 
 @contextlib.contextmanager
-def connect(scheduler: str | None = None, *, quiet: bool = False) -> Iterator[Client]:
-    """Yield a client for ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``), else a new LocalCluster.
+def connect(
+    scheduler: str | None = None, *, quiet: bool = False, n_workers: int | None = None
+) -> Iterator[Client]:
+    """Yield a client for ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``), else a new LocalCluster
+    of ``n_workers`` single-threaded workers (default: one per core).
 
     While the client is open, every ``pipeline`` computation runs on it and shows a progress bar
     on stderr once it has taken longer than a couple of seconds.
@@ -29,7 +32,7 @@ def connect(scheduler: str | None = None, *, quiet: bool = False) -> Iterator[Cl
         if address:
             client = stack.enter_context(Client(address, timeout="30s"))
         else:
-            cluster = stack.enter_context(_local_cluster())
+            cluster = stack.enter_context(_local_cluster(n_workers))
             client = stack.enter_context(Client(cluster))
         if not quiet:
             workers = len(client.scheduler_info(n_workers=-1)["workers"])
@@ -43,14 +46,14 @@ def connect(scheduler: str | None = None, *, quiet: bool = False) -> Iterator[Cl
         yield client
 
 
-def _local_cluster() -> LocalCluster:
-    """One single-threaded worker process per core: our tasks are BLAS and codec bound."""
-    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+def _local_cluster(n_workers: int | None) -> LocalCluster:
+    """Single-threaded worker processes, one per core by default: tasks are BLAS or IO bound."""
+    n_workers = n_workers or psutil.cpu_count(logical=False) or os.cpu_count() or 1
     memory = psutil.virtual_memory().total
     return LocalCluster(
-        n_workers=cores,
+        n_workers=n_workers,
         threads_per_worker=1,
-        memory_limit=int(0.8 * memory / cores),
+        memory_limit=int(0.8 * memory / n_workers),
         dashboard_address=":0",
         silence_logs=logging.ERROR,
     )
