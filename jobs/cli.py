@@ -232,6 +232,66 @@ def bench_io(size_gib, dim, workdir, markdown, as_json) -> None:
     _print_records(records, as_json)
 
 
+@bench.command("accuracy")
+@click.option(
+    "--dataset",
+    "datasets",
+    multiple=True,
+    type=click.Choice(["digits", "usps", "mnist"]),
+    help="Repeat to choose (default: all three).",
+)
+@click.option("--mnist-rows", default=20_000, show_default=True, help="MNIST train rows used.")
+@click.option("--data-dir", type=click.Path(exists=True), help="Default: ../shared/data.")
+@click.option("--out-dir", default="docs", show_default=True, help="results.md and PNG go here.")
+@json_option
+@verbose_option
+def bench_accuracy(datasets, mnist_rows, data_dir, out_dir, as_json) -> None:
+    """Per-class rate of ridge on raw features vs each embedding, 3/10/30/all labels per class."""
+    from pathlib import Path as _Path
+
+    from jobs.bench import accuracy
+
+    records = accuracy.run(
+        datasets or ("digits", "usps", "mnist"),
+        mnist_rows=mnist_rows,
+        data_dir=_Path(data_dir) if data_dir else accuracy.DATA_DIR,
+        log=lambda line: click.echo(line, err=True),
+    )
+    out = _Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    accuracy.plot(records, out / "accuracy.png")
+    command = " ".join(["imgscale", *sys.argv[1:]])
+    text = accuracy.report(records, command, mnist_rows)
+    accuracy.write_section(out / "results.md", "accuracy", text)
+    _print_records(records, as_json)
+
+
+@bench.command("embed")
+@click.option("--rows", default=1_000_000, show_default=True)
+@click.option("--dim", default=512, show_default=True)
+@click.option("--classes", default=100, show_default=True)
+@click.option("--paper-rows", default=331_390, show_default=True, help="0 skips Table 2 sizes.")
+@click.option("--workdir", type=click.Path(), help="Where the synthetic store goes (default tmp).")
+@click.option("--skip-peer", is_flag=True, help="Do not run scikit-learn.")
+@scheduler_option
+@json_option
+@verbose_option
+def bench_embed(rows, dim, classes, paper_rows, workdir, skip_peer, scheduler, as_json) -> None:
+    """RFF-2000 → ridge (8 ρ) from a store vs sklearn RBFSampler + RidgeClassifier in memory."""
+    from jobs.bench.embed import run
+
+    records = run(
+        rows,
+        dim,
+        classes,
+        workdir=workdir,
+        scheduler=scheduler,
+        peer=not skip_peer,
+        paper_rows=paper_rows,
+    )
+    _print_records(records, as_json)
+
+
 def _print_records(records: list[dict], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"records": records}))

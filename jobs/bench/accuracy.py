@@ -1,0 +1,362 @@
+"""``imgscale bench accuracy``: paper 000's labelled-per-class protocol on real digits data.
+
+For each data set (MNIST, USPS from ``../shared/data``, scikit-learn's digits) and each embedding
+(raw features, RFF, Nyström, SQRT, HIKE, AddKPCA, plus scikit-learn's ``RBFSampler`` with the
+same d and γ as a peer), the per-class classification rate of ridge on the test rows:
+
+- **split** (§4.1): the official train/test split (digits: a random 60/20/20 split); a random 20%
+  of the train rows is held out as the labelled validation set that chooses ρ on the grid.
+- **embedding**: fitted once per data set on *all* the remaining training rows (as unlabelled
+  data; §4.2's semi-supervised setting); every trial reuses it, so the spread across trials
+  is that of the labelled sample.
+- **few labels**: 3, 10, 30 labelled rows per class drawn at random from the training rows,
+  5 trials, mean ± std. Ridge is centred on the mean of all training rows (§3.3) and solved in
+  its dual form Xᵀ(XXᵀ + ρI)⁻¹Y, the same W as ``RidgeClassifier`` at l ≪ d.
+- **many labels**: every training row labelled, ``pipeline.classify.RidgeClassifier`` with ρ
+  validated on the grid (one trial: nothing is random but the embedding).
+- The peer ``RBFSampler(γ/2, d)`` + scikit-learn ``RidgeClassifier(alpha=ρ)`` (its own
+  intercept) with ρ chosen on the same grid and validation rows. scikit-learn's RBF kernel is
+  exp(−g‖x−y‖²), ours exp(−γ‖x−y‖²/2), hence g = γ/2.
+
+Runs in one process on numpy (the data sets fit in memory); MNIST's train rows are subsampled
+(``mnist_rows``) to keep the 6,272-D HIKE many-label fit feasible on 2 cores.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.linalg
+
+from jobs.bench.common import record
+from pipeline.classify import RidgeClassifier
+from pipeline.classify.ridge import RHO_GRID
+from pipeline.embed import (
+    AddKPCA,
+    HistogramIntersection,
+    Nystrom,
+    RandomFourierFeatures,
+    SquareRoot,
+)
+from pipeline.metrics import per_class_rate
+
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+LABELLED_PER_CLASS = (3, 10, 30)
+TRIALS = 5
+RFF_DIM = 2000
+# Nyström eigenvectors: 50 with few labels, 500 with many (paper 000 §4.1).
+NYSTROM_FEW, NYSTROM_MANY = 50, 500
+RBF_PEER = "sklearn RBFSampler"
+
+
+def load_dataset(
+    name: str, mnist_rows: int | None, seed: int = 0, data_dir: Path = DATA_DIR
+) -> dict[str, np.ndarray]:
+    """Train/val/test float32 rows in [0, 1] and int labels (val = 20% of the train rows)."""
+    rng = np.random.default_rng(seed)
+    if name == "digits":
+        from sklearn.datasets import load_digits
+
+        X, y = load_digits(return_X_y=True)
+        X = (X / 16.0).astype(np.float32)
+        order = rng.permutation(len(y))
+        n_train, n_val = int(0.6 * len(y)), int(0.2 * len(y))
+        tr, va, te = np.split(order, [n_train, n_train + n_val])
+        return {"X_train": X[tr], "y_train": y[tr], "X_val": X[va], "y_val": y[va],
+                "X_test": X[te], "y_test": y[te]}  # fmt: skip
+    with np.load(Path(data_dir) / f"{name}.npz", allow_pickle=False) as data:
+        X_train, y_train = data["X_train"], data["y_train"].astype(np.int64)
+        X_test, y_test = data["X_test"], data["y_test"].astype(np.int64)
+    scale = 255.0 if X_train.dtype == np.uint8 else 1.0
+    X_train = (X_train / scale).astype(np.float32)
+    X_test = (X_test / scale).astype(np.float32)
+    order = rng.permutation(len(y_train))
+    if name == "mnist" and mnist_rows is not None:
+        order = order[:mnist_rows]
+    n_val = len(order) // 5
+    va, tr = order[:n_val], order[n_val:]
+    return {"X_train": X_train[tr], "y_train": y_train[tr], "X_val": X_train[va],
+            "y_val": y_train[va], "X_test": X_test, "y_test": y_test}  # fmt: skip
+
+
+def _embeddings(n_features: int, regime: str) -> dict[str, object]:
+    nystrom_dim = NYSTROM_FEW if regime == "few" else NYSTROM_MANY
+    return {
+        "linear": None,
+        f"RFF-{RFF_DIM}": RandomFourierFeatures(RFF_DIM, random_state=0),
+        "Nystrom": Nystrom(nystrom_dim, random_state=0),
+        "SQRT": SquareRoot(),
+        "HIKE-8": HistogramIntersection(8),
+        f"AddKPCA-{2 * n_features}": AddKPCA(random_state=0),
+    }
+
+
+def dual_ridge_rates(
+    mean: np.ndarray,
+    X_l: np.ndarray,
+    y_l: np.ndarray,
+    X_val: np.ndarray,
+    y_val: np.ndarray,
+    X_test: np.ndarray,
+    y_test: np.ndarray,
+    grid=RHO_GRID,
+) -> tuple[float, float]:
+    """Test per-class rate at the ρ with the best validation rate; (rate, ρ).
+
+    Ridge without bias on rows centred at `mean`: W = X̃ᵀ(X̃X̃ᵀ + ρI)⁻¹Y with one eigendecomposition
+    of the l × l Gram matrix for the whole grid (equal to the primal (X̃ᵀX̃ + ρI)⁻¹X̃ᵀY).
+    """
+    classes = np.unique(y_l)
+    Y = (y_l[:, None] == classes[None, :]).astype(np.float64)
+    centred = X_l.astype(np.float64) - mean
+    s, Q = scipy.linalg.eigh(centred @ centred.T)
+    s = s.clip(min=0)
+    QtY = Q.T @ Y
+    centred32 = centred.astype(np.float32)
+    cross_val = _centred(X_val, mean) @ centred32.T
+    cross_test = _centred(X_test, mean) @ centred32.T
+    best = (-1.0, None)
+    for rho in grid:
+        alpha = Q @ (QtY / (s + rho)[:, None])
+        rate = per_class_rate(y_val, classes[np.argmax(cross_val @ alpha, axis=1)])
+        if rate > best[0]:
+            best = (rate, rho)
+    rho = best[1]
+    alpha = Q @ (QtY / (s + rho)[:, None])
+    return per_class_rate(y_test, classes[np.argmax(cross_test @ alpha, axis=1)]), float(rho)
+
+
+def _centred(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Rows minus the mean in float32 (a caller may pass rows already centred: ``CentredRows``)."""
+    if isinstance(X, CentredRows):
+        return X.rows
+    return (X - mean).astype(np.float32)
+
+
+class CentredRows:
+    """Rows already centred on the training mean, computed once for every trial."""
+
+    def __init__(self, X: np.ndarray, mean: np.ndarray):
+        self.rows = (X - mean.astype(np.float32)).astype(np.float32)
+
+
+def _sklearn_ridge_rate(E_l, y_l, E_val, y_val, E_test, y_test, grid=RHO_GRID) -> float:
+    from sklearn.linear_model import RidgeClassifier as SklearnRidge
+
+    best = (-1.0, None)
+    for rho in grid:
+        model = SklearnRidge(alpha=rho).fit(E_l, y_l)
+        rate = per_class_rate(y_val, model.predict(E_val))
+        if rate > best[0]:
+            best = (rate, model)
+    return per_class_rate(y_test, best[1].predict(E_test))
+
+
+def _sample_labelled(y: np.ndarray, per_class: int, rng: np.random.Generator) -> np.ndarray:
+    return np.concatenate(
+        [rng.choice(np.flatnonzero(y == c), per_class, replace=False) for c in np.unique(y)]
+    )
+
+
+def run_dataset(name: str, mnist_rows: int | None, data_dir: Path = DATA_DIR, log=print):
+    """Records (mean and std of the test per-class rate) for every embedding and regime."""
+    data = load_dataset(name, mnist_rows, data_dir=data_dir)
+    X_train, y_train = data["X_train"], data["y_train"]
+    n_features = X_train.shape[1]
+    records = []
+    rff_gamma = None
+    for regime in ("few", "many"):
+        embeddings = _embeddings(n_features, regime)
+        for label, embedding in [*embeddings.items(), (RBF_PEER, "peer")]:
+            started = time.perf_counter()
+            if embedding == "peer":
+                from sklearn.kernel_approximation import RBFSampler
+
+                embedding = RBFSampler(gamma=rff_gamma / 2, n_components=RFF_DIM, random_state=0)
+                label = f"{RBF_PEER}-{RFF_DIM}"
+            E = {}
+            if embedding is None:
+                E = {k: data[f"X_{k}"] for k in ("train", "val", "test")}
+            else:
+                embedding.fit(X_train)
+                E = {k: embedding.transform(data[f"X_{k}"]).astype(np.float32) for k in
+                     ("train", "val", "test")}  # fmt: skip
+            if isinstance(embedding, RandomFourierFeatures):
+                rff_gamma = embedding.gamma_
+            fit_seconds = time.perf_counter() - started
+            dim = E["train"].shape[1]
+            peer = label.startswith(RBF_PEER)
+            if regime == "few":
+                mean = E["train"].astype(np.float64).mean(axis=0)
+                centred_val = CentredRows(E["val"], mean)
+                centred_test = CentredRows(E["test"], mean)
+                for per_class in LABELLED_PER_CLASS:
+                    rates = []
+                    for trial in range(TRIALS):
+                        rng = np.random.default_rng(1000 * per_class + trial)
+                        index = _sample_labelled(y_train, per_class, rng)
+                        if peer:
+                            args = (E["val"], data["y_val"], E["test"], data["y_test"])
+                            rate = _sklearn_ridge_rate(E["train"][index], y_train[index], *args)
+                        else:
+                            args = (centred_val, data["y_val"], centred_test, data["y_test"])
+                            rate, _ = dual_ridge_rates(
+                                mean, E["train"][index], y_train[index], *args
+                            )
+                        rates.append(rate)
+                    records.append(_record(name, label, dim, per_class, rates))
+            else:
+                args = (E["train"], y_train, E["val"], data["y_val"], E["test"], data["y_test"])
+                if peer:
+                    rate = _sklearn_ridge_rate(*args)
+                else:
+                    model = RidgeClassifier().fit(
+                        E["train"], y_train, X_val=E["val"], y_val=data["y_val"]
+                    )
+                    rate = per_class_rate(data["y_test"], model.predict(E["test"]))
+                per_class = int(np.bincount(y_train).mean())
+                records.append(_record(name, label, dim, "all", [rate], per_class_mean=per_class))
+            log(f"{name} {regime:<4} {label:<28} d={dim:<5} {time.perf_counter() - started:6.1f} s"
+                f" (embedding fit+transform {fit_seconds:.1f} s)")  # fmt: skip
+    return records
+
+
+def _record(dataset, embedding, dim, labelled, rates, **extra) -> dict:
+    return record(
+        f"{dataset} {embedding} {labelled} labelled/class",
+        float(np.mean(rates)),
+        "per-class rate",
+        std=float(np.std(rates)),
+        trials=len(rates),
+        dataset=dataset,
+        embedding=embedding,
+        dim=int(dim),
+        labelled_per_class=labelled,
+        **extra,
+    )
+
+
+def run(
+    datasets=("digits", "usps", "mnist"),
+    mnist_rows: int | None = 20_000,
+    data_dir: Path = DATA_DIR,
+    log=print,
+) -> list[dict]:
+    records = []
+    for name in datasets:
+        records += run_dataset(name, mnist_rows, data_dir=data_dir, log=log)
+    return records
+
+
+def markdown(records: list[dict], command: str, notes: str = "") -> str:
+    """One table per data set: embeddings × labelled-per-class, mean ± std in %."""
+    lines = [f"Command: `{command}`", ""]
+    if notes:
+        lines += [notes, ""]
+    for dataset in dict.fromkeys(r["dataset"] for r in records):
+        rows = [r for r in records if r["dataset"] == dataset]
+        columns = list(dict.fromkeys(r["labelled_per_class"] for r in rows))
+        header = [str(c) if c != "all" else "all (many labels)" for c in columns]
+        lines += [f"**{dataset}** (test per-class rate, %; labelled rows per class →)", ""]
+        lines += ["| embedding | dim | " + " | ".join(header) + " |"]
+        lines += ["|---|---:|" + "---:|" * len(columns)]
+        for embedding in dict.fromkeys(r["embedding"] for r in rows):
+            cells, dims = [], []
+            for c in columns:
+                hit = [
+                    r for r in rows if r["embedding"] == embedding and r["labelled_per_class"] == c
+                ]
+                if hit:
+                    r = hit[0]
+                    dims.append(r["dim"])
+                    std = f" ± {100 * r['std']:.1f}" if r["trials"] > 1 else ""
+                    cells.append(f"{100 * r['value']:.1f}{std}")
+                else:
+                    cells.append("")
+            dim = "/".join(str(d) for d in dict.fromkeys(dims))
+            lines.append(f"| {embedding} | {dim} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(records: list[dict], path: Path) -> None:
+    """Rate vs labelled rows per class, one panel per data set, one line per embedding."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = list(dict.fromkeys(r["dataset"] for r in records))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4.2), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        rows = [r for r in records if r["dataset"] == dataset]
+        families = dict.fromkeys(r["embedding"].split("-")[0] for r in rows)
+        for family in families:
+            points = sorted(
+                (
+                    r["per_class_mean"] if r["labelled_per_class"] == "all"
+                    else r["labelled_per_class"],
+                    r["value"],
+                    r["std"],
+                )
+                for r in rows
+                if r["embedding"].split("-")[0] == family
+            )  # fmt: skip
+            x, y, e = (np.array(v, dtype=float) for v in zip(*points, strict=True))
+            ax.errorbar(x, 100 * y, yerr=100 * e, marker="o", capsize=3, label=family)
+        ax.set_xscale("log")
+        ax.set_xlabel("labelled rows per class (last point: all training rows)")
+        ax.set_ylabel("test per-class rate (%)")
+        ax.set_title(dataset)
+        ax.grid(True, alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(records: list[dict], command: str, mnist_rows: int | None = None) -> str:
+    """The Markdown section of docs/results.md: protocol notes, tables and the plot."""
+    mnist = [r for r in records if r["dataset"] == "mnist"]
+    notes = [
+        "Protocol (paper 000 §4.1, adapted): official train/test split (digits: random "
+        "60/20/20); 20% of the train rows are the labelled validation set choosing ρ on "
+        "the grid 0.0002 … 2000; every embedding is fitted once on all remaining train rows "
+        "(unlabelled); ridge centred on the mean of all train rows. Few labels: 5 trials of "
+        "3/10/30 random labelled rows per class, mean ± std; many labels: all train rows "
+        "labelled, one trial. Nyström keeps 50 eigenvectors with few labels and 500 with "
+        "many. The scikit-learn peer is `RBFSampler(gamma=γ/2, n_components=2000)` with our "
+        "RFF's γ (its kernel is exp(−g‖x−y‖²), ours exp(−γ‖x−y‖²/2)) + sklearn "
+        "`RidgeClassifier(alpha=ρ)`, ρ chosen on the same grid and validation rows.",
+    ]
+    if mnist and mnist_rows:
+        notes.append(
+            f"MNIST: {mnist_rows:,} of the 60,000 train rows drawn at random (80% train, 20% "
+            "validation) to keep the 6,272-D HIKE many-label fit feasible on 2 cores; the test "
+            "set is the full official 10,000."
+        )
+    notes.append(
+        "Pixels scaled to [0, 1]. Run on the shared 2-core machine; other sessions' tests may "
+        "have been running at the same time (this affects times, not rates)."
+    )
+    return (
+        "## Accuracy: embeddings + ridge on digits, USPS, MNIST\n\n"
+        + markdown(records, command, "\n\n".join(notes))
+        + "\n![rate vs labelled rows per class](accuracy.png)\n"
+    )
+
+
+def write_section(path: Path, name: str, text: str) -> None:
+    """Replace (or append) the section between ``<!-- name:begin -->`` and ``<!-- name:end -->``."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    block = f"{begin}\n{text.rstrip()}\n{end}\n"
+    path = Path(path)
+    old = path.read_text() if path.exists() else "# Results\n\n"
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        new = head + block + rest.split(end, 1)[1].lstrip("\n")
+    else:
+        new = old.rstrip("\n") + "\n\n" + block
+    path.write_text(new)

@@ -1,0 +1,247 @@
+"""``imgscale bench embed``: RFF → ridge streamed from a store vs scikit-learn in memory, same run.
+
+Ours: ``RandomFourierFeatures(2000)`` fitted on the store's train rows (one pass for the
+50th-neighbour bandwidth), then ``RidgeClassifier`` on the lazily embedded train rows (one pass:
+Gram, sums) with ρ chosen over the 8-value grid on the lazily embedded validation rows (one
+pass), on the cluster. The peer: scikit-learn ``RBFSampler(gamma=γ/2, 2000)`` + ``RidgeClassifier``
+fitted in memory once per ρ, in a child process under an address-space cap; if it fails at full
+size it runs on a tenth of the rows and its time is scaled by ten (both stages are linear in
+rows), and the record says so.
+
+The machine's float32 GEMM rate is measured in the same run, on the shape of the RFF product
+(rows × 512 @ 512 × 2000), and end-to-end throughput is reported as useful flops per second over
+that rate. Useful flops: 2·n·D·d for the RFF products (train and validation rows), n_train·d²
+for the Gram matrix (a symmetric rank-k update), 2·n_val·d·C·R for scoring the grid; the Gram is
+accumulated in float64 (design: cancellation), so 100% is out of reach by construction.
+
+Finally Nyström and AddKPCA fit + transform times on random data of paper 000's sizes
+(331,390 × 320 Gaussian-kernel "GIST" and 331,390 × 400 non-negative "BoW"), next to Table 2.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue as queue_module
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import psutil
+
+from jobs.bench.common import PeakRSS, mixture_blocks, mixture_store, record
+from jobs.cluster import connect
+from pipeline._compute import compute
+from pipeline.classify import RidgeClassifier
+from pipeline.classify.ridge import RHO_GRID
+from pipeline.embed import AddKPCA, Nystrom, RandomFourierFeatures
+from pipeline.metrics import per_class_rate
+
+# The peer's address-space cap: 20 GiB, or less if the (shared) machine has less available, so
+# that running out of memory is a reported result and never the OOM killer picking a process.
+PEER_MEMORY_CAP = min(20 * 2**30, int(0.7 * psutil.virtual_memory().available))
+RFF_DIM = 2000
+PAPER_ROWS = 331_390
+# Paper 000 Table 2 (seconds, 2-core Xeon 3.33 GHz): Nyström 50-D on GIST 320-D and on BoW 400-D
+# (intersection kernel), AddKPCA 800-D on BoW.
+PAPER_SECONDS = {"nystrom_gist": 92.0, "nystrom_bow": 4447.0, "addkpca_bow": 2131.0}
+
+
+def gemm_rate(rows: int = 8192, dim: int = 512, out: int = RFF_DIM, repeats: int = 5) -> float:
+    """Best-of float32 GEMM GFLOP/s of this machine on the RFF product's shape."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((rows, dim), dtype=np.float32)
+    B = rng.standard_normal((dim, out), dtype=np.float32)
+    C = np.empty((rows, out), dtype=np.float32)
+    np.matmul(A, B, out=C)
+    best = np.inf
+    for _ in range(repeats):
+        started = time.perf_counter()
+        np.matmul(A, B, out=C)
+        best = min(best, time.perf_counter() - started)
+    return 2 * rows * dim * out / best / 1e9
+
+
+def run(
+    rows: int,
+    dim: int,
+    classes: int,
+    *,
+    workdir: str | None = None,
+    scheduler: str | None = None,
+    peer: bool = True,
+    paper_rows: int = PAPER_ROWS,
+) -> list[dict]:
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="imgscale-bench-"))
+    started = time.perf_counter()
+    store = mixture_store(workdir / f"mixture-{rows}x{dim}-{classes}.zarr", rows, dim, classes)
+    build_seconds = time.perf_counter() - started
+    gflops = gemm_rate(dim=dim)
+
+    with connect(scheduler), PeakRSS() as rss:
+        started = time.perf_counter()
+        X, y = store.features("train"), store.labels("train")
+        X_val, y_val = store.features("val"), store.labels("val")
+        rff = RandomFourierFeatures(RFF_DIM, random_state=0).fit(X)
+        fit_seconds = time.perf_counter() - started
+        model = RidgeClassifier().fit(rff.transform(X), y, X_val=rff.transform(X_val), y_val=y_val)
+        ours_seconds = time.perf_counter() - started
+    ours_rate = float(model.rho_scores_.max())
+    n_train, n_val = len(y), len(y_val)
+    flops = (
+        2 * (n_train + n_val) * dim * RFF_DIM
+        + n_train * RFF_DIM**2
+        + 2 * n_val * RFF_DIM * classes * len(RHO_GRID)
+    )
+    achieved = flops / ours_seconds / 1e9
+
+    peer_result = _run_peer(rows, dim, classes, rff.gamma_) if peer else None
+    note = _scaled_note(peer_result)
+    records = [
+        record("synthetic store build", build_seconds, "s", rows=rows, dim=dim, classes=classes),
+        record("float32 GEMM rate (this machine)", gflops, "GFLOP/s", shape=f"8192x{dim}x2000"),
+        record("RFF-2000 fit (bandwidth pass)", fit_seconds, "s", gamma=rff.gamma_),
+        record(
+            "RFF-2000 -> ridge, 8-value rho grid, wall",
+            ours_seconds,
+            "s",
+            peer_result and peer_result["seconds"],
+            peer="sklearn RBFSampler(2000) + RidgeClassifier per rho" + note,
+        ),
+        record(
+            "RFF-2000 -> ridge peak RSS (client + workers)",
+            rss.peak / 2**30,
+            "GiB",
+            peer_result and peer_result["peak_rss"] / 2**30,
+            peer="sklearn RBFSampler + RidgeClassifier" + note,
+        ),
+        record(
+            "RFF-2000 -> ridge validation per-class rate",
+            ours_rate,
+            "fraction",
+            peer_result and peer_result["rate"],
+            rho=float(model.rho_),
+        ),
+        record(
+            "RFF-2000 -> ridge end-to-end / GEMM rate",
+            achieved / gflops,
+            "fraction",
+            achieved_gflops=achieved,
+            useful_gflop=flops / 1e9,
+        ),
+    ]
+    if peer_result and peer_result.get("full_size_error"):
+        records.append(
+            record("sklearn at full size", 0.0, "failed", error=peer_result["full_size_error"])
+        )
+    if paper_rows:
+        with connect(scheduler):
+            records += paper_scale_records(paper_rows)
+    return records
+
+
+def _timed_embedding(estimator, X) -> tuple[float, float]:
+    """(fit seconds, transform seconds); the embedding is reduced to column sums on the workers
+    so only d numbers return, as a streaming consumer would."""
+    started = time.perf_counter()
+    estimator.fit(X)
+    fitted = time.perf_counter()
+    compute(estimator.transform(X).sum(axis=0))
+    return fitted - started, time.perf_counter() - fitted
+
+
+def paper_scale_records(rows: int = PAPER_ROWS) -> list[dict]:
+    rng = da.random.default_rng(0)
+    chunks = (32_768, -1)
+    gist = rng.standard_normal((rows, 320), chunks=chunks, dtype=np.float32)
+    bow = rng.gamma(0.5, size=(rows, 400), chunks=chunks).astype(np.float32)
+    cases = [
+        ("nystrom_gist", "Nystrom-50 (Gaussian) fit+transform", Nystrom(50, random_state=0), gist),
+        (
+            "nystrom_bow",
+            "Nystrom-50 (intersection) fit+transform",
+            Nystrom(50, kernel="intersection", random_state=0),
+            bow,
+        ),
+        ("addkpca_bow", "AddKPCA-800 fit+transform", AddKPCA(random_state=0), bow),
+    ]
+    out = []
+    for key, name, estimator, X in cases:
+        fit_s, transform_s = _timed_embedding(estimator, X)
+        out.append(
+            record(
+                f"{name}, {rows}x{X.shape[1]}",
+                fit_s + transform_s,
+                "s",
+                PAPER_SECONDS[key],
+                peer="paper 000 Table 2 (2-core Xeon 3.33 GHz, MATLAB)",
+                fit_seconds=fit_s,
+                transform_seconds=transform_s,
+            )
+        )
+    return out
+
+
+def _scaled_note(peer_result: dict | None) -> str:
+    if peer_result and peer_result["scale"] != 1:
+        return f" (failed at full size; ran on 1/{peer_result['scale']} of rows, time ×scaled)"
+    return ""
+
+
+def _run_peer(rows: int, dim: int, classes: int, gamma: float) -> dict:
+    result = _in_child(rows, dim, classes, gamma)
+    if "error" not in result:
+        return {**result, "scale": 1}
+    small = _in_child(rows // 10, dim, classes, gamma)
+    if "error" in small:
+        raise RuntimeError(f"scikit-learn failed even on {rows // 10} rows: {small['error']}")
+    return {
+        **small,
+        "seconds": small["seconds"] * 10,
+        "scale": 10,
+        "full_size_error": result["error"],
+    }
+
+
+def _in_child(rows: int, dim: int, classes: int, gamma: float) -> dict:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_peer_fit, args=(queue, rows, dim, classes, gamma))
+    child.start()
+    child.join()
+    try:
+        return queue.get(timeout=10)
+    except queue_module.Empty:
+        return {"error": f"child exited with code {child.exitcode}"}
+
+
+def _peer_fit(queue, rows: int, dim: int, classes: int, gamma: float) -> None:
+    """Child: regenerate the store's rows, RBFSampler(γ/2) once, RidgeClassifier once per ρ."""
+    from sklearn.kernel_approximation import RBFSampler
+    from sklearn.linear_model import RidgeClassifier as SklearnRidge
+
+    resource.setrlimit(resource.RLIMIT_AS, (PEER_MEMORY_CAP, PEER_MEMORY_CAP))
+    try:
+        blocks = list(mixture_blocks(rows, dim, classes))
+        X = np.concatenate([b[0] for b in blocks])
+        y = np.concatenate([b[1] for b in blocks])
+        val = np.concatenate([np.arange(len(b[1])) < 0.2 * len(b[1]) for b in blocks])
+        del blocks
+        started = time.perf_counter()
+        sampler = RBFSampler(gamma=gamma / 2, n_components=RFF_DIM, random_state=0)
+        E_train = sampler.fit_transform(X[~val])
+        E_val = sampler.transform(X[val])
+        del X
+        seconds, best = time.perf_counter() - started, 0.0
+        for rho in RHO_GRID:
+            started = time.perf_counter()
+            model = SklearnRidge(alpha=rho).fit(E_train, y[~val])
+            predicted = model.predict(E_val)
+            seconds += time.perf_counter() - started
+            best = max(best, per_class_rate(y[val], predicted))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        queue.put({"seconds": seconds, "peak_rss": peak, "rate": best})
+    except MemoryError as exc:
+        queue.put({"error": f"MemoryError under a {PEER_MEMORY_CAP / 2**30:.0f} GiB cap: {exc}"})
