@@ -9,7 +9,11 @@ from pathlib import Path
 from storage.errors import StoreError
 from storage.formats import FORMATS, open_source
 from storage.formats.base import Source
+from storage.layout import default_rows_per_chunk
 from storage.store import FeatureStore, create_store, open_store
+
+# A small first file gets chunks of its size rounded up to this many rows.
+SMALL_CHUNK_STEP = 4096
 
 __all__ = ["FORMATS", "ingest_file"]
 
@@ -60,6 +64,7 @@ def ingest_file(
             store = create_store(
                 store_path,
                 source.shape[1],
+                rows_per_chunk=_rows_per_chunk_for(source.shape),
                 class_names=class_names,
                 provenance={"source": str(src.resolve())},
             )
@@ -113,3 +118,13 @@ def _stream(
             done += len(block.X)
             if progress is not None:
                 progress(done, total)
+
+
+def _rows_per_chunk_for(shape: tuple[int, int]) -> int:
+    """The default ~64 MiB chunk, or less for a small first file.
+
+    zarr stores every chunk whole, so an uncompressed store of a few thousand rows would
+    otherwise take a full 64 MiB chunk on disk.
+    """
+    rows = -(-max(shape[0], 1) // SMALL_CHUNK_STEP) * SMALL_CHUNK_STEP
+    return min(default_rows_per_chunk(shape[1]), rows)

@@ -189,3 +189,12 @@ def test_npy_object_array_is_refused_without_unpickling(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", np.array([[1, "a"]], dtype=object), allow_pickle=True)
     with pytest.raises(StoreError, match="cannot load"):
         ingest_file(tmp_path / "x.npy", tmp_path / "s.zarr")
+
+
+def test_a_small_first_file_gets_chunks_of_its_size_not_64_mib(tmp_path: Path) -> None:
+    X = np.ones((1000, 64), np.float32)
+    np.save(tmp_path / "x.npy", X)
+    store = ingest_file(tmp_path / "x.npy", tmp_path / "s.zarr")
+    assert store.rows_per_chunk == 4096  # 1000 rows rounded up to the 4096-row step
+    assert store.info()["bytes_on_disk"] < 2 * 4096 * 64 * 4
+    np.testing.assert_array_equal(store.features().compute(), X)
