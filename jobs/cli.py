@@ -181,6 +181,32 @@ def evaluate(model, store, split, scheduler, as_json) -> None:
         click.echo(f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}")
 
 
+@cli.command("add-class")
+@click.argument("model", type=click.Path(exists=True))
+@click.argument("store", type=click.Path(exists=True))
+@click.option("--label", required=True, help="Class name in STORE whose rows give the mean.")
+@click.option("--split", default=None, help="Only rows of this split (default: all).")
+@click.option("--out", type=click.Path(), help="Save here instead of replacing MODEL.")
+@scheduler_option
+@json_option
+@verbose_option
+def add_class(model, store, label, split, out, scheduler, as_json) -> None:
+    """Add class LABEL to an NCM MODEL from its rows in STORE; W and other classes unchanged."""
+    from jobs.add_class import add_class as add_class_job
+    from storage import open_store
+
+    with connect(scheduler, quiet=as_json):
+        summary = add_class_job(model, open_store(store), label, split=split, out=out)
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    source = "codes" if summary["from_codes"] else "rows"
+    click.echo(
+        f"{out or model}: added {label!r} (label {summary['class_index']}) from "
+        f"{summary['rows']} {source}; {summary['classes']} classes ({summary['seconds']:.2f} s)"
+    )
+
+
 @cli.command()
 @click.option("--workdir", type=click.Path(), help="Keep the demo store and models here.")
 @scheduler_option

@@ -15,13 +15,24 @@ from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from pipeline import embed
-from pipeline.classify import NearestClassMean, RidgeClassifier
+from pipeline.classify import (
+    MetricKNeighborsClassifier,
+    MetricNearestClassMean,
+    NearestClassMean,
+    RidgeClassifier,
+)
 from storage.errors import StoreError
 from storage.models import SavedStep, load_model, save_model
 
 MODEL_CLASSES: dict[str, type[BaseEstimator]] = {
     cls.__name__: cls
-    for cls in (RidgeClassifier, NearestClassMean, *(getattr(embed, n) for n in embed.__all__))
+    for cls in (
+        RidgeClassifier,
+        NearestClassMean,
+        MetricNearestClassMean,
+        MetricKNeighborsClassifier,
+        *(getattr(embed, n) for n in embed.__all__),
+    )
 }
 
 

@@ -1,0 +1,402 @@
+"""Nearest class mean with a learned low-rank Mahalanobis metric (paper 002 §3.2, §4.1, §4.4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask.array as da
+import numpy as np
+from sklearn.utils.validation import check_is_fitted, check_random_state
+
+from pipeline._compute import compute
+from pipeline.classify._base import encode_labels, encode_labels_lazy, unique_labels
+from pipeline.classify._minibatch import RowSampler, decode_codes
+from pipeline.classify.ncm import NearestClassMean
+from pipeline.pq import check_codebook
+from pipeline.reductions import RowStats
+
+# Class scores are computed in groups of this many classes for top-k: the k best groups by
+# their maximum hold the k best classes, so the exact sort runs over k·group candidates only.
+_GROUP = 16
+_SCORE_ROWS = 4096
+
+
+def ncm_objective(
+    W: np.ndarray, X: np.ndarray, y_index: np.ndarray, means: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """Loss (eq. 7) and its gradient (eq. 8) for rows X with class indices y_index.
+
+    p(c|x) ∝ exp −‖W(μ_c − x)‖² (eq. 6) is computed as a log-softmax shifted by each row's largest
+    logit, so 10,000 classes with distances in the thousands neither overflow nor underflow.
+    The gradient Σ_ic A_ic W(μ_c − x_i)(μ_c − x_i)ᵀ with A = Y − P is expanded into four GEMMs
+    ((diag(a)P − AᵀZ)ᵀ M + (diag(r)Z − AP)ᵀ X, a/r the column/row sums of A), never forming
+    the m·C outer products. Works in the dtype of W (float32 in SGD, float64 in tests).
+    """
+    dtype = W.dtype
+    X, means = X.astype(dtype, copy=False), means.astype(dtype, copy=False)
+    m = len(X)
+    Z = X @ W.T
+    P = means @ W.T
+    logits = Z @ P.T
+    logits *= 2
+    logits -= np.einsum("cd,cd->c", P, P)
+    logits -= np.einsum("nd,nd->n", Z, Z)[:, None]
+    logits -= logits.max(axis=1, keepdims=True)
+    probabilities = np.exp(logits)
+    normaliser = probabilities.sum(axis=1)
+    rows = np.arange(m)
+    loss = float(np.mean(np.log(normaliser) - logits[rows, y_index]))
+    probabilities /= normaliser[:, None]
+    A = np.negative(probabilities, out=probabilities)
+    A[rows, y_index] += 1
+    a, r = A.sum(axis=0), A.sum(axis=1)
+    class_part = a[:, None] * P - A.T @ Z
+    row_part = r[:, None] * Z - A @ P
+    grad = class_part.T @ means + row_part.T @ X
+    grad *= 2 / m
+    return loss, grad
+
+
+def _projected_scores(Z: np.ndarray, P2: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """2 z·Wμ_c − ‖Wμ_c‖² for projected rows Z (eq. 9 without the per-row constant)."""
+    scores = Z @ P2.T
+    scores -= norms
+    return scores
+
+
+def top_k_columns(scores: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of the k largest scores per row, best first (ties: lower column first)."""
+    n, C = scores.shape
+    k = min(k, C)
+    if C <= 4 * k * _GROUP:
+        return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    groups = -(-C // _GROUP)
+    padded = np.full((n, groups * _GROUP), -np.inf, dtype=scores.dtype)
+    padded[:, :C] = scores
+    group_max = padded.reshape(n, groups, _GROUP).max(axis=2)
+    best_groups = np.argpartition(group_max, groups - k, axis=1)[:, groups - k :]
+    best_groups.sort(axis=1)
+    candidates = (best_groups[:, :, None] * _GROUP + np.arange(_GROUP)).reshape(n, -1)
+    values = np.take_along_axis(padded, candidates, axis=1)
+    order = np.argsort(-values, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(candidates, order, axis=1)
+
+
+def _top_k_block(X: np.ndarray, W: np.ndarray, P2: np.ndarray, norms: np.ndarray, classes, k):
+    out = np.empty((len(X), k), dtype=classes.dtype)
+    for start in range(0, len(X), _SCORE_ROWS):
+        Z = X[start : start + _SCORE_ROWS] @ W.T
+        out[start : start + len(Z)] = classes[top_k_columns(_projected_scores(Z, P2, norms), k)]
+    return out
+
+
+class MetricNearestClassMean(NearestClassMean):
+    """NCM with a learned low-rank metric: argmax_c −‖W(x − μ_c)‖², W ∈ R^{d×D} (eqs. 6–9).
+
+    Class means are one pass of class sums (as `NearestClassMean`). W is learned by minibatch SGD
+    on the multi-class logistic loss (eq. 7) with the means fixed: W starts as the top-d PCA
+    components of a row sample (§4.2, "we initialize W as a PCA projection") scaled so that the
+    mean squared projected distance of a row to its class mean is 1; every iteration draws
+    ``batch_size`` rows (decoding only those on PQ codes, §4.1); the learning rate is fixed
+    (§4.1, after Bottou); the top-k error (k = ``validation_k``) on held-out rows is measured
+    every ``validate_every`` iterations and the best W is kept (early stopping, §4.1). Classes
+    added afterwards (`partial_fit`, `add_class`, `add_class_prior`) cost one mean and leave W
+    and every other class untouched (§4.4).
+
+    Scoring is eq. 9: queries are projected (one GEMM), then scored against the projected means
+    Wμ_c (one GEMM per block of query rows), so a query costs D·d + C·d instead of C·D.
+
+    Parameters
+    ----------
+    n_components : int, default=64
+        Projection dimension d.
+    learning_rate : float, default=1.0
+        Fixed step, relative to the data's scale: the step applied is ``learning_rate / s²``,
+        s² the mean squared distance of a sampled row to its class mean in input space.
+    batch_size : int, default=1000
+        Rows per SGD iteration (m).
+    max_iter : int, default=2000
+    validate_every : int, default=100
+    n_validation : int, default=5000
+        Rows held out of the training rows (at most a fifth) for validation when fit gets no
+        ``X_val``; they still count towards the class means.
+    validation_k : int, default=5
+        W is chosen by the top-k error on the held-out rows (5 in §4.1; 1 suits 10 classes).
+    n_iter_no_change : int or None, default=None
+        Stop after this many validations without a better top-5 error (None: run max_iter).
+    prior_weight : float, default=0.0
+        m of §4.4: a class with a zero-shot prior mean μ_z and n rows of mean μ_s gets the MAP
+        mean (n μ_s + m μ_z)/(n + m).
+    pool_rows : int, default=131072
+        Rows fetched per pass over dask input; minibatches are drawn from them.
+    random_state : int, RandomState or None
+
+    Attributes
+    ----------
+    components_ : ndarray (d, D) float32
+        The learned W (the best validated one).
+    projected_means_ : ndarray (C, d) float32
+        Wμ_c; rows of existing classes never change when classes are added.
+    prior_means_ : ndarray (C, D) float32
+        Zero-shot prior mean per class (NaN rows: no prior).
+    validation_iterations_, validation_error_, validation_loss_ : ndarray
+        The SGD trace: iteration, held-out top-k error and minibatch loss at each validation.
+    best_iteration_ : int
+    n_iter_ : int
+    plus the attributes of `NearestClassMean`.
+
+    References
+    ----------
+    Mensink, Verbeek, Perronnin & Csurka, "Metric learning for large scale image classification:
+    generalizing to new classes at near-zero cost", ECCV 2012, §3.2, §4.1, §4.4.
+    """
+
+    def __init__(
+        self,
+        n_components: int = 64,
+        learning_rate: float = 1.0,
+        batch_size: int = 1000,
+        max_iter: int = 2000,
+        validate_every: int = 100,
+        n_validation: int = 5000,
+        validation_k: int = 5,
+        n_iter_no_change: int | None = None,
+        prior_weight: float = 0.0,
+        pool_rows: int = 131_072,
+        random_state: Any = None,
+    ):
+        self.n_components = n_components
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.validate_every = validate_every
+        self.n_validation = n_validation
+        self.validation_k = validation_k
+        self.n_iter_no_change = n_iter_no_change
+        self.prior_weight = prior_weight
+        self.pool_rows = pool_rows
+        self.random_state = random_state
+
+    # -- fitting --------------------------------------------------------------------------
+
+    def fit(self, X: Any, y: Any, X_val: Any = None, y_val: Any = None) -> MetricNearestClassMean:
+        """Class means (one pass), then W by SGD on rows drawn from X; rows labelled -1 unused."""
+        self._forget()
+        super().fit(X, y)
+        X = self._check_rows(X)
+        return self._learn(X, y, None, X_val, y_val)
+
+    def fit_codes(
+        self,
+        codes: Any,
+        y: Any,
+        codebook: Any,
+        rotation: Any = None,
+        X_val: Any = None,
+        y_val: Any = None,
+    ) -> MetricNearestClassMean:
+        """Means from the code count table (no decoding), W by SGD decoding only sampled rows."""
+        self._forget()
+        super().fit_codes(codes, y, codebook, rotation)
+        codebook, rotation = check_codebook(codebook, rotation)
+
+        def decode(rows: np.ndarray) -> np.ndarray:
+            return decode_codes(rows, codebook, rotation)
+
+        return self._learn(codes, y, decode, X_val, y_val)
+
+    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> MetricNearestClassMean:
+        """Add rows and classes to the means of a fitted model; W is never changed."""
+        self._check_has_metric()
+        return super().partial_fit(X, y, classes)
+
+    def partial_fit_codes(
+        self, codes: Any, y: Any, codebook: Any, rotation: Any = None, classes: Any = None
+    ) -> MetricNearestClassMean:
+        self._check_has_metric()
+        return super().partial_fit_codes(codes, y, codebook, rotation, classes)
+
+    def add_class(self, X: Any, label: Any) -> MetricNearestClassMean:
+        """Add (or add rows to) one class from its rows: its mean, nothing else changes."""
+        return self.partial_fit(X, np.full(len(X), label, dtype=np.asarray([label]).dtype))
+
+    def add_class_prior(self, label: Any, prior_mean: Any) -> MetricNearestClassMean:
+        """Add a class with no rows whose mean is a zero-shot prior (§4.4); rows added later
+        with `partial_fit` give the MAP mean (n μ_s + m μ_z)/(n + m), m = ``prior_weight``."""
+        self._check_has_metric()
+        prior_mean = np.asarray(prior_mean, dtype=np.float32).reshape(-1)
+        if prior_mean.shape != (self.n_features_in_,) or not np.isfinite(prior_mean).all():
+            raise ValueError(f"prior mean must be {self.n_features_in_} finite values")
+        if np.isin(label, self.classes_):
+            raise ValueError(f"class {label!r} already exists")
+        n_features = self.n_features_in_
+        self.classes_ = np.concatenate([self.classes_, np.asarray([label])])
+        self.class_sums_ = np.vstack([self.class_sums_, np.zeros((1, n_features))])
+        self.class_counts_ = np.concatenate([self.class_counts_, [0]])
+        self.prior_means_ = np.vstack([self._priors(len(self.classes_) - 1), prior_mean[None]])
+        self.means_ = np.vstack([self.means_, prior_mean[None]])
+        self.projected_means_ = np.vstack(
+            [self.projected_means_, prior_mean[None] @ self.components_.T]
+        )
+        return self
+
+    def _forget(self) -> None:
+        for name in ("components_", "projected_means_", "prior_means_"):
+            self.__dict__.pop(name, None)
+
+    def _check_has_metric(self) -> None:
+        if not hasattr(self, "components_"):
+            raise ValueError(
+                "MetricNearestClassMean: call fit first (it learns W); partial_fit adds classes "
+                "and rows to a fitted model"
+            )
+
+    def _priors(self, n_classes: int) -> np.ndarray:
+        priors = getattr(self, "prior_means_", None)
+        if priors is None:
+            priors = np.full((0, self.n_features_in_), np.nan, dtype=np.float32)
+        extra = np.full((n_classes - len(priors), priors.shape[1]), np.nan, dtype=np.float32)
+        return np.vstack([priors, extra])
+
+    def _add_stats(self, y: Any, classes: Any, stats_of: Any, *, first: bool) -> Any:
+        """Class sums as `NearestClassMean`; classes with a prior may have no rows (MAP mean);
+        only classes whose mean changed are re-projected."""
+        if first:
+            return super()._add_stats(y, classes, stats_of, first=True)
+        old = np.asarray(self.classes_)
+        seen = unique_labels(y)
+        if classes is not None:
+            seen = np.union1d(seen, unique_labels(np.asarray(classes)))
+        all_classes = np.concatenate([old, np.setdiff1d(seen, old)])
+        added = stats_of(encode_labels_lazy(y, all_classes), len(all_classes))
+        stats = RowStats(0, added.feature_sum, self.class_sums_, self.class_counts_) + added
+        priors = self._priors(len(all_classes))
+        has_prior = ~np.isnan(priors[:, 0])
+        empty = (stats.class_counts == 0) & ~has_prior
+        if empty.any():
+            raise ValueError(f"classes {all_classes[empty][:10].tolist()} have no labelled rows")
+        touched = added.class_counts > 0
+        weight = np.where(has_prior, float(self.prior_weight), 0.0)[touched]
+        sums = stats.class_sums[touched] + weight[:, None] * np.nan_to_num(priors[touched])
+        means = np.zeros(stats.class_sums.shape, dtype=np.float32)
+        means[: len(old)] = self.means_
+        means[touched] = sums / (stats.class_counts[touched] + weight)[:, None]
+        projected = np.zeros((len(all_classes), self.components_.shape[0]), dtype=np.float32)
+        projected[: len(old)] = self.projected_means_
+        projected[touched] = means[touched] @ self.components_.T
+        self.classes_ = all_classes
+        self.class_sums_, self.class_counts_ = stats.class_sums, stats.class_counts
+        self.means_, self.projected_means_ = means, projected
+        if has_prior.any():
+            self.prior_means_ = priors
+        return self
+
+    def _learn(self, X: Any, y: Any, decode: Any, X_val: Any, y_val: Any) -> Any:
+        rng = np.random.default_rng(check_random_state(self.random_state).randint(2**31))
+        if isinstance(y, da.Array):
+            y = compute(y)[0]
+        y_index = encode_labels(np.asarray(y).ravel(), self.classes_)
+        sampler = RowSampler(X, y_index, rng, decode=decode, pool_rows=self.pool_rows)
+        if X_val is not None:
+            X_val = self._check_rows(X_val)
+            X_val = compute(X_val)[0] if isinstance(X_val, da.Array) else X_val
+            val_index = encode_labels(np.asarray(y_val).ravel(), self.classes_)
+            X_val, val_index = X_val[val_index >= 0], val_index[val_index >= 0]
+        else:
+            X_val, val_index = sampler.hold_out(self.n_validation)
+        means = self.means_
+        sample, sample_index = sampler.sample(min(20_000, max(5 * self.n_features_in_, 2000)))
+        W = initial_projection(sample, sample_index, means, int(self.n_components))
+        spread = float(np.mean(np.sum((sample - means[sample_index]) ** 2, axis=1)))
+        step = float(self.learning_rate) / max(spread, np.finfo(np.float32).tiny)
+        best = (_top_k_error(W, means, X_val, val_index, self.validation_k), W.copy(), 0)
+        iterations, errors, losses = [0], [best[0]], [np.nan]
+        stale, n_iter = 0, 0
+        for n_iter in range(1, int(self.max_iter) + 1):
+            batch, batch_index = sampler.batch(int(self.batch_size))
+            loss, grad = ncm_objective(W, batch, batch_index, means)
+            W -= step * grad
+            if n_iter % int(self.validate_every) and n_iter != int(self.max_iter):
+                continue
+            error = _top_k_error(W, means, X_val, val_index, self.validation_k)
+            iterations.append(n_iter), errors.append(error), losses.append(loss)
+            if error < best[0]:
+                best, stale = (error, W.copy(), n_iter), 0
+            else:
+                stale += 1
+                if self.n_iter_no_change is not None and stale >= self.n_iter_no_change:
+                    break
+        self.components_ = best[1]
+        self.projected_means_ = self.means_ @ self.components_.T
+        self.best_iteration_ = int(best[2])
+        self.n_iter_ = int(n_iter)
+        self.validation_iterations_ = np.asarray(iterations, dtype=np.int64)
+        self.validation_error_ = np.asarray(errors, dtype=np.float64)
+        self.validation_loss_ = np.asarray(losses, dtype=np.float64)
+        return self
+
+    # -- scoring --------------------------------------------------------------------------
+
+    def transform(self, X: Any) -> Any:
+        """Projected rows Wx (n, d)."""
+        check_is_fitted(self, "components_")
+        X = self._check_rows(X)
+        W = self.components_.T
+        if isinstance(X, da.Array):
+            return X.map_blocks(np.matmul, W, dtype=np.float32, chunks=(X.chunks[0], W.shape[1]))
+        return X @ W
+
+    def _score_params(self) -> tuple[np.ndarray, ...]:
+        P = self.projected_means_
+        return self.components_, P * 2, np.einsum("cd,cd->c", P, P)
+
+    @staticmethod
+    def _scores(X: np.ndarray, W: np.ndarray, P2: np.ndarray, norms: np.ndarray) -> np.ndarray:
+        # −‖W(x − μ)‖² = 2 Wx·Wμ − ‖Wμ‖² − ‖Wx‖² (eq. 9 plus the per-row constant).
+        Z = X @ W.T
+        scores = _projected_scores(Z, P2, norms)
+        scores -= np.einsum("nd,nd->n", Z, Z)[:, None]
+        return scores
+
+    def predict_top_k(self, X: Any, k: int = 5) -> Any:
+        """The k best classes per row, best first, by eq. 9 (group-max pruned top-k)."""
+        X = self._check_predict_input(X)
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        classes = np.asarray(self.classes_)
+        k = min(k, len(classes))
+        W, P2, norms = self._score_params()
+        if not isinstance(X, da.Array):
+            return _top_k_block(X, W, P2, norms, classes, k)
+        return X.map_blocks(
+            _top_k_block, W, P2, norms, classes, k, dtype=classes.dtype,
+            chunks=(X.chunks[0], (k,)),
+        )  # fmt: skip
+
+
+def initial_projection(
+    X: np.ndarray, y_index: np.ndarray, means: np.ndarray, n_components: int
+) -> np.ndarray:
+    """Top PCA components of X (d, D) scaled to a mean squared distance of 1 to class means."""
+    if not 1 <= n_components <= X.shape[1]:
+        raise ValueError(f"n_components must be in [1, {X.shape[1]}], got {n_components}")
+    # Imported here: pipeline.embed imports pipeline.classify's input checks.
+    from pipeline.embed.pca import PCA
+
+    W = PCA(n_components=n_components).fit(X).components_.astype(np.float32)
+    projected = (X - means[y_index]) @ W.T
+    spread = float(np.mean(np.sum(projected.astype(np.float64) ** 2, axis=1)))
+    return W / np.float32(np.sqrt(max(spread, np.finfo(np.float32).tiny)))
+
+
+def _top_k_error(
+    W: np.ndarray, means: np.ndarray, X: np.ndarray, y_index: np.ndarray, k: int
+) -> float:
+    P = means @ W.T
+    norms = np.einsum("cd,cd->c", P, P)
+    hits = 0
+    for start in range(0, len(X), _SCORE_ROWS):
+        Z = X[start : start + _SCORE_ROWS] @ W.T
+        top = top_k_columns(_projected_scores(Z, P * 2, norms), k)
+        hits += int((top == y_index[start : start + _SCORE_ROWS, None]).any(axis=1).sum())
+    return 1.0 - hits / len(X)

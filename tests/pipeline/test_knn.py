@@ -1,0 +1,80 @@
+"""MetricKNeighborsClassifier (paper 002 §3.1) against brute force and finite differences."""
+
+import numpy as np
+
+from pipeline.classify.knn import (
+    MetricKNeighborsClassifier,
+    dynamic_targets,
+    knn_search,
+    triplet_objective,
+)
+from tests.pipeline.conftest import as_dask
+from tests.pipeline.test_ncm_metric import noisy_classes
+
+
+def brute_force_neighbours(queries, references, k):
+    distances = ((queries[:, None, :].astype(np.float64) - references[None]) ** 2).sum(axis=2)
+    return np.argsort(distances, axis=1, kind="stable")[:, :k]
+
+
+def test_knn_search_equals_brute_force_on_numpy_and_dask():
+    rng = np.random.default_rng(0)
+    references, queries = rng.normal(size=(500, 6)), rng.normal(size=(40, 6))
+    expected = brute_force_neighbours(queries, references, 7)
+    ids, _ = knn_search(queries, references.astype(np.float32), 7)
+    np.testing.assert_array_equal(ids, expected)
+    ids, distances = knn_search(queries, as_dask(references.astype(np.float32), rows=64), 7)
+    np.testing.assert_array_equal(ids, expected)
+    assert np.all(np.diff(distances, axis=1) >= 0)
+
+
+def test_triplet_gradient_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    X, targets, negatives = (rng.normal(size=s) for s in [(12, 5), (12, 2, 5), (12, 3, 5)])
+    W = rng.normal(size=(3, 5)) * 0.4
+    _, grad = triplet_objective(W, X, targets, negatives)
+    numeric = np.zeros_like(W)
+    for index in np.ndindex(W.shape):
+        step = np.zeros_like(W)
+        step[index] = 1e-7
+        numeric[index] = (
+            triplet_objective(W + step, X, targets, negatives)[0]
+            - triplet_objective(W - step, X, targets, negatives)[0]
+        ) / 2e-7
+    np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-6)
+
+
+def test_dynamic_targets_are_nearest_same_class_rows():
+    rng = np.random.default_rng(2)
+    Z, y = rng.normal(size=(60, 3)).astype(np.float32), rng.integers(0, 3, 60)
+    targets = dynamic_targets(Z, y, 4)
+    for i in range(60):
+        same = np.flatnonzero((y == y[i]) & (np.arange(60) != i))
+        order = same[brute_force_neighbours(Z[i : i + 1], Z[same], 4)[0]]
+        np.testing.assert_array_equal(targets[i], order)
+
+
+def test_plain_knn_predicts_the_brute_force_majority():
+    X, y = noisy_classes(n=300)
+    Xt, _ = noisy_classes(n=50, seed=1)
+    model = MetricKNeighborsClassifier(
+        n_neighbors=5, n_components=None, metric_learning=False, random_state=0
+    ).fit(X, y)
+    labelled = model.reference_index_
+    neighbours = brute_force_neighbours(Xt, model.reference_.astype(np.float64), 5)
+    votes = np.array([np.bincount(labelled[row], minlength=6) for row in neighbours])
+    clear = np.sort(votes, axis=1)[:, -1] > np.sort(votes, axis=1)[:, -2]
+    np.testing.assert_array_equal(model.predict(Xt)[clear], votes.argmax(axis=1)[clear])
+    np.testing.assert_array_equal(model.predict(as_dask(Xt, rows=16)).compute(), model.predict(Xt))
+
+
+def test_metric_learning_beats_l2_knn():
+    X, y = noisy_classes(n=800)
+    Xt, yt = noisy_classes(n=400, seed=1)
+    plain = MetricKNeighborsClassifier(n_components=None, metric_learning=False, random_state=0)
+    learned = MetricKNeighborsClassifier(
+        n_components=2, max_iter=150, batch_size=128, validate_every=25, random_state=0
+    )
+    plain_error = np.mean(plain.fit(X, y).predict(Xt) != yt)
+    learned_error = np.mean(learned.fit(X, y).predict(Xt) != yt)
+    assert learned_error < 0.7 * plain_error
