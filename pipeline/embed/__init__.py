@@ -2,22 +2,29 @@
 
 Data-independent: `RandomFourierFeatures`, `SquareRoot`, `HistogramIntersection`,
 `GaussianRandomProjection`. Data-dependent: `Nystrom`, `AddKPCA`, `PCA`. Paper 000 §3.2.
+Separable Laplacian eigenfunctions: `PCALap`, `RPLap` (paper 000 Table 1), `ALE` (paper 001).
 """
 
 from pipeline.embed.add_kpca import AddKPCA
+from pipeline.embed.ale import ALE
 from pipeline.embed.gaussian_random_projection import GaussianRandomProjection
 from pipeline.embed.histogram_intersection import HistogramIntersection
 from pipeline.embed.nystrom import Nystrom
 from pipeline.embed.pca import PCA
+from pipeline.embed.pcalap import PCALap
 from pipeline.embed.random_fourier_features import RandomFourierFeatures
+from pipeline.embed.rplap import RPLap
 from pipeline.embed.square_root import SquareRoot
 
 __all__ = [
+    "ALE",
     "PCA",
     "AddKPCA",
     "GaussianRandomProjection",
     "HistogramIntersection",
     "Nystrom",
+    "PCALap",
+    "RPLap",
     "RandomFourierFeatures",
     "SquareRoot",
 ]

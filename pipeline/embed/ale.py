@@ -1,0 +1,61 @@
+"""ALE: Approximate Laplacian Eigenmaps for incremental batch embedding (paper 001 §2, §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pipeline.embed.eigenfunctions import SeparableEigenfunctions
+from pipeline.embed.pcalap import pca_rotation
+
+
+class ALE(SeparableEigenfunctions):
+    """Approximate Laplacian eigenmaps: paper 001 eq. 1 on B-bin marginals of all PCA directions.
+
+    The method of `PCALap` in paper 001's configuration: every PCA direction, B = 50 bins and
+    C_D = 500 eigenfunctions. Its eigenvalues (`eigenvalues_`) are the Σ of the semi-supervised
+    solve (`pipeline.classify.SemiSupervisedEigenSolver`). New rows are embedded in batches by
+    interpolation alone ("Incremental Learning", §3): `transform` never refits, and a row's
+    embedding does not depend on the batch it arrives in. `partial_fit` adds rows to the
+    histograms (bin edges and rotation stay those of the first call).
+
+    Parameters
+    ----------
+    n_directions : int or None, default=None
+        PCA directions; None keeps all of them.
+    n_components : int or None, default=500
+        C_D, eigenfunctions kept (paper 001 §3); None keeps 2 per direction.
+    n_bins : int, default=50
+        B (paper 001 §3).
+    bandwidth : float, default=0.2
+        ω as a fraction of the mean distance between two bin centres (Fergus et al.).
+    epsilon : float, default=0.1
+        Constant added to the normalised histogram before it becomes P (Fergus et al.).
+
+    Attributes
+    ----------
+    See `PCALap`; `eigenvalues_` is Σ and `eigenfunctions_` the g of paper 001 eq. 1.
+
+    References
+    ----------
+    Mantziou, Papadopoulos & Kompatsiaris, "Scalable training with approximate incremental
+    Laplacian eigenmaps and PCA", ACM MM 2013, §2–3. Fergus, Weiss & Torralba, NIPS 2009.
+    """
+
+    def __init__(
+        self,
+        n_directions: int | None = None,
+        n_components: int | None = 500,
+        n_bins: int = 50,
+        bandwidth: float = 0.2,
+        epsilon: float = 0.1,
+    ):
+        self.n_directions = n_directions
+        self.n_components = n_components
+        self.n_bins = n_bins
+        self.bandwidth = bandwidth
+        self.epsilon = epsilon
+
+    def _fit_rotation(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        return pca_rotation(X, self.n_directions)

@@ -1,0 +1,352 @@
+"""Separable Laplacian eigenfunctions from 1-D marginal histograms (Fergus, Weiss & Torralba 2009).
+
+The shared machinery of `PCALap`, `RPLap` (paper 000 Table 1) and `ALE` (paper 001 §2): rotate the
+rows (s = (x − μ)R), estimate each projected dimension's marginal density by a B-bin histogram,
+solve the 1-D generalised eigenproblem of paper 001 eq. 1 on the bin centres,
+
+    (D̃ − P W̃ P) g = σ P D̂ g,   W̃ᵢⱼ = exp(−(bᵢ − bⱼ)² / 2ω²),
+    D̃ = diag(colsum(P W̃ P)),  D̂ = diag(colsum(P W̃)),
+
+keep the d eigenfunctions with the smallest σ over all dimensions (never the constant one each
+dimension has, σ = 0), and embed a row by linear interpolation of each kept g at the row's
+projected value (paper 000 Table 1 step 6).
+
+Fitting is a few streaming passes, each a `pipeline.reductions.reduce_rows` tree sum: the rotation
+(PCA's one pass, or none for random projections), the range of every projected dimension (min/max),
+then the B-bin counts of every projected dimension. `partial_fit` adds further rows' counts with the
+bin edges and rotation of the first call and re-solves the B × B problems, which take milliseconds.
+The embedding of a row depends only on the fitted state, never on the other rows it comes with.
+
+Per-chunk kernels (`chunk_projected_range`, `chunk_bin_counts`) are plain numpy and tested alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from pipeline._compute import compute
+from pipeline.embed._base import RowTransformerMixin
+from pipeline.reductions import reduce_rows
+
+# Rows projected at a time inside a chunk: bounds the rows × k float32 and index temporaries.
+_SUB_ROWS = 4096
+
+# Fergus et al.'s reference code clips each dimension's lowest and highest 2.5% of rows to the
+# 2.5th/97.5th percentile before interpolating: "important for the stability of the
+# semi-supervised solution" (extreme rows would otherwise get extreme eigenfunction values).
+CLIP_PERCENT = 2.5
+
+
+@dataclass
+class ProjectedRange:
+    """Row count and per-dimension min and max of projected rows; ``+`` merges two sets."""
+
+    n_rows: int
+    low: np.ndarray
+    high: np.ndarray
+
+    def __add__(self, other: ProjectedRange) -> ProjectedRange:
+        return ProjectedRange(
+            self.n_rows + other.n_rows,
+            np.minimum(self.low, other.low),
+            np.maximum(self.high, other.high),
+        )
+
+
+def _project(X: np.ndarray, projection: np.ndarray, offset: np.ndarray, row_start: int):
+    S = X @ projection
+    S -= offset
+    if not np.isfinite(S).all():
+        bad = np.flatnonzero(~np.isfinite(S).all(axis=1))[:10] + row_start
+        raise ValueError(f"non-finite feature values in rows {bad.tolist()}")
+    return S
+
+
+def chunk_projected_range(
+    X: np.ndarray, projection: np.ndarray, offset: np.ndarray, row_start: int = 0
+) -> ProjectedRange:
+    """Min and max of every column of ``X @ projection − offset`` over one chunk."""
+    k = projection.shape[1]
+    low, high = np.full(k, np.inf), np.full(k, -np.inf)
+    for start in range(0, len(X), _SUB_ROWS):
+        S = _project(X[start : start + _SUB_ROWS], projection, offset, row_start + start)
+        low = np.minimum(low, S.min(axis=0))
+        high = np.maximum(high, S.max(axis=0))
+    return ProjectedRange(len(X), low, high)
+
+
+def chunk_bin_counts(
+    X: np.ndarray,
+    projection: np.ndarray,
+    offset: np.ndarray,
+    low: np.ndarray,
+    inverse_width: np.ndarray,
+    n_bins: int,
+    row_start: int = 0,
+) -> np.ndarray:
+    """(k, n_bins) int64 counts of ``X @ projection − offset`` in each dimension's bins.
+
+    Bin j of dimension m is [low_m + j·w_m, low_m + (j + 1)·w_m); values beyond the first or last
+    edge count in the first or last bin (rows arriving after the edges were fixed).
+    """
+    k = projection.shape[1]
+    counts = np.zeros(k * n_bins, dtype=np.int64)
+    # Dimension m's bins occupy flat slots [m·B, (m + 1)·B): one bincount for all dimensions.
+    slot_offset = (np.arange(k) * n_bins).astype(np.int32)
+    for start in range(0, len(X), _SUB_ROWS):
+        S = _project(X[start : start + _SUB_ROWS], projection, offset, row_start + start)
+        S -= low.astype(np.float32)
+        S *= inverse_width.astype(np.float32)
+        np.clip(S, 0, n_bins - 1, out=S)
+        index = S.astype(np.int32)
+        index += slot_offset
+        counts += np.bincount(index.ravel(), minlength=k * n_bins)
+    return counts.reshape(k, n_bins)
+
+
+def gaussian_affinity(centres: np.ndarray, bandwidth: float) -> np.ndarray:
+    """W̃ᵢⱼ = exp(−(bᵢ − bⱼ)² / 2ω²) between 1-D bin centres."""
+    diff = centres[:, None] - centres[None, :]
+    return np.exp(-0.5 * (diff / bandwidth) ** 2)
+
+
+def solve_1d(
+    centres: np.ndarray, density: np.ndarray, bandwidth: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues σ (ascending) and eigenfunctions g (columns) of paper 001 eq. 1 on one dimension.
+
+    `density` is P's diagonal (the marginal at the bin centres, positive). The problem is symmetric
+    definite (D̃ − PW̃P is a graph Laplacian, PD̂ positive diagonal), so `scipy.linalg.eigh(A, B)`
+    solves it; the columns come B-orthonormal (gᵀ P D̂ g = I) and the first is the constant, σ = 0.
+    """
+    W = gaussian_affinity(np.asarray(centres, dtype=np.float64), bandwidth)
+    p = np.asarray(density, dtype=np.float64)
+    PWP = p[:, None] * W * p[None, :]
+    degree_tilde = PWP.sum(axis=0)
+    degree_hat = (p[:, None] * W).sum(axis=0)
+    laplacian = np.diag(degree_tilde) - PWP
+    return scipy.linalg.eigh(laplacian, np.diag(p * degree_hat))
+
+
+def _solve_occupied(
+    centres: np.ndarray, density: np.ndarray, bandwidth: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """`solve_1d` on the bins of positive density, g linearly interpolated across the others.
+
+    A bin of zero density (possible with epsilon = 0) has zero rows in both matrices, so its g
+    is undetermined; with fewer than two such bins there is no non-constant eigenfunction and
+    the dimension offers σ = +inf (never kept).
+    """
+    n_bins = len(centres)
+    occupied = density > 0
+    if occupied.sum() < 2:
+        sigma = np.full(n_bins, np.inf)
+        sigma[0] = 0.0
+        return sigma, np.ones((n_bins, n_bins))
+    if occupied.all():
+        return solve_1d(centres, density, bandwidth)
+    sigma_in, g_in = solve_1d(centres[occupied], density[occupied], bandwidth)
+    sigma = np.full(n_bins, np.inf)
+    sigma[: len(sigma_in)] = sigma_in
+    g = np.zeros((n_bins, n_bins))
+    for j in range(len(sigma_in)):
+        g[:, j] = np.interp(centres, centres[occupied], g_in[:, j])
+    return sigma, g
+
+
+def quantile_from_counts(counts: np.ndarray, edges: np.ndarray, q: float) -> float:
+    """The q-quantile (0 ≤ q ≤ 1) of a histogram, linear within the bin that holds it."""
+    cdf = np.concatenate([[0.0], np.cumsum(counts, dtype=np.float64)])
+    if cdf[-1] == 0:
+        return float(edges[0])
+    return float(np.interp(q * cdf[-1], cdf, edges))
+
+
+class SeparableEigenfunctions(RowTransformerMixin, BaseEstimator):
+    """Base of PCALap, RPLap and ALE: subclasses choose the rotation, P and the bandwidth.
+
+    Subclasses define ``_fit_rotation(X) -> (projection (D, k), offset (k,))`` (float32),
+    ``_uses_density`` (P = the histogram, else P = I) and ``_bandwidths(centres, counts)``.
+    """
+
+    _uses_density = True
+
+    # -- fitting ------------------------------------------------------------------------------
+
+    def fit(self, X: Any, y: Any = None):
+        """Rotation, bin ranges and histograms from all rows of X, then the 1-D eigenproblems."""
+        for name in ("bin_counts_", "components_"):
+            self.__dict__.pop(name, None)
+        return self.partial_fit(X)
+
+    def partial_fit(self, X: Any, y: Any = None):
+        """Add the rows of X to the histograms and re-solve.
+
+        The first call also fits the rotation and fixes the bin edges from X's range; later rows
+        outside that range count in the end bins.
+        """
+        self._check_params()
+        first = not hasattr(self, "bin_counts_")
+        X = self._check_rows(X, reset=first)
+        if first:
+            projection, offset = self._fit_rotation(X)
+            self.components_ = np.ascontiguousarray(projection.T, dtype=np.float32)
+            self.offset_ = np.asarray(offset, dtype=np.float32)
+            value_range = compute(reduce_rows(chunk_projected_range, [X], projection, offset))[0]
+            low, high = value_range.low, value_range.high
+            span = high - low
+            # A constant dimension gets a unit span: one occupied bin, harmless eigenfunctions.
+            span = np.where(span > 0, span, 1.0)
+            self.bin_low_ = low.astype(np.float64)
+            self.bin_width_ = span / self.n_bins
+            self.bin_counts_ = np.zeros((len(low), self.n_bins), dtype=np.int64)
+            self.n_rows_ = 0
+        projection = np.ascontiguousarray(self.components_.T)
+        counts = reduce_rows(
+            chunk_bin_counts,
+            [X],
+            projection,
+            self.offset_,
+            self.bin_low_,
+            1.0 / self.bin_width_,
+            int(self.n_bins),
+        )
+        self.bin_counts_ = self.bin_counts_ + compute(counts)[0]
+        self.n_rows_ = int(self.bin_counts_[0].sum())
+        self._solve()
+        return self
+
+    def _check_params(self) -> None:
+        if int(self.n_bins) < 3:
+            raise ValueError(f"n_bins must be at least 3, got {self.n_bins}")
+        if self.n_components is not None and int(self.n_components) < 1:
+            raise ValueError(f"n_components must be positive, got {self.n_components}")
+        if not float(self.epsilon) >= 0:
+            raise ValueError(f"epsilon must be non-negative, got {self.epsilon}")
+        if not float(self.bandwidth) > 0:
+            raise ValueError(f"bandwidth must be positive, got {self.bandwidth}")
+
+    def bin_centres(self) -> np.ndarray:
+        """(k, B) centres of every projected dimension's bins."""
+        check_is_fitted(self)
+        j = np.arange(self.n_bins) + 0.5
+        return self.bin_low_[:, None] + j[None, :] * self.bin_width_[:, None]
+
+    def _solve(self) -> None:
+        counts = self.bin_counts_.astype(np.float64)
+        k, n_bins = counts.shape
+        if self.n_rows_ < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs at least 2 rows, got n_samples = {self.n_rows_}"
+            )
+        centres = self.bin_centres()
+        empirical = counts / counts.sum(axis=1, keepdims=True)
+        if self._uses_density:
+            # Fergus et al. add a constant to the normalised histogram so no bin has zero density.
+            density = (empirical + self.epsilon) / (1 + n_bins * self.epsilon)
+        else:
+            density = np.ones_like(empirical)  # RPLap: uniform marginals (paper 000 §3.2.1)
+        bandwidths = self._bandwidths(centres, empirical)
+        eigenvalues = np.empty((k, n_bins - 1))
+        functions = np.empty((k, n_bins - 1, n_bins))
+        for m in range(k):
+            sigma, g = _solve_occupied(centres[m], density[m], bandwidths[m])
+            g = g[:, 1:].T  # drop the constant eigenfunction (σ = 0)
+            # Unit mean square over the rows seen (Σ_b p̂_b g_b² = 1), so every kept column of
+            # the embedding has comparable scale whatever the bin occupancy; sign: largest > 0.
+            g /= np.sqrt(np.maximum(g**2 @ empirical[m], 1e-300))[:, None]
+            biggest = np.abs(g).argmax(axis=1)
+            g *= np.sign(g[np.arange(len(g)), biggest])[:, None]
+            eigenvalues[m], functions[m] = sigma[1:], g
+        d = self._n_eigenfunctions(k, n_bins)
+        # Stable sort: ties keep dimension order, then eigenfunction order.
+        order = np.argsort(eigenvalues.ravel(), kind="stable")[:d]
+        dims, which = np.divmod(order, n_bins - 1)
+        edges = self.bin_low_[:, None] + np.arange(n_bins + 1)[None, :] * self.bin_width_[:, None]
+        low_q, high_q = CLIP_PERCENT / 100, 1 - CLIP_PERCENT / 100
+        pairs = list(zip(counts, edges, strict=True))
+        clip_low = np.array([quantile_from_counts(c, e, low_q) for c, e in pairs])
+        clip_high = np.array([quantile_from_counts(c, e, high_q) for c, e in pairs])
+        # Interpolation is between bin centres: beyond the outer centres g is held constant.
+        self.clip_low_ = np.maximum(clip_low, centres[:, 0])
+        self.clip_high_ = np.minimum(clip_high, centres[:, -1])
+        self.bandwidths_ = np.asarray(bandwidths, dtype=np.float64)
+        self.eigenvalues_ = eigenvalues.ravel()[order]
+        self.dims_ = dims.astype(np.int64)
+        self.eigenfunctions_ = np.ascontiguousarray(functions[dims, which], dtype=np.float32)
+        self.n_components_ = int(d)
+
+    def _fit_rotation(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _bandwidths(self, centres: np.ndarray, empirical: np.ndarray) -> np.ndarray:
+        """Fergus et al.'s rule: `bandwidth` × the mean distance between two bin centres."""
+        n_bins = centres.shape[1]
+        # Mean |bᵢ − bⱼ| over all B² pairs of equally spaced centres: width · (B² − 1) / 3B.
+        return self.bandwidth * self.bin_width_ * (n_bins**2 - 1) / (3 * n_bins)
+
+    def _n_eigenfunctions(self, k: int, n_bins: int) -> int:
+        wanted = 2 * k if self.n_components is None else int(self.n_components)
+        return min(wanted, k * (n_bins - 1))
+
+    # -- embedding ----------------------------------------------------------------------------
+
+    def _transform_params(self) -> tuple:
+        used, column = np.unique(self.dims_, return_inverse=True)
+        projection = np.ascontiguousarray(self.components_[used].T)
+        first_centre = self.bin_low_[used] + 0.5 * self.bin_width_[used]
+        table = self.eigenfunctions_.astype(np.float32)
+        slope = np.diff(table, axis=1)
+        return (
+            projection,
+            # Projected values measured from the first bin centre: s − b₀ = xR − (μR + b₀).
+            (self.offset_[used] + first_centre).astype(np.float32),
+            (self.clip_low_[used] - first_centre).astype(np.float32),
+            (self.clip_high_[used] - first_centre).astype(np.float32),
+            (1.0 / self.bin_width_[used]).astype(np.float32),
+            column.astype(np.int64),
+            table,
+            np.ascontiguousarray(slope),
+        )
+
+    @staticmethod
+    def _transform_block(
+        X: np.ndarray,
+        projection: np.ndarray,
+        offset: np.ndarray,
+        clip_low: np.ndarray,
+        clip_high: np.ndarray,
+        inverse_width: np.ndarray,
+        column: np.ndarray,
+        table: np.ndarray,
+        slope: np.ndarray,
+        row_start: int = 0,
+    ) -> np.ndarray:
+        """Linear interpolation of each kept eigenfunction at the row's projected value."""
+        d, n_bins = table.shape
+        out = np.empty((len(X), d), dtype=np.float32)
+        # Output j reads table row j: its segment index is offset by j·B in the flat table.
+        flat_offset = np.arange(d) * n_bins
+        flat_slope_offset = np.arange(d) * (n_bins - 1)
+        for start in range(0, len(X), _SUB_ROWS):
+            S = _project(X[start : start + _SUB_ROWS], projection, offset, row_start + start)
+            np.clip(S, clip_low, clip_high, out=S)
+            S *= inverse_width  # position in bin-centre units from the first centre
+            segment = np.minimum(S.astype(np.int64), n_bins - 2)
+            S -= segment
+            segment, fraction = segment[:, column], S[:, column]
+            value = table.ravel()[segment + flat_offset]
+            value += fraction * slope.ravel()[segment + flat_slope_offset]
+            out[start : start + len(S)] = value
+        return out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
