@@ -16,10 +16,12 @@ from sklearn.pipeline import Pipeline, make_pipeline
 
 from pipeline import embed
 from pipeline.classify import (
+    EigenvalueRidgeClassifier,
     MetricKNeighborsClassifier,
     MetricNearestClassMean,
     NearestClassMean,
     RidgeClassifier,
+    SemiSupervisedEigenSolver,
 )
 from storage.errors import StoreError
 from storage.models import SavedStep, load_model, save_model
@@ -31,6 +33,8 @@ MODEL_CLASSES: dict[str, type[BaseEstimator]] = {
         NearestClassMean,
         MetricNearestClassMean,
         MetricKNeighborsClassifier,
+        SemiSupervisedEigenSolver,
+        EigenvalueRidgeClassifier,
         *(getattr(embed, n) for n in embed.__all__),
     )
 }
