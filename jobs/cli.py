@@ -318,6 +318,87 @@ def bench_embed(rows, dim, classes, paper_rows, workdir, skip_peer, scheduler, a
     _print_records(records, as_json)
 
 
+@bench.command("ncm")
+@click.option("--rows", default=4_500_000, show_default=True, help="Synthetic store rows.")
+@click.option("--dim", default=512, show_default=True)
+@click.option("--classes", default=10_000, show_default=True)
+@click.option("--queries", default=100_000, show_default=True, help="Rows scored.")
+@click.option("--n-components", default=256, show_default=True, help="d of the projection.")
+@click.option("--pq-m", default=64, show_default=True, help="Sub-quantizers; 0 skips PQ.")
+@click.option("--data-dir", type=click.Path(exists=True), help="MNIST for SGD (../shared/data).")
+@click.option("--workdir", type=click.Path(), help="Where the synthetic stores go (default tmp).")
+@click.option("--real-data", is_flag=True, help="MNIST/USPS error tables instead (results.md).")
+@click.option("--out-dir", default="docs", show_default=True, help="--real-data: results.md, PNG.")
+@scheduler_option
+@json_option
+@verbose_option
+def bench_ncm(
+    rows, dim, classes, queries, n_components, pq_m, data_dir, workdir, real_data, out_dir,
+    scheduler, as_json,
+) -> None:  # fmt: skip
+    """10K-class means from raw and PQ stores, eq. 9 scoring vs a plain GEMM, SGD it/s."""
+    from jobs.bench.ncm import DATA_DIR, plot, report, run
+    from jobs.bench.ncm import real_data as run_real_data
+
+    if real_data:
+        from jobs.bench.accuracy import write_section
+
+        result = run_real_data(
+            Path(data_dir) if data_dir else DATA_DIR, lambda line: click.echo(line, err=True)
+        )
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "ncm_metric.json").write_text(json.dumps(result, indent=1))
+        plot(result, out / "ncm_zero_shot.png")
+        command = " ".join(["imgscale", *sys.argv[1:]])
+        write_section(
+            out / "results.md", "ncm-metric", report(result, command, out / "ncm_zero_shot.png")
+        )
+        if as_json:
+            click.echo(json.dumps(result))
+        return
+
+    records = run(
+        rows,
+        dim,
+        classes,
+        queries=queries,
+        n_components=n_components,
+        pq_m=pq_m,
+        data_dir=data_dir,
+        workdir=workdir,
+        scheduler=scheduler,
+        log=None if as_json else lambda line: click.echo(line, err=True),
+    )
+    _print_records(records, as_json)
+
+
+@bench.command("pq")
+@click.option("--rows", default=1_000_000, show_default=True)
+@click.option("--dim", default=512, show_default=True)
+@click.option("--m", "m", default=64, show_default=True, help="Sub-quantizers.")
+@click.option("--mean-classes", default=10_000, show_default=True, help="Classes for means.")
+@click.option("--queries", default=16, show_default=True, help="ADC queries.")
+@click.option("--workdir", type=click.Path(), help="Where the synthetic stores go (default tmp).")
+@scheduler_option
+@json_option
+@verbose_option
+def bench_pq(rows, dim, m, mean_classes, queries, workdir, scheduler, as_json) -> None:
+    """PQ encode, MSE, class means from codes and ADC scan vs faiss, bytes raw vs PQ."""
+    from jobs.bench.pq import run
+
+    records = run(
+        rows,
+        dim,
+        m,
+        mean_classes=mean_classes,
+        queries=queries,
+        workdir=workdir,
+        scheduler=scheduler,
+    )
+    _print_records(records, as_json)
+
+
 def _print_records(records: list[dict], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"records": records}))
