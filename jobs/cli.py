@@ -218,6 +218,77 @@ def demo(workdir, scheduler) -> None:
     click.echo(run_demo(workdir, scheduler))
 
 
+@cli.command("embed")
+@click.argument("model", type=click.Path(exists=True))
+@click.argument("src", type=click.Path(exists=True))
+@click.argument("dst", type=click.Path())
+@click.option("--batch-rows", default=1000, show_default=True, help="Rows per committed batch.")
+@scheduler_option
+@json_option
+@verbose_option
+def embed_command(model, src, dst, batch_rows, scheduler, as_json) -> None:
+    """Embed the rows of store SRC that DST lacks with MODEL's embedding, appending to DST.
+
+    Each batch of source rows is one committed batch of DST (id rows-START-STOP), so a rerun
+    embeds nothing twice and a killed run resumes where it stopped (paper 001 §3).
+    """
+    from jobs.embed import embed_new_rows
+    from storage import open_store
+
+    fitted, _ = models.load(model)
+    source = open_store(src)
+    with connect(scheduler, quiet=as_json):
+        summary = embed_new_rows(
+            fitted,
+            source,
+            dst,
+            batch_rows=batch_rows,
+            provenance={"model": str(Path(model).resolve())},
+        )
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    click.echo(
+        f"{dst}: {summary['rows_embedded']} rows embedded in {summary['batches_committed']} "
+        f"batches, watermark {summary['watermark_before']} → {summary['watermark_after']} of "
+        f"{summary['source_rows']} ({summary['seconds']:.1f} s, "
+        f"{summary['rows_per_second']:.0f} rows/s)",
+        err=True,
+    )
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--every", help="Interval: 90s, 10m, 2h, 1d (first run at once).")
+@click.option("--cron", help="Five-field cron expression, e.g. '*/10 * * * *' (local time).")
+@click.option("--lock", type=click.Path(), help="Lock file (default: one per command in tmp).")
+@click.option("--max-runs", type=int, help="Stop after this many turns (default: never).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+@verbose_option
+def schedule(every, cron, lock, max_runs, command) -> None:
+    """Run `imgscale COMMAND` every interval or on a cron schedule, never two at once.
+
+    Example: imgscale schedule --every 10m -- embed MODEL SRC DST. A turn that finds another
+    run holding the lock (flock, released when its holders die) is skipped.
+    """
+    from jobs.schedule import parse_every
+    from jobs.schedule import schedule as run_schedule
+
+    if (every is None) == (cron is None):
+        raise click.UsageError("give exactly one of --every and --cron")
+    counts = run_schedule(
+        list(command),
+        every=parse_every(every) if every is not None else None,
+        cron=cron,
+        lock_path=Path(lock) if lock else None,
+        max_runs=max_runs,
+        log=lambda line: click.echo(line, err=True),
+    )
+    click.echo(
+        f"schedule: {counts['ran']} runs ({counts['failed']} failed), {counts['skipped']} skipped",
+        err=True,
+    )
+
+
 @cli.group()
 def bench() -> None:
     """Benchmarks that print figures and ratios against a peer measured in the same run."""
