@@ -470,6 +470,78 @@ def bench_pq(rows, dim, m, mean_classes, queries, workdir, scheduler, as_json) -
     _print_records(records, as_json)
 
 
+@bench.command("ale")
+@click.option("--rows", default=1_500_000, show_default=True)
+@click.option("--dim", default=512, show_default=True)
+@click.option("--classes", default=10, show_default=True)
+@click.option("--n-components", default=500, show_default=True, help="ALE eigenfunctions C_D.")
+@click.option("--incremental-rows", default=100_000, show_default=True)
+@click.option("--batch-rows", default=1000, show_default=True)
+@click.option("--workdir", type=click.Path(), help="Where the synthetic store goes (default tmp).")
+@click.option("--out-dir", type=click.Path(), help="Write the table to OUT_DIR/results.md.")
+@scheduler_option
+@json_option
+@verbose_option
+def bench_ale(
+    rows, dim, classes, n_components, incremental_rows, batch_rows, workdir, out_dir, scheduler,
+    as_json,
+) -> None:  # fmt: skip
+    """ALE fit + embed + eq. 3 solve on a store vs its read pass; incremental embedding rows/s."""
+    from jobs.bench import ale
+    from jobs.bench.accuracy import write_section
+    from jobs.bench.common import records_markdown
+
+    records = ale.run_speed(
+        rows,
+        dim,
+        classes,
+        n_components=n_components,
+        incremental_rows=incremental_rows,
+        batch_rows=batch_rows,
+        workdir=workdir,
+        scheduler=scheduler,
+        log=lambda line: click.echo(line, err=True),
+    )
+    if out_dir:
+        command = " ".join(["imgscale", *sys.argv[1:]])
+        text = "## ALE speed (paper 001 scale)\n\n" + records_markdown(records, command)
+        write_section(Path(out_dir) / "results.md", "ale-speed", text)
+    _print_records(records, as_json)
+
+
+@bench.command("ale-ssl")
+@click.option(
+    "--dataset",
+    "datasets",
+    multiple=True,
+    type=click.Choice(["usps", "mnist"]),
+    help="Repeat to choose (default: both).",
+)
+@click.option("--trials", default=5, show_default=True)
+@click.option("--data-dir", type=click.Path(exists=True), help="Default: ../shared/data.")
+@click.option("--out-dir", default="docs", show_default=True, help="results.md and PNG go here.")
+@json_option
+@verbose_option
+def bench_ale_ssl(datasets, trials, data_dir, out_dir, as_json) -> None:
+    """MiAP and per-class rate of ALE + SSL (eq. 3) vs linear ridge, growing labelled sets."""
+    from jobs.bench import ale
+    from jobs.bench.accuracy import DATA_DIR, write_section
+
+    records = ale.run_accuracy(
+        datasets or ("usps", "mnist"),
+        trials=trials,
+        data_dir=Path(data_dir) if data_dir else DATA_DIR,
+        log=lambda line: click.echo(line, err=True),
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ale.plot_accuracy(records, out / "ale_ssl.png")
+    command = " ".join(["imgscale", *sys.argv[1:]])
+    text = ale.accuracy_markdown(records, command) + "\n![ALE + SSL vs ridge](ale_ssl.png)\n"
+    write_section(out / "results.md", "ale-ssl", text)
+    _print_records(records, as_json)
+
+
 def _print_records(records: list[dict], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"records": records}))

@@ -107,6 +107,7 @@ def embed_new_rows(
     *,
     batch_rows: int = 1000,
     slab_batches: int | None = None,
+    max_rows: int | None = None,
     provenance: dict | None = None,
     on_commit: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
@@ -114,7 +115,9 @@ def embed_new_rows(
 
     Rows are embedded ``slab_batches`` batches at a time (default: about two source chunks, so
     the cluster has whole chunks to work on) and committed one batch at a time.
-    ``on_commit(start, stop)`` is called after each commit. Returns a summary.
+    ``max_rows`` bounds the rows embedded by this run (a multiple of ``batch_rows`` keeps the
+    batch boundaries of an unbounded run). ``on_commit(start, stop)`` is called after each
+    commit. Returns a summary.
     """
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be positive, got {batch_rows}")
@@ -128,6 +131,8 @@ def embed_new_rows(
     )
     first = watermark = store.committed_rows
     _check_prefix(store, meta, watermark)
+    if max_rows is not None:
+        n = min(n, watermark + int(max_rows))
     if slab_batches is None:
         slab_batches = max(1, round(2 * src.rows_per_chunk / batch_rows))
     ids = meta.column("id").to_numpy(zero_copy_only=False)

@@ -6,10 +6,10 @@ from sklearn.base import BaseEstimator
 
 from jobs.models import classifier_pipeline
 from pipeline import embed
-from pipeline.classify import NearestClassMean, RidgeClassifier
+from pipeline.classify import NearestClassMean, RidgeClassifier, SemiSupervisedEigenSolver
 from storage import FeatureStore
 
-METHODS = ("ridge", "ncm")
+METHODS = ("ridge", "ncm", "ssl")
 
 # --embedding name → (class, fixed parameters); --n-components / --gamma apply where the class
 # has that parameter. Defaults follow paper 000 §4.1.
@@ -22,6 +22,9 @@ EMBEDDINGS: dict[str, tuple[type, dict]] = {
     "addkpca": (embed.AddKPCA, {}),
     "pca": (embed.PCA, {}),
     "random-projection": (embed.GaussianRandomProjection, {}),
+    "pcalap": (embed.PCALap, {}),
+    "rplap": (embed.RPLap, {}),
+    "ale": (embed.ALE, {}),
 }
 
 
@@ -52,6 +55,7 @@ def train(
     val_split: str | None = "val",
     rho: float | None = None,
     embedding: BaseEstimator | None = None,
+    eigenvalues=None,
 ) -> BaseEstimator:
     """Fit ``method`` on the rows of ``split`` (its unlabelled rows count for centering only).
 
@@ -62,6 +66,9 @@ def train(
     not (data-dependent embeddings use the unlabelled rows, paper 000 §4.1); the classifier then
     sees the embedded train rows and embedded validation rows, both computed lazily chunk by
     chunk, and the result is a ``ClassifierPipeline`` (embedding, classifier).
+
+    ``ssl`` (paper 001 eq. 3) needs an embedding with eigenvalues (PCALap, RPLap, ALE); its λ is
+    chosen on ``val_split`` like ρ, and a fixed ``rho`` means λ = 1/ρ.
     """
     X, y = store.features(split), store.labels(split)
     if len(y) == 0:
@@ -69,10 +76,22 @@ def train(
     if embedding is not None:
         embedding.fit(X)
         embedded = _EmbeddedStore(store, embedding.transform)
-        classifier = train(embedded, method, split=split, val_split=val_split, rho=rho)
+        # ssl regularises by the embedding's eigenvalues (PCALap, RPLap, ALE: paper 001 eq. 3).
+        eigenvalues = getattr(embedding, "eigenvalues_", None)
+        classifier = train(
+            embedded, method, split=split, val_split=val_split, rho=rho, eigenvalues=eigenvalues
+        )
         return classifier_pipeline(embedding, classifier)
     if method == "ncm":
         return NearestClassMean().fit(X, y)
+    if method == "ssl":
+        if eigenvalues is None:
+            raise ValueError("method 'ssl' needs --embedding pcalap, rplap or ale (eigenvalues)")
+        model = SemiSupervisedEigenSolver(lam=None if rho is None else 1.0 / rho)
+        y_val = store.labels(val_split) if val_split is not None else None
+        if y_val is not None and (y_val >= 0).any():
+            return model.fit(X, y, eigenvalues, X_val=store.features(val_split), y_val=y_val)
+        return model.set_params(lam=model.lam or 100.0).fit(X, y, eigenvalues)
     if method != "ridge":
         raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
     model = RidgeClassifier(rho=rho)

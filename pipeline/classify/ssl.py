@@ -19,7 +19,7 @@ from pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, uniq
 from pipeline.classify.ridge import RidgeClassifier, grid_hits_chunk
 from pipeline.reductions import RowStats, reduce_rows, row_stats
 
-LAM_GRID = (1.0, 10.0, 100.0, 1000.0, 10000.0)
+LAM_GRID = (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
 
 
 def check_eigenvalues(eigenvalues: Any, n_features: int) -> np.ndarray:
@@ -54,7 +54,7 @@ class SemiSupervisedEigenSolver(RowClassifierMixin, BaseEstimator):
     lam : float or None, default=100
         λ (paper 001 §3: 100). None chooses it from `lam_grid` by the mean per-class rate on
         validation rows passed to `fit`.
-    lam_grid : tuple of float, default=(1, 10, 100, 1000, 10000)
+    lam_grid : tuple of float, default=(0.01, 0.1, 1, 10, 100, 1000, 10000)
     fit_intercept : bool, default=True
         Add the constant eigenvector (σ = 0, so unpenalised): an intercept per class, i.e. U and
         Y centred on the labelled rows. False solves eq. 3 exactly as written.

@@ -29,6 +29,7 @@ import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
+from threadpoolctl import threadpool_limits
 
 from pipeline._compute import compute
 from pipeline.embed._base import RowTransformerMixin
@@ -255,15 +256,17 @@ class SeparableEigenfunctions(RowTransformerMixin, BaseEstimator):
         bandwidths = self._bandwidths(centres, empirical)
         eigenvalues = np.empty((k, n_bins - 1))
         functions = np.empty((k, n_bins - 1, n_bins))
-        for m in range(k):
-            sigma, g = _solve_occupied(centres[m], density[m], bandwidths[m])
-            g = g[:, 1:].T  # drop the constant eigenfunction (σ = 0)
-            # Unit mean square over the rows seen (Σ_b p̂_b g_b² = 1), so every kept column of
-            # the embedding has comparable scale whatever the bin occupancy; sign: largest > 0.
-            g /= np.sqrt(np.maximum(g**2 @ empirical[m], 1e-300))[:, None]
-            biggest = np.abs(g).argmax(axis=1)
-            g *= np.sign(g[np.arange(len(g)), biggest])[:, None]
-            eigenvalues[m], functions[m] = sigma[1:], g
+        # B × B problems: BLAS threads cost more than they save (≈ 6× slower with 2).
+        with threadpool_limits(1):
+            for m in range(k):
+                sigma, g = _solve_occupied(centres[m], density[m], bandwidths[m])
+                g = g[:, 1:].T  # drop the constant eigenfunction (σ = 0)
+                # Unit mean square over the rows seen (Σ_b p̂_b g_b² = 1), so every kept column of
+                # the embedding has comparable scale whatever the bin occupancy; sign: largest > 0.
+                g /= np.sqrt(np.maximum(g**2 @ empirical[m], 1e-300))[:, None]
+                biggest = np.abs(g).argmax(axis=1)
+                g *= np.sign(g[np.arange(len(g)), biggest])[:, None]
+                eigenvalues[m], functions[m] = sigma[1:], g
         d = self._n_eigenfunctions(k, n_bins)
         # Stable sort: ties keep dimension order, then eigenfunction order.
         order = np.argsort(eigenvalues.ravel(), kind="stable")[:d]

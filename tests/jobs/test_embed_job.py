@@ -186,3 +186,19 @@ def test_a_sigkilled_run_resumes_to_exactly_the_uninterrupted_result(
     summary = embed_new_rows(model, open_store(source[0]), dst, batch_rows=BATCH)
     assert summary["watermark_before"] == held
     _assert_same(_contents(dst), _contents(reference))
+
+
+def test_a_trained_ale_ssl_pipeline_embeds_with_its_ale_step(tmp_path, source):
+    from jobs.train import make_embedding, train
+    from pipeline.classify import SemiSupervisedEigenSolver
+
+    fitted = train(open_store(source[0]), "ssl", embedding=make_embedding("ale", n_components=8))
+    assert isinstance(fitted.steps[-1][1], SemiSupervisedEigenSolver)
+    assert fitted.steps[-1][1].lam_ in fitted.steps[-1][1].lam_grid  # chosen on the val split
+    models.save(fitted, tmp_path / "pipeline.model")
+    loaded, _ = models.load(tmp_path / "pipeline.model")
+    embed_new_rows(loaded, open_store(source[0]), tmp_path / "dst.zarr", batch_rows=BATCH)
+    np.testing.assert_array_equal(
+        open_store(tmp_path / "dst.zarr").features().compute(),
+        fitted.steps[0][1].transform(source[1]),
+    )
