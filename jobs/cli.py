@@ -223,10 +223,11 @@ def demo(workdir, scheduler) -> None:
 @click.argument("src", type=click.Path(exists=True))
 @click.argument("dst", type=click.Path())
 @click.option("--batch-rows", default=1000, show_default=True, help="Rows per committed batch.")
+@click.option("--max-rows", type=int, help="Embed at most this many rows in this run.")
 @scheduler_option
 @json_option
 @verbose_option
-def embed_command(model, src, dst, batch_rows, scheduler, as_json) -> None:
+def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> None:
     """Embed the rows of store SRC that DST lacks with MODEL's embedding, appending to DST.
 
     Each batch of source rows is one committed batch of DST (id rows-START-STOP), so a rerun
@@ -243,6 +244,7 @@ def embed_command(model, src, dst, batch_rows, scheduler, as_json) -> None:
             source,
             dst,
             batch_rows=batch_rows,
+            max_rows=max_rows,
             provenance={"model": str(Path(model).resolve())},
         )
     if as_json:
