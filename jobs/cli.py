@@ -91,6 +91,44 @@ def info(store, as_json) -> None:
 
 
 @cli.command()
+@click.argument("src", type=click.Path(exists=True))
+@click.argument("dst", type=click.Path())
+@click.option("--m", "m", default=64, show_default=True, help="Sub-quantizers (must divide D).")
+@click.option("--rotate", is_flag=True, help="Random orthogonal rotation before quantizing.")
+@click.option("--sample", default=65_536, show_default=True, help="Rows to train the codec on.")
+@click.option("--seed", default=0, show_default=True, help="Sample, rotation and k-means seed.")
+@scheduler_option
+@json_option
+@verbose_option
+def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
+    """Product-quantize SRC into a new PQ store DST (M bytes a row), encoded on the cluster."""
+    from jobs.compress import compress as compress_store
+    from storage import open_store
+
+    source = open_store(src)
+    with connect(scheduler, quiet=as_json):
+        summary = compress_store(
+            source,
+            dst,
+            m,
+            rotate=rotate,
+            sample=sample,
+            seed=seed,
+            progress=None if as_json else _progress_line("encode"),
+        )
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    click.echo(
+        f"{dst}: {summary['rows']} rows × M={m} codes; reconstruction MSE "
+        f"{summary['mse']:.4g} = {summary['relative_mse']:.4f} of total variance; "
+        f"{summary['bytes_on_disk'] / 2**20:.1f} MiB on disk "
+        f"(compression {summary['compression_ratio']:.1f}× of raw float32); "
+        f"encode {summary['encode_rows_per_second']:.0f} rows/s"
+    )
+
+
+@cli.command()
 @click.argument("store", type=click.Path(exists=True))
 @click.argument("model", type=click.Path())
 @click.option("--method", type=click.Choice(METHODS), default="ridge", show_default=True)

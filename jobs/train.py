@@ -83,6 +83,12 @@ def train(
         )
         return classifier_pipeline(embedding, classifier)
     if method == "ncm":
+        if getattr(store, "encoding", "raw") == "pq":
+            # Class means from the codes' count table: no row is decoded (pipeline/pq.py).
+            codec = store.codec
+            return NearestClassMean().fit_codes(
+                store.codes(split), y, codec.codebook, codec.rotation
+            )
         return NearestClassMean().fit(X, y)
     if method == "ssl":
         if eigenvalues is None:

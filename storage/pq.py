@@ -116,6 +116,8 @@ class PQCodec:
         pq = faiss.ProductQuantizer(dim, m, 8)
         pq.cp.niter = niter
         pq.cp.seed = seed
+        # We warned above with our threshold; faiss would print its own per sub-quantizer.
+        pq.cp.min_points_per_centroid = 1
         pq.train(sample)
         codebook = faiss.vector_to_array(pq.centroids).reshape(m, KSUB, dim // m)
         return cls(codebook, rotation)

@@ -1,0 +1,178 @@
+"""``imgscale bench pq``: PQ compress, class means from codes and ADC search vs faiss, same run.
+
+On the synthetic Gaussian mixture (``jobs.bench.common``), one store of ``rows × dim``:
+
+- encode throughput: ``imgscale compress`` on the cluster (read, encode, write, commit) vs faiss
+  ``ProductQuantizer.compute_codes`` in this process on the same rows in memory (all threads);
+- reconstruction MSE: ours vs faiss trained on the same number of sampled rows at equal M;
+- class means for ``mean_classes`` classes: ``NearestClassMean.fit_codes`` (count table) vs
+  ``fit`` on the decoded float rows, both on the cluster;
+- ADC scan rate: ``pipeline.pq.adc_search`` vs faiss ``IndexPQ.search`` on the same codes in
+  memory, one thread each;
+- bytes on disk, raw vs PQ.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import dask
+import numpy as np
+
+from jobs.bench.common import PeakRSS, mixture_blocks, mixture_store, record
+from jobs.cluster import connect
+from jobs.compress import compress
+from pipeline.classify import NearestClassMean
+from pipeline.pq import adc_search
+from storage import open_store
+from storage.pq import DEFAULT_SAMPLE, sample_indices
+
+CLUSTERS = 1000
+
+
+def run(
+    rows: int,
+    dim: int,
+    m: int,
+    *,
+    mean_classes: int = 10_000,
+    queries: int = 16,
+    workdir: str | None = None,
+    scheduler: str | None = None,
+    keep: bool = False,
+) -> list[dict]:
+    import faiss
+
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="imgscale-bench-pq-"))
+    raw = mixture_store(workdir / f"mixture-{rows}x{dim}-{CLUSTERS}.zarr", rows, dim, CLUSTERS)
+    pq_path = workdir / f"mixture-{rows}x{dim}-pq{m}.zarr"
+    shutil.rmtree(pq_path, ignore_errors=True)
+    config = {"rows": rows, "dim": dim, "m": m}
+
+    with connect(scheduler, quiet=True), PeakRSS() as rss:
+        summary = compress(raw, pq_path, m)
+        store = open_store(pq_path)
+        # Class means: labels of `mean_classes` classes, 10 per mixture cluster where possible.
+        labels = _mean_labels(raw.labels(), mean_classes)
+        codec = store.codec
+        started = time.perf_counter()
+        ours_means = NearestClassMean().fit_codes(
+            store.codes(), labels, codec.codebook, codec.rotation
+        )
+        means_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        peer_means = NearestClassMean().fit(store.features(), labels)
+        decoded_seconds = time.perf_counter() - started
+    means_error = float(np.abs(ours_means.means_ - peer_means.means_).max())
+
+    # In-memory peers: the rows the store holds, regenerated deterministically.
+    X = np.concatenate([b[0] for b in mixture_blocks(rows, dim, CLUSTERS)])
+    sample = X[sample_indices(rows, DEFAULT_SAMPLE, 0)]
+    faiss_pq = faiss.ProductQuantizer(dim, m, 8)
+    faiss_pq.cp.min_points_per_centroid = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        faiss_pq.train(sample)
+    del sample
+    ours_pq = faiss.ProductQuantizer(dim, m, 8)
+    faiss.copy_array_to_vector(codec.codebook.ravel(), ours_pq.centroids)
+    started = time.perf_counter()
+    faiss_codes = faiss_pq.compute_codes(X)
+    faiss_encode_seconds = time.perf_counter() - started
+    faiss_mse = _mse(X, faiss_pq.decode(faiss_codes))
+    del faiss_codes
+
+    # ADC: both on the same codes in memory, one thread each.
+    codes = store.codes().compute(scheduler="synchronous")
+    rng = np.random.default_rng(1)
+    Q = X[rng.choice(rows, queries, replace=False)]
+    Q += rng.standard_normal((queries, dim), np.float32)
+    del X
+    with dask.config.set(scheduler="synchronous"):
+        started = time.perf_counter()
+        ours_ids, _ = adc_search(Q, codes, codec.codebook, k=10, rotation=codec.rotation)
+        adc_seconds = time.perf_counter() - started
+    index = faiss.IndexPQ(dim, m, 8)
+    faiss.copy_array_to_vector(codec.codebook.ravel(), index.pq.centroids)
+    index.is_trained = True
+    faiss.copy_array_to_vector(codes.ravel(), index.codes)
+    index.ntotal = rows
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        started = time.perf_counter()
+        _, faiss_ids = index.search(Q, 10)
+        faiss_adc_seconds = time.perf_counter() - started
+    finally:
+        faiss.omp_set_num_threads(threads)
+    pairs = zip(ours_ids, faiss_ids, strict=True)
+    agreement = float(np.mean([len(set(a) & set(b)) / 10 for a, b in pairs]))
+
+    raw_bytes = raw.info()["bytes_on_disk"]
+    pq_bytes = store.info()["bytes_on_disk"]
+    records = [
+        record(
+            "encode throughput (read+encode+write, cluster)",
+            summary["encode_rows_per_second"],
+            "vectors/s",
+            rows / faiss_encode_seconds,
+            peer="faiss ProductQuantizer.compute_codes in memory, one process",
+            **config,
+        ),
+        record(
+            "reconstruction MSE",
+            summary["mse"],
+            "sq. distance",
+            faiss_mse,
+            peer="faiss ProductQuantizer trained on the same sample size",
+            relative_mse=summary["relative_mse"],
+            **config,
+        ),
+        record(
+            f"class means, {mean_classes} classes, from codes",
+            means_seconds,
+            "s",
+            decoded_seconds,
+            peer="NearestClassMean.fit on decoded float rows (same cluster)",
+            speedup=decoded_seconds / means_seconds,
+            max_abs_difference=means_error,
+            **config,
+        ),
+        record(
+            "ADC scan rate, 1 thread",
+            rows * queries / adc_seconds,
+            "codes/s",
+            rows * queries / faiss_adc_seconds,
+            peer="faiss IndexPQ.search, 1 thread",
+            queries=queries,
+            top10_agreement=agreement,
+            **config,
+        ),
+        record("bytes on disk", pq_bytes, "bytes", raw_bytes, peer="raw float32 store", **config),
+        record("codec training", summary["train_seconds"], "s", **config),
+        record("peak RSS (client + workers)", rss.peak / 2**30, "GiB", **config),
+    ]
+    if not keep:
+        shutil.rmtree(pq_path, ignore_errors=True)
+    return records
+
+
+def _mean_labels(cluster_labels: np.ndarray, classes: int) -> np.ndarray:
+    rng = np.random.default_rng(2)
+    per_cluster = max(1, classes // CLUSTERS)
+    labels = cluster_labels.astype(np.int64) * per_cluster + rng.integers(
+        0, per_cluster, len(cluster_labels)
+    )
+    return (labels % classes).astype(np.int32)
+
+
+def _mse(X: np.ndarray, Xhat: np.ndarray, block: int = 65_536) -> float:
+    total = 0.0
+    for start in range(0, len(X), block):
+        d = X[start : start + block] - Xhat[start : start + block]
+        total += float(np.einsum("nd,nd->", d, d, dtype=np.float64))
+    return total / len(X)

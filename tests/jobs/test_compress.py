@@ -1,0 +1,143 @@
+"""`imgscale compress` on digits: a PQ store that reads like the raw one, within stated tolerances.
+
+Tolerances: sklearn digits (64-D, 1,797 rows) with M=32 (2-dim sub-vectors) changes the test
+per-class rate of ridge and of NCM by at most 0.03 from the raw store's; with M=16 by at most 0.06.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from jobs.cli import cli
+from jobs.compress import compress
+from jobs.train import train
+from pipeline.metrics import per_class_rate
+from storage import StoreError, create_store, ingest_file, open_store
+from storage.pq import PQCodec
+
+
+@pytest.fixture(scope="module")
+def raw_store(tmp_path_factory, digits_splits):
+    """Digits in one raw store, three batches (train/val/test), 256-row chunks."""
+    path = tmp_path_factory.mktemp("raw") / "digits.zarr"
+    create_store(path, 64, class_names=[str(d) for d in range(10)], rows_per_chunk=256)
+    for split, file in digits_splits.items():
+        ingest_file(file, path, x_key="X", y_key="y", split=split, batch_id=split)
+    return open_store(path)
+
+
+def _compress(raw_store, dst, m, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # digits has fewer than 39×256 rows to train on
+        # 10 Lloyd iterations instead of 25 keep the test fast; the tolerances hold with either.
+        return compress(raw_store, dst, m, **{"niter": 10, **kwargs})
+
+
+@pytest.fixture(scope="module")
+def pq32(raw_store, tmp_path_factory):
+    dst = tmp_path_factory.mktemp("pq") / "digits-pq32.zarr"
+    summary = _compress(raw_store, dst, 32)
+    return open_store(dst), summary
+
+
+def test_compressed_store_keeps_rows_ids_labels_splits_and_batches(raw_store, pq32):
+    store, _ = pq32
+    assert store.encoding == "pq" and store.committed_rows == raw_store.committed_rows
+    assert store.rows().to_pylist() == raw_store.rows().to_pylist()
+    assert store.class_names == raw_store.class_names
+    assert [store.has_batch(b) for b in ("train", "val", "test")] == [True] * 3
+    assert store.features().chunks == raw_store.features().chunks
+
+
+def test_compressed_rows_are_the_codec_applied_to_the_raw_rows(raw_store, pq32):
+    store, _ = pq32
+    X = raw_store.features().compute()
+    codec = store.codec
+    np.testing.assert_array_equal(store.codes().compute(), codec.encode(X))
+    np.testing.assert_array_equal(store.features().compute(), codec.decode(codec.encode(X)))
+
+
+def test_reported_relative_mse_is_error_over_total_variance(raw_store, pq32):
+    store, summary = pq32
+    X = raw_store.features().compute().astype(np.float64)
+    Xhat = store.features().compute().astype(np.float64)
+    mse = ((X - Xhat) ** 2).sum(axis=1).mean()
+    variance = X.var(axis=0).sum()
+    assert summary["mse"] == pytest.approx(mse, rel=1e-6)
+    assert summary["relative_mse"] == pytest.approx(mse / variance, rel=1e-6)
+    assert 0 < summary["relative_mse"] < 0.1
+
+
+@pytest.mark.parametrize(("m", "tolerance"), [(32, 0.03), (16, 0.06)])
+@pytest.mark.parametrize("method", ["ridge", "ncm"])
+def test_classifiers_on_the_pq_store_score_close_to_the_raw_store(
+    raw_store, tmp_path, m, tolerance, method
+):
+    _compress(raw_store, tmp_path / "pq.zarr", m)
+    store = open_store(tmp_path / "pq.zarr")
+    rates = []
+    for s in (raw_store, store):
+        model = train(s, method)
+        rates.append(per_class_rate(s.labels("test"), model.predict(s.features("test")).compute()))
+    assert abs(rates[0] - rates[1]) <= tolerance, rates
+    assert rates[1] > 0.85
+
+
+def test_ncm_on_a_pq_store_uses_codes_and_equals_the_mean_of_decoded_rows(pq32, monkeypatch):
+    store, _ = pq32
+    X = store.features("train").compute()
+    y = store.labels("train")
+    # Any decoded row would go through PQCodec.decode: forbid it while training.
+    monkeypatch.setattr(PQCodec, "decode", lambda *a, **k: pytest.fail("decoded rows"))
+    model = train(store, "ncm")
+    expected = np.stack([X[y == c].mean(axis=0) for c in range(10)])
+    np.testing.assert_allclose(model.means_, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_m_not_dividing_d_fails_before_anything_is_written(raw_store, tmp_path):
+    with pytest.raises(StoreError, match="M=5 sub-quantizers do not divide D=64"):
+        compress(raw_store, tmp_path / "pq.zarr", 5)
+    assert not (tmp_path / "pq.zarr").exists()
+
+
+def test_failure_while_encoding_leaves_no_store(raw_store, tmp_path, monkeypatch):
+    import jobs.compress as module
+
+    calls = []
+
+    def failing(X, codec):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("worker died")
+        return real(X, codec)
+
+    real = module.encode_chunk
+    monkeypatch.setattr(module, "encode_chunk", failing)
+    with pytest.raises(RuntimeError, match="worker died"):
+        _compress(raw_store, tmp_path / "pq.zarr", 16)
+    assert not (tmp_path / "pq.zarr").exists()
+
+
+def test_existing_destination_is_refused(raw_store, pq32):
+    store, _ = pq32
+    before = (store.path / "zarr.json").read_bytes()
+    with pytest.raises(StoreError, match="not empty"):
+        compress(raw_store, store.path, 16)
+    assert (store.path / "zarr.json").read_bytes() == before
+
+
+def test_cli_compress_and_info_report_encoding_m_and_compression(raw_store, tmp_path):
+    runner = CliRunner()
+    dst = tmp_path / "pq.zarr"
+    result = runner.invoke(cli, ["compress", str(raw_store.path), str(dst), "--m", "16", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["pq_m"] == 16 and 0 < summary["relative_mse"] < 0.2
+    info = json.loads(runner.invoke(cli, ["info", str(dst), "--json"]).stdout)
+    assert info["encoding"] == "pq" and info["pq_m"] == 16 and info["rows"] == 1797
+    assert info["compression_ratio"] > 2
