@@ -188,12 +188,18 @@ def test_non_finite_rows_are_named_in_the_error(rows):
         model.transform(da.from_array(bad, chunks=100)).compute()
 
 
+# The projection is a float32 GEMM whose rounding of a row can depend on the rows around it
+# (BLAS tail kernels): ~1 ulp, above the check's rtol 1e-7, as for PCA in test_common.
+FLOAT32_ROUNDING = "float32 GEMM output differs by ~1 ulp with row order"
+
+
 @parametrize_with_checks(
     [
         ALE(n_components=4, n_bins=10),
         PCALap(n_directions=2, n_bins=10),
         RPLap(n_directions=6, n_bins=10, random_state=0),
-    ]
+    ],
+    expected_failed_checks=lambda e: {"check_methods_sample_order_invariance": FLOAT32_ROUNDING},
 )
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
