@@ -40,6 +40,28 @@ def unique_labels(y: Any) -> np.ndarray:
     return y[~is_unlabelled(y)]
 
 
+def grown_classes(old: np.ndarray | None, y: Any, classes: Any = None) -> np.ndarray:
+    """`old` (None before the first fit) followed by the sorted labels of y and `classes` not
+    among them: partial_fit appends classes, so the index of a known class never moves."""
+    seen = unique_labels(y)
+    if classes is not None:
+        seen = np.union1d(seen, unique_labels(np.asarray(classes)))
+    if old is None:
+        return seen
+    return np.concatenate([old, np.setdiff1d(seen, old)])
+
+
+def checked_grid(grid: Any, value: Any, name: str) -> np.ndarray:
+    """`grid` (parameter `<name>_grid`) as float64, non-empty and positive; `value` (parameter
+    `<name>`) positive or None."""
+    checked = np.asarray(grid, dtype=np.float64).ravel()
+    if len(checked) == 0 or not np.all(checked > 0):
+        raise ValueError(f"{name}_grid must be non-empty and positive, got {grid}")
+    if value is not None and not value > 0:
+        raise ValueError(f"{name} must be positive or None, got {value}")
+    return checked
+
+
 def encode_labels(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
     """Class index of each label in `classes` (any order), -1 for unlabelled rows."""
     y = np.asarray(y)
@@ -153,11 +175,39 @@ class RowClassifierMixin(ClassifierMixin):
         classes = np.asarray(self.classes_)
         return self._map_rows(X, _predict_block, classes, n_cols=None, dtype=classes.dtype)
 
-    def predict_top_k(self, X: Any, k: int = 5) -> Any:
-        """The k best classes of each row, best first (n, min(k, C)); column 0 equals `predict`."""
+    def _check_top_k_input(self, X: Any, k: int) -> tuple[Any, np.ndarray, int]:
+        """Checked rows, `classes_` as an array and k capped at the number of classes."""
         X = self._check_predict_input(X)
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         classes = np.asarray(self.classes_)
-        k = min(k, len(classes))
+        return X, classes, min(k, len(classes))
+
+    def predict_top_k(self, X: Any, k: int = 5) -> Any:
+        """The k best classes of each row, best first (n, min(k, C)); column 0 equals `predict`."""
+        X, classes, k = self._check_top_k_input(X, k)
         return self._map_rows(X, _top_k_block, classes, k, n_cols=k, dtype=classes.dtype)
+
+
+class ProjectionMixin:
+    """`transform` for a classifier that scores rows after a learned projection `components_`."""
+
+    def transform(self, X: Any) -> Any:
+        """Projected rows Wx (n, d)."""
+        check_is_fitted(self, "components_")
+        X = self._check_rows(X)
+        W = self.components_.T
+        if isinstance(X, da.Array):
+            return X.map_blocks(np.matmul, W, dtype=np.float32, chunks=(X.chunks[0], W.shape[1]))
+        return X @ W
+
+
+class LinearClassifierMixin(RowClassifierMixin):
+    """RowClassifierMixin for linear scores X coef_ᵀ + intercept_."""
+
+    def _score_params(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.coef_, self.intercept_
+
+    @staticmethod
+    def _scores(X: np.ndarray, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
+        return X @ coef.T + intercept

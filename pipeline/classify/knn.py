@@ -10,7 +10,12 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from pipeline._compute import compute
-from pipeline.classify._base import RowClassifierMixin, encode_labels, unique_labels
+from pipeline.classify._base import (
+    ProjectionMixin,
+    RowClassifierMixin,
+    encode_labels,
+    unique_labels,
+)
 from pipeline.classify._minibatch import RowSampler
 from pipeline.classify.ncm_metric import initial_projection
 from pipeline.pq import TopK
@@ -121,7 +126,7 @@ def dynamic_negatives(Z: np.ndarray, y_index: np.ndarray, r: int) -> np.ndarray:
     return negatives
 
 
-class MetricKNeighborsClassifier(RowClassifierMixin, BaseEstimator):
+class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstimator):
     """k-NN under a learned low-rank metric ‖W(x − x')‖² (paper 002 §3.1, eqs. 1–5).
 
     W (d × D) starts from PCA and is learned by SGD on the triplet hinge loss (eq. 2): each
@@ -293,15 +298,6 @@ class MetricKNeighborsClassifier(RowClassifierMixin, BaseEstimator):
     def _scores(X, W, reference, reference_index, n_classes, k) -> np.ndarray:
         ids, _ = knn_search(X @ W.T, reference, k)
         return _vote_scores(reference_index[ids], n_classes)
-
-    def transform(self, X: Any) -> Any:
-        """Projected rows Wx (n, d)."""
-        check_is_fitted(self, "components_")
-        X = self._check_rows(X)
-        W = self.components_.T
-        if isinstance(X, da.Array):
-            return X.map_blocks(np.matmul, W, dtype=np.float32, chunks=(X.chunks[0], W.shape[1]))
-        return X @ W
 
 
 def _vote_scores(neighbour_labels: np.ndarray, n_classes: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, unique_labels
+from pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, grown_classes
 from pipeline.pq import check_codebook, code_counts, sums_from_counts
 from pipeline.reductions import RowStats, row_stats
 
@@ -111,12 +111,8 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         return self._add_stats(y, classes, stats, first=first)
 
     def _add_stats(self, y: Any, classes: Any, stats_of: Any, *, first: bool) -> NearestClassMean:
-        old = np.asarray([]) if first else np.asarray(self.classes_)
-        seen = unique_labels(y)
-        if classes is not None:
-            seen = np.union1d(seen, unique_labels(np.asarray(classes)))
-        new = np.setdiff1d(seen, old)
-        all_classes = new if first else np.concatenate([old, new])
+        old = None if first else np.asarray(self.classes_)
+        all_classes = grown_classes(old, y, classes)
         if len(all_classes) == 0:
             raise ValueError("y has no labelled rows (every label is -1)")
         stats = stats_of(encode_labels_lazy(y, all_classes), len(all_classes))

@@ -6,10 +6,15 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
-from sklearn.utils.validation import check_is_fitted, check_random_state
+from sklearn.utils.validation import check_random_state
 
 from pipeline._compute import compute
-from pipeline.classify._base import encode_labels, encode_labels_lazy, unique_labels
+from pipeline.classify._base import (
+    ProjectionMixin,
+    encode_labels,
+    encode_labels_lazy,
+    grown_classes,
+)
 from pipeline.classify._minibatch import RowSampler, decode_codes
 from pipeline.classify.ncm import NearestClassMean
 from pipeline.pq import check_codebook
@@ -90,7 +95,7 @@ def _top_k_block(X: np.ndarray, W: np.ndarray, P2: np.ndarray, norms: np.ndarray
     return out
 
 
-class MetricNearestClassMean(NearestClassMean):
+class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
     """NCM with a learned low-rank metric: argmax_c −‖W(x − μ_c)‖², W ∈ R^{d×D} (eqs. 6–9).
 
     Class means are one pass of class sums (as `NearestClassMean`). W is learned by minibatch SGD
@@ -264,10 +269,7 @@ class MetricNearestClassMean(NearestClassMean):
         if first:
             return super()._add_stats(y, classes, stats_of, first=True)
         old = np.asarray(self.classes_)
-        seen = unique_labels(y)
-        if classes is not None:
-            seen = np.union1d(seen, unique_labels(np.asarray(classes)))
-        all_classes = np.concatenate([old, np.setdiff1d(seen, old)])
+        all_classes = grown_classes(old, y, classes)
         added = stats_of(encode_labels_lazy(y, all_classes), len(all_classes))
         stats = RowStats(0, added.feature_sum, self.class_sums_, self.class_counts_) + added
         priors = self._priors(len(all_classes))
@@ -337,15 +339,6 @@ class MetricNearestClassMean(NearestClassMean):
 
     # -- scoring --------------------------------------------------------------------------
 
-    def transform(self, X: Any) -> Any:
-        """Projected rows Wx (n, d)."""
-        check_is_fitted(self, "components_")
-        X = self._check_rows(X)
-        W = self.components_.T
-        if isinstance(X, da.Array):
-            return X.map_blocks(np.matmul, W, dtype=np.float32, chunks=(X.chunks[0], W.shape[1]))
-        return X @ W
-
     def _score_params(self) -> tuple[np.ndarray, ...]:
         P = self.projected_means_
         return self.components_, P * 2, np.einsum("cd,cd->c", P, P)
@@ -360,11 +353,7 @@ class MetricNearestClassMean(NearestClassMean):
 
     def predict_top_k(self, X: Any, k: int = 5) -> Any:
         """The k best classes per row, best first, by eq. 9 (group-max pruned top-k)."""
-        X = self._check_predict_input(X)
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        classes = np.asarray(self.classes_)
-        k = min(k, len(classes))
+        X, classes, k = self._check_top_k_input(X, k)
         W, P2, norms = self._score_params()
         if not isinstance(X, da.Array):
             return _top_k_block(X, W, P2, norms, classes, k)

@@ -11,10 +11,13 @@ from sklearn.base import BaseEstimator
 
 from pipeline._compute import compute
 from pipeline.classify._base import (
-    RowClassifierMixin,
+    LinearClassifierMixin,
+    checked_grid,
     encode_labels_lazy,
+    grown_classes,
     unique_labels,
 )
+from pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
 from pipeline.reductions import RowStats, reduce_rows, row_stats
 
 RHO_GRID = (0.0002, 0.002, 0.02, 0.2, 2.0, 20.0, 200.0, 2000.0)
@@ -70,7 +73,7 @@ def grid_hits_chunk(
     return hits
 
 
-class RidgeClassifier(RowClassifierMixin, BaseEstimator):
+class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
     """Ridge regression on one-hot targets, centred on the mean of all rows, without bias.
 
     W = (X̃ᵀX̃ + ρI)⁻¹ X̃ᵀY with X̃ the labelled rows minus the mean μ of all rows (labelled and
@@ -138,12 +141,7 @@ class RidgeClassifier(RowClassifierMixin, BaseEstimator):
         grid = self._checked_grid()
         first = not hasattr(self, "classes_")
         X, y = self._check_fit_input(X, y, reset=first)
-        old = np.asarray([]) if first else np.asarray(self.classes_)
-        seen = unique_labels(y)
-        if classes is not None:
-            seen = np.union1d(seen, unique_labels(np.asarray(classes)))
-        new = np.setdiff1d(seen, old)
-        all_classes = new if first else np.concatenate([old, new])
+        all_classes = grown_classes(None if first else np.asarray(self.classes_), y, classes)
         stats = row_stats(X, encode_labels_lazy(y, all_classes), len(all_classes), gram=True)
         keep = None
         if not first:
@@ -154,21 +152,7 @@ class RidgeClassifier(RowClassifierMixin, BaseEstimator):
         return self
 
     def _checked_grid(self) -> np.ndarray:
-        grid = np.asarray(self.rho_grid, dtype=np.float64).ravel()
-        if len(grid) == 0 or not np.all(grid > 0):
-            raise ValueError(f"rho_grid must be non-empty and positive, got {self.rho_grid}")
-        if self.rho is not None and not self.rho > 0:
-            raise ValueError(f"rho must be positive or None, got {self.rho}")
-        return grid
-
-    def _row_stats(self) -> RowStats:
-        return RowStats(
-            n_rows=self.n_rows_,
-            feature_sum=self.feature_sum_,
-            class_sums=self.class_sums_,
-            class_counts=self.class_counts_,
-            gram=self.gram_,
-        )
+        return checked_grid(self.rho_grid, self.rho, "rho")
 
     def _solve(
         self,
@@ -207,23 +191,12 @@ class RidgeClassifier(RowClassifierMixin, BaseEstimator):
             "rho_": rho,
             "rho_scores_": np.asarray(scores, dtype=np.float64),
             "rho_selection_": how,
-            "n_rows_": int(stats.n_rows),
-            "feature_sum_": stats.feature_sum,
-            "gram_": stats.gram,
-            "class_sums_": stats.class_sums,
-            "class_counts_": stats.class_counts,
+            **row_stats_attributes(stats),
         }
 
     def _set_state(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
-
-    def _score_params(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.coef_, self.intercept_
-
-    @staticmethod
-    def _scores(X: np.ndarray, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
-        return X @ coef.T + intercept
 
 
 def _validation_rates(
@@ -237,19 +210,28 @@ def _validation_rates(
     y_val: Any,
 ) -> np.ndarray:
     """Mean per-class rate on the validation rows for every ρ, in one pass over them."""
-    n_classes = len(classes)
     # All grid weights side by side, D × (R·C): one GEMM scores every ρ at once.
     weights = eigvecs @ np.hstack([z / (eigvals + rho)[:, None] for rho in grid])
     intercepts = -(mean @ weights)
+    return grid_rates(weights, intercepts, classes, X_val, y_val)
+
+
+def grid_rates(
+    weights: np.ndarray, intercepts: np.ndarray, classes: np.ndarray, X_val: Any, y_val: Any
+) -> np.ndarray:
+    """Mean per-class rate on the validation rows for every grid value, in one pass.
+
+    `weights` (D, R·C) and `intercepts` (R·C,) hold the C class columns of each of the R grid
+    values side by side, so that one GEMM per block scores every grid value.
+    """
     if not isinstance(y_val, da.Array):
         y_val = np.asarray(y_val).ravel()
-    y_index = encode_labels_lazy(y_val, classes)
     hits = reduce_rows(
         grid_hits_chunk,
-        [X_val, y_index],
+        [X_val, encode_labels_lazy(y_val, classes)],
         weights.astype(np.float32),
         intercepts.astype(np.float32),
-        n_classes,
+        len(classes),
     )
     hits = compute(hits)[0]
     totals = hits[-1]

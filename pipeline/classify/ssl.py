@@ -14,10 +14,16 @@ import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator
 
-from pipeline._compute import compute
-from pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, unique_labels
-from pipeline.classify.ridge import RidgeClassifier, grid_hits_chunk
-from pipeline.reductions import RowStats, reduce_rows, row_stats
+from pipeline.classify._base import (
+    LinearClassifierMixin,
+    checked_grid,
+    encode_labels_lazy,
+    grown_classes,
+    unique_labels,
+)
+from pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
+from pipeline.classify.ridge import RidgeClassifier, grid_rates
+from pipeline.reductions import RowStats, row_stats
 
 LAM_GRID = (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
 
@@ -34,7 +40,7 @@ def check_eigenvalues(eigenvalues: Any, n_features: int) -> np.ndarray:
     return sigma
 
 
-class SemiSupervisedEigenSolver(RowClassifierMixin, BaseEstimator):
+class SemiSupervisedEigenSolver(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
     """Paper 001 eq. 3, (Σ + UᵀΛU)α = UᵀΛY, for all C classes (one-vs-rest) in one solve.
 
     U holds the rows' approximate Laplacian eigenvectors (the embedding), Σ their eigenvalues,
@@ -124,12 +130,7 @@ class SemiSupervisedEigenSolver(RowClassifierMixin, BaseEstimator):
             sigma = self.eigenvalues_
         else:
             sigma = check_eigenvalues(eigenvalues, self.n_features_in_)
-        old = np.asarray([]) if first else np.asarray(self.classes_)
-        seen = unique_labels(y)
-        if classes is not None:
-            seen = np.union1d(seen, unique_labels(np.asarray(classes)))
-        new = np.setdiff1d(seen, old)
-        all_classes = new if first else np.concatenate([old, new])
+        all_classes = grown_classes(None if first else np.asarray(self.classes_), y, classes)
         if len(all_classes) == 0:
             raise ValueError("y has no labelled rows (every label is -1)")
         stats = row_stats(X, encode_labels_lazy(y, all_classes), len(all_classes), gram=True)
@@ -142,21 +143,7 @@ class SemiSupervisedEigenSolver(RowClassifierMixin, BaseEstimator):
         return self
 
     def _checked_grid(self) -> np.ndarray:
-        grid = np.asarray(self.lam_grid, dtype=np.float64).ravel()
-        if len(grid) == 0 or not np.all(grid > 0):
-            raise ValueError(f"lam_grid must be non-empty and positive, got {self.lam_grid}")
-        if self.lam is not None and not self.lam > 0:
-            raise ValueError(f"lam must be positive or None, got {self.lam}")
-        return grid
-
-    def _row_stats(self) -> RowStats:
-        return RowStats(
-            n_rows=self.n_rows_,
-            feature_sum=self.feature_sum_,
-            class_sums=self.class_sums_,
-            class_counts=self.class_counts_,
-            gram=self.gram_,
-        )
+        return checked_grid(self.lam_grid, self.lam, "lam")
 
     def _weights(
         self, stats: RowStats, sigma: np.ndarray, lams: np.ndarray
@@ -200,7 +187,7 @@ class SemiSupervisedEigenSolver(RowClassifierMixin, BaseEstimator):
         scores = np.empty(0)
         best = 0
         if validation is not None and self.lam is None:
-            scores = _validation_rates(weights, intercepts, classes, *validation)
+            scores = grid_rates(weights, intercepts, classes, *validation)
             best = int(np.argmax(scores))
         columns = slice(best * n_classes, (best + 1) * n_classes)
         self.classes_ = classes
@@ -209,39 +196,8 @@ class SemiSupervisedEigenSolver(RowClassifierMixin, BaseEstimator):
         self.eigenvalues_ = sigma
         self.lam_ = float(lams[best])
         self.lam_scores_ = np.asarray(scores, dtype=np.float64)
-        self.n_rows_ = int(stats.n_rows)
-        self.feature_sum_ = stats.feature_sum
-        self.gram_ = stats.gram
-        self.class_sums_ = stats.class_sums
-        self.class_counts_ = stats.class_counts
-
-    def _score_params(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.coef_, self.intercept_
-
-    @staticmethod
-    def _scores(X: np.ndarray, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
-        return X @ coef.T + intercept
-
-
-def _validation_rates(
-    weights: np.ndarray, intercepts: np.ndarray, classes: np.ndarray, X_val: Any, y_val: Any
-) -> np.ndarray:
-    """Mean per-class rate on the validation rows for every grid value, in one pass."""
-    if not isinstance(y_val, da.Array):
-        y_val = np.asarray(y_val).ravel()
-    hits = reduce_rows(
-        grid_hits_chunk,
-        [X_val, encode_labels_lazy(y_val, classes)],
-        weights.astype(np.float32),
-        intercepts.astype(np.float32),
-        len(classes),
-    )
-    hits = compute(hits)[0]
-    totals = hits[-1]
-    present = totals > 0
-    if not present.any():
-        raise ValueError("y_val has no labelled rows")
-    return (hits[:-1, present] / totals[present]).mean(axis=1)
+        for name, value in row_stats_attributes(stats).items():
+            setattr(self, name, value)
 
 
 class EigenvalueRidgeClassifier(RidgeClassifier):
