@@ -24,7 +24,7 @@ import numpy as np
 from scipy import sparse
 
 from pipeline._compute import compute
-from pipeline.reductions import reduce_rows
+from pipeline.reductions import check_class_index, reduce_rows
 
 KSUB = 256
 # Rows scanned at a time by an ADC chunk kernel: bounds the (queries × rows) distance buffer.
@@ -99,13 +99,7 @@ def chunk_code_counts(
     codes = _check_codes(codes, m, row_start)
     y_index = np.asarray(y_index)
     n = len(codes)
-    if y_index.shape != (n,):
-        raise ValueError(f"rows {row_start}..{row_start + n}: {y_index.shape} labels for {n} rows")
-    if n and (y_index.min() < -1 or y_index.max() >= n_classes):
-        bad = y_index[(y_index < -1) | (y_index >= n_classes)][0]
-        raise ValueError(
-            f"rows {row_start}..{row_start + n}: class index {bad} outside [-1, {n_classes})"
-        )
+    check_class_index(y_index, n, n_classes, row_start)
     width = m * KSUB
     column = codes.astype(np.int64)
     column += np.arange(m, dtype=np.int64) * KSUB  # (n, M): 256·j + code

@@ -108,12 +108,9 @@ def _accumulate_sums(X, y_index, feature_sum, class_sums, class_counts):  # prag
                 feature_sum[j] += X[i, j]
 
 
-def chunk_row_stats(
-    X: np.ndarray, y_index: np.ndarray, n_classes: int, gram: bool, row_start: int = 0
-) -> RowStats:
-    """RowStats of one chunk; rows with ``y_index == -1`` count only towards `feature_sum`."""
-    n, n_features = X.shape
-    y_index = np.asarray(y_index, dtype=np.int64)
+def check_class_index(y_index: np.ndarray, n: int, n_classes: int, row_start: int) -> None:
+    """Raise unless `y_index` holds one class index in [-1, n_classes) for each of a chunk's n
+    rows; the message names the chunk's rows (from `row_start`)."""
     if y_index.shape != (n,):
         raise ValueError(f"rows {row_start}..{row_start + n}: {y_index.shape} labels for {n} rows")
     if n and (y_index.min() < -1 or y_index.max() >= n_classes):
@@ -121,6 +118,15 @@ def chunk_row_stats(
         raise ValueError(
             f"rows {row_start}..{row_start + n}: class index {bad} outside [-1, {n_classes})"
         )
+
+
+def chunk_row_stats(
+    X: np.ndarray, y_index: np.ndarray, n_classes: int, gram: bool, row_start: int = 0
+) -> RowStats:
+    """RowStats of one chunk; rows with ``y_index == -1`` count only towards `feature_sum`."""
+    n, n_features = X.shape
+    y_index = np.asarray(y_index, dtype=np.int64)
+    check_class_index(y_index, n, n_classes, row_start)
     stats = RowStats.zeros(n_features, n_classes, gram=gram)
     stats.n_rows = n
     X = np.ascontiguousarray(X)

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-
-from pipeline.embed.eigenfunctions import SeparableEigenfunctions
-from pipeline.embed.pcalap import pca_rotation
+from pipeline.embed.pcalap import PCALap
 
 
-class ALE(SeparableEigenfunctions):
+class ALE(PCALap):
     """Approximate Laplacian eigenmaps: paper 001 eq. 1 on B-bin marginals of all PCA directions.
 
     The method of `PCALap` in paper 001's configuration: every PCA direction, B = 50 bins and
@@ -51,11 +46,11 @@ class ALE(SeparableEigenfunctions):
         bandwidth: float = 0.2,
         epsilon: float = 0.1,
     ):
-        self.n_directions = n_directions
-        self.n_components = n_components
-        self.n_bins = n_bins
-        self.bandwidth = bandwidth
-        self.epsilon = epsilon
-
-    def _fit_rotation(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        return pca_rotation(X, self.n_directions)
+        # Only the defaults differ from PCALap's (paper 001 §3's configuration).
+        super().__init__(
+            n_directions=n_directions,
+            n_components=n_components,
+            n_bins=n_bins,
+            bandwidth=bandwidth,
+            epsilon=epsilon,
+        )
