@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,72 @@ from storage.errors import StoreError
 from storage.layout import chunk_file, open_features_array
 
 
-class ChunkReader:
+class OneChunkReader:
+    """What a per-chunk reader shares: one-chunk reads by slice, the checked chunk file, the
+    direct checksummed read, and pickling without the open zarr array.
+
+    A subclass sets ``path``, ``shape``, ``rows_per_chunk``, ``dtype`` and ``_array`` (None until
+    opened) and implements ``read_chunk``; ``_transient`` names the attributes left unpickled.
+    """
+
+    ndim = 2
+    _transient: tuple[str, ...] = ("_array",)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, **dict.fromkeys(self._transient)}
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        rows, cols = key if isinstance(key, tuple) else (key, slice(None))
+        start, stop, _ = rows.indices(self.shape[0])
+        if stop <= start:
+            return np.empty((0, self.shape[1]), self.dtype)[:, cols]
+        index = start // self.rows_per_chunk
+        if (stop - 1) // self.rows_per_chunk != index:
+            raise ValueError(f"read of rows {start}–{stop - 1} spans chunks; read one at a time")
+        return self._read_rows(index, start, stop)[:, cols]
+
+    def _read_rows(self, index: int, start: int, stop: int) -> np.ndarray:
+        return self.read_chunk(index, start, stop)
+
+    def _locate(
+        self, index: int, start: int | None, stop: int | None, file: Path, what: str
+    ) -> tuple[int, int, int, str]:
+        """(chunk_start, start, stop, where) of a read of chunk ``index``, whose ``file`` must
+        exist (zarr returns the fill value for a missing chunk instead of failing)."""
+        chunk_start = index * self.rows_per_chunk
+        chunk_stop = min(chunk_start + self.rows_per_chunk, self.shape[0])
+        start = chunk_start if start is None else start
+        stop = chunk_stop if stop is None else stop
+        where = f"store {self.path}: chunk file {file}, rows {chunk_start}–{chunk_stop - 1}"
+        if not file.is_file():
+            raise StoreError(f"{where}: missing; expected a chunk of committed {what}")
+        return chunk_start, start, stop, where
+
+    def _read_direct(
+        self, file: Path, chunk_start: int, start: int, stop: int, width: int, dtype: Any
+    ) -> np.ndarray:
+        """Rows ``start:stop`` of the open array, read from ``file`` directly (storage/chunk_io.py)
+        when the codec allows it."""
+        checksum = direct_checksum(self._array)
+        if checksum is None:
+            return self._array[start:stop]
+        chunk = read_chunk_file(file, (self.rows_per_chunk, width), dtype, checksum)
+        return chunk[start - chunk_start : stop - chunk_start]
+
+
+@contextmanager
+def unreadable_as_store_error(where: str, expected: str) -> Iterator[None]:
+    """Re-raise any failure to read a chunk as a StoreError naming it and what was expected."""
+    try:
+        yield
+    except Exception as e:
+        raise StoreError(
+            f"{where}: unreadable ({type(e).__name__}: {e}); expected {expected} "
+            "(truncated or corrupt file?)"
+        ) from e
+
+
+class ChunkReader(OneChunkReader):
     """Array-like view of the first ``n_rows`` committed rows of a store's features.
 
     Holds only the store path and shape so it pickles to any worker; zarr is opened lazily in
@@ -25,46 +92,15 @@ class ChunkReader:
         self.shape = (n_rows, dim)
         self.rows_per_chunk = rows_per_chunk
         self.dtype = np.dtype(np.float32)
-        self.ndim = 2
         self._array: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_array": None}
-
-    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
-        rows, cols = key if isinstance(key, tuple) else (key, slice(None))
-        start, stop, _ = rows.indices(self.shape[0])
-        if stop <= start:
-            return np.empty((0, self.shape[1]), np.float32)[:, cols]
-        index = start // self.rows_per_chunk
-        if (stop - 1) // self.rows_per_chunk != index:
-            raise ValueError(f"read of rows {start}–{stop - 1} spans chunks; read one at a time")
-        return self.read_chunk(index, start, stop)[:, cols]
 
     def read_chunk(
         self, index: int, start: int | None = None, stop: int | None = None
     ) -> np.ndarray:
         """Rows ``start:stop`` (default: all committed rows) of chunk ``index``, checked."""
-        chunk_start = index * self.rows_per_chunk
-        chunk_stop = min(chunk_start + self.rows_per_chunk, self.shape[0])
-        start = chunk_start if start is None else start
-        stop = chunk_stop if stop is None else stop
         file = chunk_file(self.path, index)
-        where = f"store {self.path}: chunk file {file}, rows {chunk_start}–{chunk_stop - 1}"
-        # zarr returns the fill value for a missing chunk instead of failing.
-        if not file.is_file():
-            raise StoreError(f"{where}: missing; expected a chunk of committed rows")
-        try:
+        chunk_start, start, stop, where = self._locate(index, start, stop, file, "rows")
+        with unreadable_as_store_error(where, "an intact chunk"):
             if self._array is None or self._array.shape[0] < stop:
                 self._array = open_features_array(self.path)
-            checksum = direct_checksum(self._array)
-            if checksum is None:
-                return self._array[start:stop]
-            chunk_shape = (self.rows_per_chunk, self.shape[1])
-            chunk = read_chunk_file(file, chunk_shape, self.dtype, checksum)
-            return chunk[start - chunk_start : stop - chunk_start]
-        except Exception as e:
-            raise StoreError(
-                f"{where}: unreadable ({type(e).__name__}: {e}); expected an intact chunk "
-                "(truncated or corrupt file?)"
-            ) from e
+            return self._read_direct(file, chunk_start, start, stop, self.shape[1], self.dtype)

@@ -92,19 +92,8 @@ def create_features_array(
 ) -> None:
     if codec not in CODECS:
         raise StoreError(f"store {path}: codec {codec!r}; expected one of {sorted(CODECS)}")
-    zarr.create_array(
-        store=str(path),
-        name=FEATURES,
-        shape=(0, dim),
-        chunks=(rows_per_chunk, dim),
-        dtype="float32",
-        serializer=BytesCodec(),
-        compressors=CODECS[codec],
-        # NaN, not 0: any read of a never-written row would poison results visibly.
-        fill_value=float("nan"),
-        chunk_key_encoding={"name": "default", "separator": "/"},
-        config=ARRAY_CONFIG,
-    )
+    # NaN, not 0: any read of a never-written row would poison results visibly.
+    _create_row_array(path, FEATURES, dim, rows_per_chunk, "float32", CODECS[codec], float("nan"))
 
 
 def open_features_array(path: Path, mode: str = "r") -> zarr.Array:
@@ -118,15 +107,28 @@ def codes_chunk_file(path: Path, chunk_index: int) -> Path:
 
 def create_codes_array(path: Path, m: int, rows_per_chunk: int) -> None:
     """The n x M uint8 codes of a PQ store: row-chunked like features, same codecs."""
+    _create_row_array(path, CODES, m, rows_per_chunk, "uint8", COMPRESSORS, 0)
+
+
+def _create_row_array(
+    path: Path,
+    name: str,
+    width: int,
+    rows_per_chunk: int,
+    dtype: str,
+    compressors: Any,
+    fill_value: Any,
+) -> None:
+    """An empty (0, width) array that grows by rows, one chunk file per row chunk."""
     zarr.create_array(
         store=str(path),
-        name=CODES,
-        shape=(0, m),
-        chunks=(rows_per_chunk, m),
-        dtype="uint8",
+        name=name,
+        shape=(0, width),
+        chunks=(rows_per_chunk, width),
+        dtype=dtype,
         serializer=BytesCodec(),
-        compressors=COMPRESSORS,
-        fill_value=0,
+        compressors=compressors,
+        fill_value=fill_value,
         chunk_key_encoding={"name": "default", "separator": "/"},
         config=ARRAY_CONFIG,
     )

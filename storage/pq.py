@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from storage.chunk_io import direct_checksum, read_chunk_file
+from storage.chunks import OneChunkReader, unreadable_as_store_error
 from storage.errors import StoreError
 from storage.layout import (
     CODEBOOK,
@@ -313,13 +313,15 @@ def check_codes_array(path: Path, array: zarr.Array, m: int) -> None:
         )
 
 
-class CodesChunkReader:
+class CodesChunkReader(OneChunkReader):
     """Array-like view of the committed rows of a PQ store's codes, one zarr chunk per read.
 
     Pickles to any worker (path and shape only), like ``storage.chunks.ChunkReader``. With
     ``decode``, reads return float32 rows decoded with the store's codebook (loaded once per
     process that reads), so ``features()`` of a PQ store has the same interface as a raw one.
     """
+
+    _transient = ("_array", "_codec")
 
     def __init__(
         self, path: Path, record: dict[str, Any], n_rows: int, *, decode: bool = False
@@ -331,61 +333,33 @@ class CodesChunkReader:
         self.decode = decode
         self.shape = (n_rows, record["dim"] if decode else self.m)
         self.dtype = np.dtype(np.float32 if decode else np.uint8)
-        self.ndim = 2
         self._array: Any = None
         self._codec: PQCodec | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_array": None, "_codec": None}
 
     def codec(self) -> PQCodec:
         if self._codec is None:
             self._codec = load_codec(self.path, self.record)
         return self._codec
 
-    def __getitem__(self, key: Any) -> np.ndarray:
-        rows, cols = key if isinstance(key, tuple) else (key, slice(None))
-        start, stop, _ = rows.indices(self.shape[0])
-        if stop <= start:
-            return np.empty((0, self.shape[1]), self.dtype)[:, cols]
-        index = start // self.rows_per_chunk
-        if (stop - 1) // self.rows_per_chunk != index:
-            raise ValueError(f"read of rows {start}–{stop - 1} spans chunks; read one at a time")
+    def _read_rows(self, index: int, start: int, stop: int) -> np.ndarray:
         codes = self.read_chunk(index, start, stop)
-        if self.decode:
-            return self.codec().decode(codes)[:, cols]
-        return codes[:, cols]
+        return self.codec().decode(codes) if self.decode else codes
 
     def read_chunk(
         self, index: int, start: int | None = None, stop: int | None = None
     ) -> np.ndarray:
         """Codes ``start:stop`` (default: all committed rows) of chunk ``index``, checked."""
-        chunk_start = index * self.rows_per_chunk
-        chunk_stop = min(chunk_start + self.rows_per_chunk, self.shape[0])
-        start = chunk_start if start is None else start
-        stop = chunk_stop if stop is None else stop
         file = codes_chunk_file(self.path, index)
-        where = f"store {self.path}: chunk file {file}, rows {chunk_start}–{chunk_stop - 1}"
-        if not file.is_file():
-            raise StoreError(f"{where}: missing; expected a chunk of committed codes")
+        chunk_start, start, stop, where = self._locate(index, start, stop, file, "codes")
         if self._array is None or self._array.shape[0] < stop:
             try:
                 self._array = open_codes_array(self.path)
             except Exception as e:
                 raise StoreError(f"{where}: codes array unreadable ({e})") from e
             check_codes_array(self.path, self._array, self.m)
-        try:
-            # Same direct read as raw features (storage/chunk_io.py) when the codec allows it.
-            checksum = direct_checksum(self._array)
-            if checksum is None:
-                return self._array[start:stop]
-            chunk = read_chunk_file(file, (self.rows_per_chunk, self.m), np.uint8, checksum)
-            return chunk[start - chunk_start : stop - chunk_start]
-        except Exception as e:
-            raise StoreError(
-                f"{where}: unreadable ({type(e).__name__}: {e}); expected an intact "
-                "checksummed chunk of uint8 codes (truncated or corrupt file?)"
-            ) from e
+        expected = "an intact checksummed chunk of uint8 codes"
+        with unreadable_as_store_error(where, expected):
+            return self._read_direct(file, chunk_start, start, stop, self.m, np.uint8)
 
     def verify(self) -> None:
         self.codec()

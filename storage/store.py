@@ -119,19 +119,7 @@ class FeatureStore:
             reader = CodesChunkReader(self.path, record, n, decode=True)
         else:
             reader = ChunkReader(self.path, n, self.dim, self.rows_per_chunk)
-        name = "imgscale-features-" + tokenize(str(self.path.resolve()), n, record["created"])
-        x = da.from_array(
-            reader,
-            chunks=(self.rows_per_chunk, self.dim),
-            name=name,
-            asarray=False,
-            fancy=False,
-            meta=np.empty((0, self.dim), np.float32),
-        )
-        if split is None:
-            return x
-        mask = self._rows(record, None).column("split").to_numpy(zero_copy_only=False) == split
-        return x[mask]
+        return self._dask_rows("imgscale-features-", reader, record, split)
 
     def codes(self, split: str | None = None) -> da.Array:
         """A PQ store's committed codes as a uint8 (n, M) dask array, chunked like `features`.
@@ -143,14 +131,21 @@ class FeatureStore:
             raise StoreError(f"store {self.path}: encoding {record['encoding']!r} has no codes")
         n = record["committed_rows"]
         reader = CodesChunkReader(self.path, record, n)
-        name = "imgscale-codes-" + tokenize(str(self.path.resolve()), n, record["created"])
+        return self._dask_rows("imgscale-codes-", reader, record, split)
+
+    def _dask_rows(
+        self, prefix: str, reader: Any, record: dict[str, Any], split: str | None
+    ) -> da.Array:
+        """One task per zarr chunk of ``reader`` (rows of ``split`` only, by a boolean mask)."""
+        n, width = reader.shape
+        name = prefix + tokenize(str(self.path.resolve()), n, record["created"])
         x = da.from_array(
             reader,
-            chunks=(self.rows_per_chunk, reader.m),
+            chunks=(self.rows_per_chunk, width),
             name=name,
             asarray=False,
             fancy=False,
-            meta=np.empty((0, reader.m), np.uint8),
+            meta=np.empty((0, width), reader.dtype),
         )
         if split is None:
             return x

@@ -46,3 +46,25 @@ def read_exact(stream: IO[bytes], nbytes: int, path: Path, what: str) -> bytes:
         parts.append(part)
         remaining -= len(part)
     return b"".join(parts)
+
+
+def resolve_keys(
+    path: Path,
+    names: list[str],
+    x_key: str,
+    y_key: str | None,
+    ids_key: str | None,
+    defaults: tuple[str, str],
+    what: str,
+) -> tuple[str | None, str | None]:
+    """``y_key`` and ``ids_key``, each defaulting to its name in ``defaults`` when the file has
+    it; raises unless ``x_key`` and the keys given are among ``names`` (the file's ``what``s)."""
+    y_default, ids_default = defaults
+    if y_key is None and y_default in names:
+        y_key = y_default
+    if ids_key is None and ids_default in names:
+        ids_key = ids_default
+    for key in (x_key, y_key, ids_key):
+        if key is not None and key not in names:
+            raise StoreError(f"{path}: no {what} {key!r}; has {names}")
+    return y_key, ids_key

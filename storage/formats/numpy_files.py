@@ -12,7 +12,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from storage.errors import StoreError
-from storage.formats.base import Block, read_exact
+from storage.formats.base import Block, read_exact, resolve_keys
 
 
 class NpySource:
@@ -65,13 +65,9 @@ class NpzSource:
         self._members = {n[: -len(".npy")]: n for n in self._zip.namelist() if n.endswith(".npy")}
         headers = {key: self._header(key) for key in self._members}
         x_key = x_key or self._default_x(headers)
-        if y_key is None and "y" in headers:
-            y_key = "y"
-        if ids_key is None and "ids" in headers:
-            ids_key = "ids"
-        for key in (x_key, y_key, ids_key):
-            if key is not None and key not in headers:
-                raise StoreError(f"{path}: no array {key!r}; has {sorted(headers)}")
+        y_key, ids_key = resolve_keys(
+            path, sorted(headers), x_key, y_key, ids_key, ("y", "ids"), "array"
+        )
         self.shape = headers[x_key][0]
         if len(self.shape) not in (1, 2):
             raise StoreError(f"{path}: {x_key!r} has shape {self.shape}; expected 2-D features")

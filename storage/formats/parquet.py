@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.errors import StoreError
-from storage.formats.base import Block
+from storage.formats.base import Block, resolve_keys
 
 
 class ParquetSource:
@@ -40,13 +40,9 @@ class ParquetSource:
                     f"{path}: no fixed_size_list column; expected one holding the feature vectors"
                 )
             x_key = lists[0]
-        if y_key is None and "label" in schema.names:
-            y_key = "label"
-        if ids_key is None and "id" in schema.names:
-            ids_key = "id"
-        for key in (x_key, y_key, ids_key):
-            if key is not None and key not in schema.names:
-                raise StoreError(f"{path}: no column {key!r}; has {schema.names}")
+        y_key, ids_key = resolve_keys(
+            path, schema.names, x_key, y_key, ids_key, ("label", "id"), "column"
+        )
         x_type = schema.field(x_key).type
         if not pa.types.is_fixed_size_list(x_type):
             raise StoreError(
