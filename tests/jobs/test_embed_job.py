@@ -20,6 +20,7 @@ from jobs import models
 from jobs.embed import embed_new_rows
 from pipeline.embed import ALE
 from storage import create_store, open_store
+from tests.conftest import wait_for_report
 
 ROWS, DIM, BATCH = 1200, 12, 100
 
@@ -147,16 +148,6 @@ report("done")
 """.replace("BATCH_ROWS", str(BATCH))
 
 
-def _wait_for(progress: Path, line: str, child: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if progress.exists() and line in progress.read_text().splitlines():
-            return
-        assert child.poll() is None, "child exited before the kill point"
-        time.sleep(0.005)
-    raise AssertionError(f"child never reported {line!r}")
-
-
 KILL_POINTS = {
     "soon_after_start": ("after_commit", "started", 0.2),
     "between_batches": ("after_commit", "committed 700", 0.02),
@@ -175,7 +166,7 @@ def test_a_sigkilled_run_resumes_to_exactly_the_uninterrupted_result(
     argv = [sys.executable, str(script), str(model_path), str(source[0]), str(dst)]
     child = subprocess.Popen([*argv, str(progress), mode])
     try:
-        _wait_for(progress, line, child)
+        wait_for_report(progress, line, child, timeout=60, who="child")
         time.sleep(delay)
     finally:
         os.kill(child.pid, signal.SIGKILL)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from storage import FeatureStore, create_store
+from tests.conftest import wait_for_report
 from tests.storage.conftest import random_rows, snapshot
 
 BLOCKS, BLOCK_ROWS, DIM = 40, 23, 8
@@ -55,16 +56,6 @@ with store.writer("big") as w:
 """
 
 
-def _wait_for(progress: Path, line: str, child: subprocess.Popen, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if progress.exists() and line in progress.read_text().splitlines():
-            return
-        assert child.poll() is None, "writer exited before the kill point"
-        time.sleep(0.005)
-    raise AssertionError(f"writer never reported {line!r}")
-
-
 def _kill_writer_at(
     tmp_path: Path, store: FeatureStore, mode: str, line: str, delay: float
 ) -> None:
@@ -73,7 +64,7 @@ def _kill_writer_at(
     progress = tmp_path / f"progress-{mode}-{line}"
     child = subprocess.Popen([sys.executable, str(script), str(store.path), str(progress), mode])
     try:
-        _wait_for(progress, line, child)
+        wait_for_report(progress, line, child, timeout=30, who="writer")
         time.sleep(delay)
     finally:
         os.kill(child.pid, signal.SIGKILL)
