@@ -447,7 +447,7 @@ def bench_ncm(
     rows, dim, classes, queries, n_components, pq_m, data_dir, workdir, real_data, out_dir,
     scheduler, as_json,
 ) -> None:  # fmt: skip
-    """10K-class means from raw and PQ stores, eq. 9 scoring vs a plain GEMM, SGD it/s."""
+    """10K-class means from raw and PQ stores, equation-9 scoring vs a plain GEMM, SGD it/s."""
     from jobs.bench.ncm import DATA_DIR, plot, report, run
     from jobs.bench.ncm import real_data as run_real_data
 
@@ -526,7 +526,7 @@ def bench_ale(
     rows, dim, classes, n_components, incremental_rows, batch_rows, workdir, out_dir, scheduler,
     as_json,
 ) -> None:  # fmt: skip
-    """ALE fit + embed + eq. 3 solve on a store vs its read pass; incremental embedding rows/s."""
+    """ALE fit + embed + equation-3 solve vs the store read pass; incremental rows/s."""
     from jobs.bench import ale
     from jobs.bench.accuracy import write_section
     from jobs.bench.common import records_markdown
@@ -563,7 +563,7 @@ def bench_ale(
 @json_option
 @verbose_option
 def bench_ale_ssl(datasets, trials, data_dir, out_dir, as_json) -> None:
-    """MiAP and per-class rate of ALE + SSL (eq. 3) vs linear ridge, growing labelled sets."""
+    """MiAP and per-class rate of ALE + SSL (equation 3) vs linear ridge, growing labelled sets."""
     from jobs.bench import ale
     from jobs.bench.accuracy import DATA_DIR, write_section
 
