@@ -59,7 +59,7 @@ def scheduler_address(tmp_path_factory) -> str:
                 )
             )
         with Client(scheduler_file=str(scheduler_file), timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
+            client.wait_for_workers(2, timeout=180)
             address = client.scheduler.address
         yield address
     finally:
@@ -69,7 +69,7 @@ def scheduler_address(tmp_path_factory) -> str:
             process.wait(timeout=30)
 
 
-def _wait_for(condition, what: str, timeout: float = 30.0) -> None:
+def _wait_for(condition, what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
