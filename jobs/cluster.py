@@ -61,7 +61,8 @@ def _local_cluster(n_workers: int | None) -> LocalCluster:
 
 def _compute_with_progress(client: Client, collections: tuple, quiet: bool) -> tuple:
     futures = client.compute(list(collections))
-    if not quiet:
+    # A redrawn bar is for people watching a terminal; in a log file it is thousands of lines.
+    if not quiet and sys.stderr.isatty():
         try:
             wait(futures, timeout=PROGRESS_AFTER_SECONDS)
         except TimeoutError:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import queue as queue_module
+import resource
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +17,7 @@ import psutil
 from storage import FeatureStore, create_store, open_store
 
 BLOCK_ROWS = 65_536
+VAL_FRACTION = 0.2
 CENTRE_SCALE = 0.15
 
 
@@ -45,7 +49,12 @@ def mixture_blocks(
 
 
 def mixture_store(
-    path: str | os.PathLike, rows: int, dim: int, classes: int, *, val_fraction: float = 0.2
+    path: str | os.PathLike,
+    rows: int,
+    dim: int,
+    classes: int,
+    *,
+    val_fraction: float = VAL_FRACTION,
 ) -> FeatureStore:
     """The synthetic store for ``rows × dim`` with ``classes`` classes, reused if already built."""
     path = Path(path)
@@ -90,6 +99,67 @@ class PeakRSS:
                     pass
             self.peak = max(self.peak, total)
             time.sleep(self.interval)
+
+
+def run_peer(fit: Callable[..., dict], rows: int, *args, memory_cap: int) -> dict:
+    """``fit(rows, *args)`` in a spawned child, so its peak RSS is its own, under an address-space
+    cap, so that running out of memory is a reported result rather than a dead machine.
+
+    If the peer fails at full size it runs on a tenth of the rows and its time is scaled by ten
+    (the peers' cost is linear in rows); ``scale`` and ``full_size_error`` say so.
+    """
+    result = _in_child(fit, rows, args, memory_cap)
+    if "error" not in result:
+        return {**result, "scale": 1}
+    small = _in_child(fit, rows // 10, args, memory_cap)
+    if "error" in small:
+        raise RuntimeError(f"the peer failed even on {rows // 10} rows: {small['error']}")
+    return {
+        **small,
+        "seconds": small["seconds"] * 10,
+        "scale": 10,
+        "full_size_error": result["error"],
+    }
+
+
+def peer_note(peer_result: dict | None) -> str:
+    """What a record's ``peer`` text adds when the peer ran on fewer rows."""
+    if peer_result and peer_result["scale"] != 1:
+        return f" (failed at full size; ran on 1/{peer_result['scale']} of rows, time ×scaled)"
+    return ""
+
+
+def _in_child(fit: Callable[..., dict], rows: int, args: tuple, memory_cap: int) -> dict:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_capped, args=(queue, fit, memory_cap, rows, *args))
+    child.start()
+    child.join()
+    try:
+        return queue.get(timeout=10)
+    except queue_module.Empty:
+        return {"error": f"child exited with code {child.exitcode}"}
+
+
+def _capped(queue, fit: Callable[..., dict], memory_cap: int, rows: int, *args) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (memory_cap, memory_cap))
+    try:
+        result = fit(rows, *args)
+        result["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        queue.put(result)
+    except MemoryError as exc:
+        queue.put({"error": f"MemoryError under a {memory_cap / 2**30:.0f} GiB cap: {exc}"})
+
+
+def mixture_in_memory(
+    rows: int, dim: int, classes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of :func:`mixture_store` in memory: features, labels and the validation mask."""
+    blocks = list(mixture_blocks(rows, dim, classes))
+    X = np.concatenate([b[0] for b in blocks])
+    y = np.concatenate([b[1] for b in blocks])
+    val = np.concatenate([np.arange(len(b[1])) < VAL_FRACTION * len(b[1]) for b in blocks])
+    return X, y, val
 
 
 def records_markdown(records: list[dict], command: str) -> str:

@@ -20,9 +20,6 @@ Finally Nyström and AddKPCA fit + transform times on random data of paper 000's
 
 from __future__ import annotations
 
-import multiprocessing
-import queue as queue_module
-import resource
 import tempfile
 import time
 from pathlib import Path
@@ -31,7 +28,14 @@ import dask.array as da
 import numpy as np
 import psutil
 
-from jobs.bench.common import PeakRSS, mixture_blocks, mixture_store, record
+from jobs.bench.common import (
+    PeakRSS,
+    mixture_in_memory,
+    mixture_store,
+    peer_note,
+    record,
+    run_peer,
+)
 from jobs.cluster import connect
 from pipeline._compute import compute
 from pipeline.classify import RidgeClassifier
@@ -97,8 +101,12 @@ def run(
     )
     achieved = flops / ours_seconds / 1e9
 
-    peer_result = _run_peer(rows, dim, classes, rff.gamma_) if peer else None
-    note = _scaled_note(peer_result)
+    peer_result = (
+        run_peer(_peer_fit, rows, dim, classes, rff.gamma_, memory_cap=PEER_MEMORY_CAP)
+        if peer
+        else None
+    )
+    note = peer_note(peer_result)
     records = [
         record("synthetic store build", build_seconds, "s", rows=rows, dim=dim, classes=classes),
         record("float32 GEMM rate (this machine)", gflops, "GFLOP/s", shape=f"8192x{dim}x2000"),
@@ -184,64 +192,22 @@ def paper_scale_records(rows: int = PAPER_ROWS) -> list[dict]:
     return out
 
 
-def _scaled_note(peer_result: dict | None) -> str:
-    if peer_result and peer_result["scale"] != 1:
-        return f" (failed at full size; ran on 1/{peer_result['scale']} of rows, time ×scaled)"
-    return ""
-
-
-def _run_peer(rows: int, dim: int, classes: int, gamma: float) -> dict:
-    result = _in_child(rows, dim, classes, gamma)
-    if "error" not in result:
-        return {**result, "scale": 1}
-    small = _in_child(rows // 10, dim, classes, gamma)
-    if "error" in small:
-        raise RuntimeError(f"scikit-learn failed even on {rows // 10} rows: {small['error']}")
-    return {
-        **small,
-        "seconds": small["seconds"] * 10,
-        "scale": 10,
-        "full_size_error": result["error"],
-    }
-
-
-def _in_child(rows: int, dim: int, classes: int, gamma: float) -> dict:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    child = context.Process(target=_peer_fit, args=(queue, rows, dim, classes, gamma))
-    child.start()
-    child.join()
-    try:
-        return queue.get(timeout=10)
-    except queue_module.Empty:
-        return {"error": f"child exited with code {child.exitcode}"}
-
-
-def _peer_fit(queue, rows: int, dim: int, classes: int, gamma: float) -> None:
+def _peer_fit(rows: int, dim: int, classes: int, gamma: float) -> dict:
     """Child: regenerate the store's rows, RBFSampler(γ/2) once, RidgeClassifier once per ρ."""
     from sklearn.kernel_approximation import RBFSampler
     from sklearn.linear_model import RidgeClassifier as SklearnRidge
 
-    resource.setrlimit(resource.RLIMIT_AS, (PEER_MEMORY_CAP, PEER_MEMORY_CAP))
-    try:
-        blocks = list(mixture_blocks(rows, dim, classes))
-        X = np.concatenate([b[0] for b in blocks])
-        y = np.concatenate([b[1] for b in blocks])
-        val = np.concatenate([np.arange(len(b[1])) < 0.2 * len(b[1]) for b in blocks])
-        del blocks
+    X, y, val = mixture_in_memory(rows, dim, classes)
+    started = time.perf_counter()
+    sampler = RBFSampler(gamma=gamma / 2, n_components=RFF_DIM, random_state=0)
+    E_train = sampler.fit_transform(X[~val])
+    E_val = sampler.transform(X[val])
+    del X
+    seconds, best = time.perf_counter() - started, 0.0
+    for rho in RHO_GRID:
         started = time.perf_counter()
-        sampler = RBFSampler(gamma=gamma / 2, n_components=RFF_DIM, random_state=0)
-        E_train = sampler.fit_transform(X[~val])
-        E_val = sampler.transform(X[val])
-        del X
-        seconds, best = time.perf_counter() - started, 0.0
-        for rho in RHO_GRID:
-            started = time.perf_counter()
-            model = SklearnRidge(alpha=rho).fit(E_train, y[~val])
-            predicted = model.predict(E_val)
-            seconds += time.perf_counter() - started
-            best = max(best, per_class_rate(y[val], predicted))
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        queue.put({"seconds": seconds, "peak_rss": peak, "rate": best})
-    except MemoryError as exc:
-        queue.put({"error": f"MemoryError under a {PEER_MEMORY_CAP / 2**30:.0f} GiB cap: {exc}"})
+        model = SklearnRidge(alpha=rho).fit(E_train, y[~val])
+        predicted = model.predict(E_val)
+        seconds += time.perf_counter() - started
+        best = max(best, per_class_rate(y[val], predicted))
+    return {"seconds": seconds, "rate": best}

@@ -11,16 +11,18 @@ record says so.
 
 from __future__ import annotations
 
-import multiprocessing
-import queue as queue_module
-import resource
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
-from jobs.bench.common import PeakRSS, mixture_blocks, mixture_store, record
+from jobs.bench.common import (
+    PeakRSS,
+    mixture_in_memory,
+    mixture_store,
+    peer_note,
+    record,
+    run_peer,
+)
 from jobs.cluster import connect
 from pipeline.classify import RidgeClassifier
 from pipeline.metrics import per_class_rate
@@ -54,7 +56,11 @@ def run(
         ours_seconds = time.perf_counter() - started
     ours_rate = float(model.rho_scores_.max())
 
-    peer_result = _run_peer(rows, dim, classes, model.rho_grid) if peer else None
+    peer_result = (
+        run_peer(_peer_fit, rows, dim, classes, list(model.rho_grid), memory_cap=PEER_MEMORY_CAP)
+        if peer
+        else None
+    )
     records = [
         record("synthetic store build", build_seconds, "s", rows=rows, dim=dim, classes=classes),
         record(
@@ -62,14 +68,14 @@ def run(
             ours_seconds,
             "s",
             peer_result and peer_result["seconds"],
-            peer="sklearn RidgeClassifier per rho" + _scaled_note(peer_result),
+            peer="sklearn RidgeClassifier per rho" + peer_note(peer_result),
         ),
         record(
             "ridge fit peak RSS (client + workers)",
             rss.peak / 2**30,
             "GiB",
             peer_result and peer_result["peak_rss"] / 2**30,
-            peer="sklearn RidgeClassifier" + _scaled_note(peer_result),
+            peer="sklearn RidgeClassifier" + peer_note(peer_result),
         ),
         record("ridge fit throughput", rows / ours_seconds, "rows/s"),
         record(
@@ -87,58 +93,16 @@ def run(
     return records
 
 
-def _scaled_note(peer_result: dict | None) -> str:
-    if peer_result and peer_result["scale"] != 1:
-        return f" (failed at full size; ran on 1/{peer_result['scale']} of rows, time ×scaled)"
-    return ""
-
-
-def _run_peer(rows: int, dim: int, classes: int, rho_grid) -> dict:
-    result = _in_child(rows, dim, classes, rho_grid)
-    if "error" not in result:
-        return {**result, "scale": 1}
-    small = _in_child(rows // 10, dim, classes, rho_grid)
-    if "error" in small:
-        raise RuntimeError(f"scikit-learn failed even on {rows // 10} rows: {small['error']}")
-    return {
-        **small,
-        "seconds": small["seconds"] * 10,
-        "scale": 10,
-        "full_size_error": result["error"],
-    }
-
-
-def _in_child(rows: int, dim: int, classes: int, rho_grid) -> dict:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    child = context.Process(target=_peer_fit, args=(queue, rows, dim, classes, list(rho_grid)))
-    child.start()
-    child.join()
-    try:
-        return queue.get(timeout=10)
-    except queue_module.Empty:
-        return {"error": f"child exited with code {child.exitcode}"}
-
-
-def _peer_fit(queue, rows: int, dim: int, classes: int, rho_grid: list[float]) -> None:
-    """Child process: regenerate the store's rows in memory and fit sklearn once per ρ."""
+def _peer_fit(rows: int, dim: int, classes: int, rho_grid: list[float]) -> dict:
+    """Child: regenerate the store's rows in memory and fit sklearn once per ρ."""
     from sklearn.linear_model import RidgeClassifier as SklearnRidge
 
-    resource.setrlimit(resource.RLIMIT_AS, (PEER_MEMORY_CAP, PEER_MEMORY_CAP))
-    try:
-        blocks = list(mixture_blocks(rows, dim, classes))
-        X = np.concatenate([b[0] for b in blocks])
-        y = np.concatenate([b[1] for b in blocks])
-        val = np.concatenate([np.arange(len(b[1])) < 0.2 * len(b[1]) for b in blocks])
-        del blocks
-        seconds, best = 0.0, 0.0
-        for rho in rho_grid:
-            started = time.perf_counter()
-            model = SklearnRidge(alpha=rho).fit(X[~val], y[~val])
-            predicted = model.predict(X[val])
-            seconds += time.perf_counter() - started
-            best = max(best, per_class_rate(y[val], predicted))
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        queue.put({"seconds": seconds, "peak_rss": peak, "rate": best})
-    except MemoryError as exc:
-        queue.put({"error": f"MemoryError under a {PEER_MEMORY_CAP / 2**30:.0f} GiB cap: {exc}"})
+    X, y, val = mixture_in_memory(rows, dim, classes)
+    seconds, best = 0.0, 0.0
+    for rho in rho_grid:
+        started = time.perf_counter()
+        model = SklearnRidge(alpha=rho).fit(X[~val], y[~val])
+        predicted = model.predict(X[val])
+        seconds += time.perf_counter() - started
+        best = max(best, per_class_rate(y[val], predicted))
+    return {"seconds": seconds, "rate": best}
