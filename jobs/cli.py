@@ -384,17 +384,15 @@ def bench_io(size_gib, dim, workdir, markdown, as_json) -> None:
 @verbose_option
 def bench_accuracy(datasets, mnist_rows, data_dir, out_dir, as_json) -> None:
     """Per-class rate of ridge on raw features vs each embedding, 3/10/30/all labels per class."""
-    from pathlib import Path as _Path
-
     from jobs.bench import accuracy
 
     records = accuracy.run(
         datasets or ("digits", "usps", "mnist"),
         mnist_rows=mnist_rows,
-        data_dir=_Path(data_dir) if data_dir else accuracy.DATA_DIR,
+        data_dir=Path(data_dir) if data_dir else accuracy.DATA_DIR,
         log=lambda line: click.echo(line, err=True),
     )
-    out = _Path(out_dir)
+    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     accuracy.plot(records, out / "accuracy.png")
     command = " ".join(["imgscale", *sys.argv[1:]])
