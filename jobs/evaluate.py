@@ -22,15 +22,19 @@ def evaluate(model: BaseEstimator, store: FeatureStore, split: str | None = "tes
         raise ValueError(f"store {store.path}: no labelled rows in split {split!r}")
     X = store.features(split)[labelled] if len(labelled) < len(labels) else store.features(split)
     y = labels[labelled]
-    k = min(TOP_K, len(model.classes_))
-    result = evaluate_top_k(y, model.predict_top_k(X, k=k))
-    if k < TOP_K:
-        result["top5_error"] = None
-    if len(y) * len(model.classes_) <= MAP_MAX_SCORES:
+    classes = np.asarray(model.classes_)
+    k = min(TOP_K, len(classes))
+    if len(y) * len(classes) <= MAP_MAX_SCORES:
+        # One pass over the rows: the scores give both MiAP and the top-k labels.
         (scores,) = compute(model.decision_function(X))
         scores = np.asarray(scores)
         if scores.ndim == 1:  # two classes: sklearn's single column scores classes_[1]
             scores = np.column_stack([-scores, scores])
-        relevant = y[:, None] == np.asarray(model.classes_)[None, :]
-        result["map"] = mean_interpolated_average_precision(relevant, scores)
+        # Stable sort of negated scores: best first, ties to the lower class (as predict_top_k).
+        result = evaluate_top_k(y, classes[np.argsort(-scores, axis=1, kind="stable")[:, :k]])
+        result["map"] = mean_interpolated_average_precision(y[:, None] == classes, scores)
+    else:
+        result = evaluate_top_k(y, model.predict_top_k(X, k=k))
+    if k < TOP_K:
+        result["top5_error"] = None
     return result

@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import queue as queue_module
 import resource
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -69,6 +70,16 @@ def mixture_store(
             split = np.where(np.arange(len(labels)) < val_fraction * len(labels), "val", "train")
             writer.write(X, labels, split=split)
     return store
+
+
+def timed_mixture_store(
+    workdir: str | os.PathLike | None, rows: int, dim: int, classes: int
+) -> tuple[FeatureStore, float]:
+    """The benchmark store in ``workdir`` (default: a new temp dir) and seconds to build it."""
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="imgscale-bench-"))
+    started = time.perf_counter()
+    store = mixture_store(workdir / f"mixture-{rows}x{dim}-{classes}.zarr", rows, dim, classes)
+    return store, time.perf_counter() - started
 
 
 class PeakRSS:

@@ -20,9 +20,7 @@ Finally Nyström and AddKPCA fit + transform times on random data of paper 000's
 
 from __future__ import annotations
 
-import tempfile
 import time
-from pathlib import Path
 
 import dask.array as da
 import numpy as np
@@ -31,10 +29,10 @@ import psutil
 from jobs.bench.common import (
     PeakRSS,
     mixture_in_memory,
-    mixture_store,
     peer_note,
     record,
     run_peer,
+    timed_mixture_store,
 )
 from jobs.cluster import connect
 from pipeline._compute import compute
@@ -78,10 +76,7 @@ def run(
     peer: bool = True,
     paper_rows: int = PAPER_ROWS,
 ) -> list[dict]:
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="imgscale-bench-"))
-    started = time.perf_counter()
-    store = mixture_store(workdir / f"mixture-{rows}x{dim}-{classes}.zarr", rows, dim, classes)
-    build_seconds = time.perf_counter() - started
+    store, build_seconds = timed_mixture_store(workdir, rows, dim, classes)
     gflops = gemm_rate(dim=dim)
 
     with connect(scheduler), PeakRSS() as rss:

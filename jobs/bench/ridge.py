@@ -11,17 +11,15 @@ record says so.
 
 from __future__ import annotations
 
-import tempfile
 import time
-from pathlib import Path
 
 from jobs.bench.common import (
     PeakRSS,
     mixture_in_memory,
-    mixture_store,
     peer_note,
     record,
     run_peer,
+    timed_mixture_store,
 )
 from jobs.cluster import connect
 from pipeline.classify import RidgeClassifier
@@ -40,10 +38,7 @@ def run(
     peer: bool = True,
 ) -> list[dict]:
     """Measure ours and (unless ``peer`` is false) scikit-learn's; return benchmark records."""
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="imgscale-bench-"))
-    started = time.perf_counter()
-    store = mixture_store(workdir / f"mixture-{rows}x{dim}-{classes}.zarr", rows, dim, classes)
-    build_seconds = time.perf_counter() - started
+    store, build_seconds = timed_mixture_store(workdir, rows, dim, classes)
 
     with connect(scheduler), PeakRSS() as rss:
         started = time.perf_counter()
