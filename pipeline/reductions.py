@@ -21,9 +21,7 @@ import numpy as np
 from toolz import partition_all
 
 from pipeline._compute import compute
-
-# Rows converted to float64 at a time: bounds the temporary copy (32 MiB at D = 512).
-_SUB_ROWS = 8192
+from pipeline.gram import add_gram
 
 
 @dataclass
@@ -137,13 +135,7 @@ def chunk_row_stats(
         raise ValueError(f"non-finite feature values in rows {bad_rows[:10].tolist()}")
     if gram:
         labelled = y_index >= 0
-        source = X if labelled.all() else X[labelled]
-        # One reused float64 buffer: a fresh 32 MiB array per sub-block costs page faults.
-        buffer = np.empty((min(len(source), _SUB_ROWS), n_features))
-        for start in range(0, len(source), _SUB_ROWS):
-            block = buffer[: min(_SUB_ROWS, len(source) - start)]
-            np.copyto(block, source[start : start + _SUB_ROWS])
-            stats.gram += block.T @ block  # numpy dispatches Aᵀ A to syrk
+        add_gram(stats.gram, X if labelled.all() else X[labelled])
     return stats
 
 

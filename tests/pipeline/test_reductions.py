@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import reductions
+from pipeline import gram as gram_module
 from pipeline.reductions import RowStats, chunk_row_stats, reduce_rows, row_stats
 from tests.pipeline.conftest import N_CLASSES, as_dask
 
@@ -58,7 +58,7 @@ def test_row_stats_of_dask_equal_numpy(data):
 def test_chunk_row_stats_do_not_depend_on_the_sub_block_size(data, monkeypatch):
     X, y = data
     whole = chunk_row_stats(X, y, N_CLASSES, True)
-    monkeypatch.setattr(reductions, "_SUB_ROWS", 7)
+    monkeypatch.setattr(gram_module, "_SUB_ROWS", 7)
     assert_stats_close(chunk_row_stats(X, y, N_CLASSES, True), whole)
 
 
