@@ -56,8 +56,11 @@ class FeatureStore:
             )
         if self.encoding == "pq":
             pq_params(self.path, record)
-        # Committed rows files never change, so their tables are cached by name.
+        # Committed rows files never change, so their tables are cached by name, and the ids of
+        # the files read so far are kept as one set that grows with each new batch.
         self._rows_cache: dict[str, pa.Table] = {}
+        self._ids_seen: set[str] = set()
+        self._ids_files: set[str] = set()
 
     def __repr__(self) -> str:
         return f"FeatureStore({str(self.path)!r}, rows={self.committed_rows}, dim={self.dim})"
@@ -183,6 +186,14 @@ class FeatureStore:
     def splits(self, split: str | None = None) -> np.ndarray:
         return self.rows(split).column("split").to_numpy(zero_copy_only=False)
 
+    def committed_ids(self) -> set[str]:
+        """Ids of all committed rows; after the first call, only new batches' ids are read."""
+        for batch in read_record(self.path)["batches"]:
+            if batch["rows_file"] not in self._ids_files:
+                self._ids_seen.update(self._batch_rows(batch).column("id").to_pylist())
+                self._ids_files.add(batch["rows_file"])
+        return self._ids_seen
+
     def _rows(self, record: dict[str, Any], split: str | None) -> pa.Table:
         tables = [self._batch_rows(b) for b in record["batches"]]
         table = pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
@@ -241,6 +252,8 @@ class FeatureStore:
         record = read_record(self.path)
         n = record["committed_rows"]
         self._rows_cache.clear()
+        self._ids_seen.clear()
+        self._ids_files.clear()
         self._rows(record, None)
         if record["encoding"] == "pq":
             CodesChunkReader(self.path, record, n).verify()

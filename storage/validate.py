@@ -6,7 +6,7 @@ row in store coordinates) so messages point at the offending rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,11 +73,13 @@ def as_strings(values: Any, n: int, what: str, where: str) -> list[str]:
     return out
 
 
-def check_unique_ids(ids: Sequence[str], seen: set[str], where: str, first_row: int) -> None:
-    """Refuse ids repeated inside the block or already present in ``seen``."""
+def check_unique_ids(
+    ids: Sequence[str], seen: Sequence[Container[str]], where: str, first_row: int
+) -> None:
+    """Refuse ids repeated inside the block or already present in any of ``seen``."""
     block_seen: set[str] = set()
     for i, id_ in enumerate(ids):
-        if id_ in seen or id_ in block_seen:
+        if id_ in block_seen or any(id_ in s for s in seen):
             raise StoreError(
                 f"{where}: duplicate id {id_!r} at row {first_row + i}; expected ids unique "
                 "across the store"

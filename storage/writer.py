@@ -81,7 +81,8 @@ class BatchWriter:
             self._array = open_codes_array(path, mode="r+")
         else:
             self._array = open_features_array(path, mode="r+")
-        self._seen_ids: set[str] | None = None
+        self._committed_ids = self.store.committed_ids()
+        self._batch_ids: set[str] = set()
 
     def __exit__(
         self,
@@ -123,12 +124,11 @@ class BatchWriter:
         else:
             ids = as_strings(ids, n, "ids", where)
         split = as_strings(split, n, "split", where)
-        seen = self._committed_and_batch_ids()
-        check_unique_ids(ids, seen, where, first)
+        check_unique_ids(ids, (self._committed_ids, self._batch_ids), where, first)
 
         # Everything below mutates state; a failure here leaves the batch unusable.
         self._broken = True
-        seen.update(ids)
+        self._batch_ids.update(ids)
         self._meta.append(
             pa.RecordBatch.from_arrays(
                 [
@@ -146,12 +146,6 @@ class BatchWriter:
         self._flush(final=False)
         self._broken = False
         return n
-
-    def _committed_and_batch_ids(self) -> set[str]:
-        # Loaded on first use: one pass over the committed ids column, then O(block) per write.
-        if self._seen_ids is None:
-            self._seen_ids = set(self.store.rows().column("id").to_pylist())
-        return self._seen_ids
 
     def _flush(self, final: bool) -> None:
         """Write pending rows to zarr, up to the last whole chunk unless ``final``.

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from storage import FeatureStore, StoreError
+from storage import FeatureStore, StoreError, open_store
 from tests.storage.conftest import DIM, random_rows, snapshot
 
 
@@ -92,6 +92,18 @@ def test_a_duplicate_id_across_blocks_of_one_batch_is_refused(store: FeatureStor
         w.write(random_rows(2, 1), ids=["x", "y"])
         w.write(random_rows(2, 2), ids=["z", "x"])
     assert snapshot(store) == before
+
+
+def test_ids_committed_through_another_handle_are_seen(store: FeatureStore) -> None:
+    """The writer's cached id set picks up batches another handle committed since it was read."""
+    store.append("first", random_rows(2, 1), ids=["p", "q"])
+    open_store(store.path).append("other", random_rows(2, 2), ids=["r", "s"])
+    before = snapshot(store)
+    with pytest.raises(StoreError, match="duplicate id 's' at row 30"):
+        store.append("bad", random_rows(2, 3), ids=["t", "s"])
+    assert snapshot(store) == before
+    store.append("failed-ids-not-kept", random_rows(1, 4), ids=["t"])
+    assert store.ids()[-5:].tolist() == ["p", "q", "r", "s", "t"]
 
 
 def test_integer_features_are_accepted_as_float32(store: FeatureStore) -> None:
