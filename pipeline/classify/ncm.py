@@ -11,7 +11,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
 from pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, grown_classes
-from pipeline.pq import check_codebook, code_counts, sums_from_counts
+from pipeline.pq import check_codebook, code_row_stats
 from pipeline.reductions import RowStats, row_stats
 
 
@@ -51,12 +51,12 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
     ) -> NearestClassMean:
         """Fit from product-quantization codes without decoding them.
 
-        Equal (to float rounding) to `fit` on the decoded rows: one pass counts, per class,
-        sub-quantizer and centroid, how often each code occurs; the class sums are those counts
-        times the codebook (`pipeline.pq`). ``codes`` is (n, M) uint8, numpy or row-chunked dask;
-        ``codebook`` (M, 256, D/M); ``rotation`` (D, D) if the codes quantize ``x @ rotation``.
-        The fitted state is the same as `fit`'s, so the model scores float rows (decoded or raw)
-        and `partial_fit` / `partial_fit_codes` may follow either.
+        Equal (to float rounding) to `fit` on the decoded rows: one pass gathers each row's
+        centroids straight into its class's sum (`pipeline.pq.code_row_stats`). ``codes`` is
+        (n, M) uint8, numpy or row-chunked dask; ``codebook`` (M, 256, D/M); ``rotation`` (D, D)
+        if the codes quantize ``x @ rotation``. The fitted state is the same as `fit`'s, so the
+        model scores float rows (decoded or raw) and `partial_fit` / `partial_fit_codes` may
+        follow either.
         """
         return self._add_codes(codes, y, codebook, rotation, None, first=True)
 
@@ -92,13 +92,7 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
             self.n_features_in_ = dim
 
         def stats(y_index: Any, n_classes: int) -> RowStats:
-            counts = code_counts(codes, y_index, m, n_classes)
-            return RowStats(
-                n_rows=counts.n_rows,
-                feature_sum=sums_from_counts(counts.all_counts[None], codebook, rotation)[0],
-                class_sums=sums_from_counts(counts.table, codebook, rotation),
-                class_counts=counts.class_counts,
-            )
+            return code_row_stats(codes, y_index, codebook, n_classes, rotation)
 
         return self._add_stats(y, classes, stats, first=first)
 

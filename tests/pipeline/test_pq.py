@@ -7,12 +7,7 @@ import pytest
 from scipy.stats import ortho_group
 
 from pipeline.classify import NearestClassMean
-from pipeline.pq import (
-    adc_search,
-    chunk_code_counts,
-    code_counts,
-    sums_from_counts,
-)
+from pipeline.pq import adc_search, chunk_code_stats, code_row_stats
 from tests.pipeline.conftest import as_dask
 
 M, DSUB, N, C = 6, 3, 400, 7
@@ -36,36 +31,58 @@ def pq_data():
     return codes, y, codebook
 
 
-@pytest.mark.parametrize("n_classes", [C, 5000], ids=["dense", "sparse"])
-def test_count_table_counts_class_subquantizer_centroid_triples(pq_data, n_classes):
-    codes, y, _ = pq_data
-    counts = chunk_code_counts(codes, y, M, n_classes)
-    expected = np.zeros((n_classes, M, 256), np.int64)
-    for row, label in zip(codes, y, strict=True):
-        if label >= 0:
-            expected[label, np.arange(M), row] += 1
-    np.testing.assert_array_equal(counts.table.toarray().reshape(n_classes, M, 256), expected)
-    np.testing.assert_array_equal(counts.class_counts, np.bincount(y[y >= 0], minlength=n_classes))
-    assert counts.all_counts.sum() == N * M and counts.n_rows == N
+def decoded_stats(codes, y, codebook, n_classes, rotation=None):
+    """Reference: sums of the decoded rows with numpy, float64."""
+    X = decode(codes, codebook, rotation).astype(np.float64)
+    sums = np.stack([X[y == c].sum(axis=0) for c in range(n_classes)])
+    return X.sum(axis=0), sums, np.bincount(y[y >= 0], minlength=n_classes)
 
 
-def test_chunked_counts_tree_sum_to_the_one_chunk_counts(pq_data):
-    codes, y, _ = pq_data
-    whole = chunk_code_counts(codes, y, M, C)
-    summed = code_counts(as_dask(codes), as_dask(y), M, C)
-    assert (summed.table != whole.table).nnz == 0
-    np.testing.assert_array_equal(summed.all_counts, whole.all_counts)
+@pytest.mark.parametrize("n_classes", [C, 5000], ids=["few", "many-mostly-empty"])
+def test_code_stats_equal_sums_of_decoded_rows(pq_data, n_classes):
+    codes, y, codebook = pq_data
+    stats = chunk_code_stats(codes, y, codebook, n_classes)
+    feature_sum, class_sums, class_counts = decoded_stats(codes, y, codebook, n_classes)
+    assert stats.n_rows == N
+    np.testing.assert_array_equal(stats.class_counts, class_counts)
+    np.testing.assert_allclose(stats.class_sums, class_sums, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(stats.feature_sum, feature_sum, rtol=1e-12, atol=1e-9)
 
 
-def test_sums_from_counts_equal_sums_of_decoded_rows(pq_data):
+def test_code_stats_of_unlabelled_rows_count_only_towards_the_feature_sum(pq_data):
+    codes, _, codebook = pq_data
+    stats = chunk_code_stats(codes, np.full(N, -1), codebook, C)
+    assert stats.n_rows == N and stats.class_counts.sum() == 0 and not stats.class_sums.any()
+    np.testing.assert_allclose(stats.feature_sum, decode(codes, codebook).sum(axis=0), rtol=1e-5)
+
+
+def test_code_stats_into_adds_one_row_chunks_in_place(pq_data):
+    codes, y, codebook = pq_data
+    stats = chunk_code_stats(codes[:1], y[:1], codebook, C)
+    for i in range(1, 30):
+        stats = chunk_code_stats(codes[i : i + 1], y[i : i + 1], codebook, C, i, into=stats)
+    feature_sum, class_sums, class_counts = decoded_stats(codes[:30], y[:30], codebook, C)
+    np.testing.assert_array_equal(stats.class_counts, class_counts)
+    np.testing.assert_allclose(stats.class_sums, class_sums, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(stats.feature_sum, feature_sum, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("rows", [1, 57, N], ids=["one-row-chunks", "uneven", "one-chunk"])
+def test_code_row_stats_over_dask_chunks_equal_decoded_sums(pq_data, rows):
     codes, y, codebook = pq_data
     rotation = ortho_group.rvs(DIM, random_state=1).astype(np.float32)
-    counts = chunk_code_counts(codes, y, M, C)
-    X = decode(codes, codebook, rotation).astype(np.float64)
-    expected = np.stack([X[y == c].sum(axis=0) for c in range(C)])
-    np.testing.assert_allclose(
-        sums_from_counts(counts.table, codebook, rotation), expected, rtol=1e-5, atol=1e-4
-    )
+    stats = code_row_stats(as_dask(codes, rows), as_dask(y, rows), codebook, C, rotation)
+    feature_sum, class_sums, class_counts = decoded_stats(codes, y, codebook, C, rotation)
+    assert stats.n_rows == N
+    np.testing.assert_array_equal(stats.class_counts, class_counts)
+    np.testing.assert_allclose(stats.class_sums, class_sums, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(stats.feature_sum, feature_sum, rtol=1e-5, atol=1e-4)
+
+
+def test_code_stats_reject_class_indices_out_of_range(pq_data):
+    codes, y, codebook = pq_data
+    with pytest.raises(ValueError, match="outside"):
+        chunk_code_stats(codes, np.where(y == 6, C, y), codebook, C)
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["numpy", "dask"])

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import gram as gram_module
+from pipeline._compute import compute
 from pipeline.reductions import RowStats, chunk_row_stats, reduce_rows, row_stats
 from tests.pipeline.conftest import N_CLASSES, as_dask
 
@@ -76,10 +77,51 @@ def test_row_stats_are_invariant_to_row_chunking(cuts):
 
 def test_reduce_rows_sums_blocks_in_a_tree_of_bounded_fan_in(data):
     X, y = data
-    lazy = reduce_rows(chunk_row_stats, [as_dask(X, rows=10), y], N_CLASSES, False, split_every=3)
+    lazy = reduce_rows(
+        chunk_row_stats, [as_dask(X, rows=10), y], N_CLASSES, False, split_every=3, chains=42
+    )
     graph = dict(lazy.__dask_graph__())
     fan_in = [len(dask.core.get_dependencies(graph, key)) for key in graph]
     assert len(graph) > 42 and max(fan_in) <= 3
+
+
+@pytest.mark.parametrize("chains", [1, 3, 42, 100])
+def test_chained_runs_accumulating_in_place_equal_brute_force(data, chains):
+    X, y = data
+    lazy = reduce_rows(chunk_row_stats, [as_dask(X, rows=10), y], N_CLASSES, True, chains=chains)
+    assert_stats_close(compute(lazy)[0], brute_force_stats(X, y))
+
+
+def test_chained_runs_of_a_kernel_without_into_add_its_results(data):
+    X, _ = data
+
+    def column_sums(block, row_start):
+        return block.sum(axis=0, dtype=np.float64)
+
+    lazy = reduce_rows(column_sums, [as_dask(X, rows=10)], chains=4)
+    np.testing.assert_allclose(compute(lazy)[0], X.sum(axis=0, dtype=np.float64), rtol=1e-12)
+
+
+def test_chained_runs_leave_one_partial_per_run(data):
+    X, y = data
+    lazy = reduce_rows(chunk_row_stats, [as_dask(X, rows=10), y], N_CLASSES, False, chains=5)
+    graph = dict(lazy.__dask_graph__())
+    steps = [key for key in graph if str(key).startswith("_extend")]
+    # 42 blocks in 5 runs: the 5 run ends feed the adds, every other step feeds the next step.
+    run_ends = [
+        key for key in steps if not any(key in dask.core.get_dependencies(graph, k) for k in steps)
+    ]
+    assert len(steps) == 42 and len(run_ends) == 5
+
+
+def test_chunk_row_stats_into_adds_to_the_given_statistics(data):
+    X, y = data
+    stats = chunk_row_stats(X[:200], y[:200], N_CLASSES, True)
+    same = chunk_row_stats(X[200:], y[200:], N_CLASSES, True, row_start=200, into=stats)
+    assert same is stats
+    assert_stats_close(stats, brute_force_stats(X, y))
+    with pytest.raises(ValueError, match="another shape"):
+        chunk_row_stats(X, y, N_CLASSES + 1, True, into=stats)
 
 
 def test_row_stats_reject_non_finite_rows_naming_them(data):
