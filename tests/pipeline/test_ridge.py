@@ -24,18 +24,39 @@ def assert_rel_close(actual, expected, rtol=1e-5):
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
 
 
+# Both Gram precisions hold the same tolerance against sklearn on these rows (the float32 one
+# at ~1e-6, see pipeline.gram), at every ρ of the grid.
+PRECISIONS = ["float64", "float32"]
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("rho", RHO_GRID)
-def test_coef_equals_sklearn_ridge_on_centred_numpy_rows(data, rho):
+def test_coef_equals_sklearn_ridge_on_centred_numpy_rows(data, rho, precision):
     X, y = data
-    model = RidgeClassifier(rho=rho).fit(X, y)
+    model = RidgeClassifier(rho=rho, gram_precision=precision).fit(X, y)
     assert_rel_close(model.coef_.T, reference_weights(X, y, rho))
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("rho", RHO_GRID)
-def test_coef_equals_sklearn_ridge_on_centred_dask_rows(data, rho):
+def test_coef_equals_sklearn_ridge_on_centred_dask_rows(data, rho, precision):
     X, y = data
-    model = RidgeClassifier(rho=rho).fit(as_dask(X), as_dask(y))
+    model = RidgeClassifier(rho=rho, gram_precision=precision).fit(as_dask(X), as_dask(y))
     assert_rel_close(model.coef_.T, reference_weights(X, y, rho))
+
+
+def test_float32_gram_partial_fit_in_pieces_equals_sklearn(data):
+    X, y = data
+    model = RidgeClassifier(rho=0.2, gram_precision="float32")
+    for piece in np.array_split(np.arange(len(X)), 3):
+        model.partial_fit(as_dask(X[piece]), y[piece], classes=np.arange(N_CLASSES))
+    assert_rel_close(model.coef_.T, reference_weights(X, y, 0.2))
+
+
+def test_unknown_gram_precision_is_rejected_before_any_work(data):
+    X, y = data
+    with pytest.raises(ValueError, match="gram_precision"):
+        RidgeClassifier(gram_precision="float16").fit(X, y)
 
 
 def test_mean_includes_unlabelled_rows(data):
