@@ -5,7 +5,9 @@ An embedding supplies `_transform_params()` (its fitted numpy arrays) and a stat
 `RowTransformerMixin.transform` applies the kernel to a numpy array directly or, lazily with
 `map_blocks`, to each row chunk of a dask array, with the parameters wrapped once in
 `dask.delayed(..., pure=True)`: one graph key, sent once to each worker rather than embedded in
-every task.
+every task. Input chunks whose embedding would exceed `_MAX_OUTPUT_CHUNK_BYTES` are cut into
+row pieces first, so a wide embedding (RFF-2000 of a 512-wide chunk is 4× its bytes) never holds
+a chunk larger than that on a worker.
 """
 
 from __future__ import annotations
@@ -21,6 +23,20 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from pipeline._compute import compute
 from pipeline.classify._base import check_dask_X
+
+# Largest embedded chunk (float32) one task produces: the design's 64–128 MiB chunk size, at its
+# low end because each worker also holds the input chunk and the consumer's temporaries.
+_MAX_OUTPUT_CHUNK_BYTES = 64 * 2**20
+
+
+def split_row_chunks(chunks: tuple[int, ...], max_rows: int) -> tuple[int, ...]:
+    """Each row chunk cut into the fewest nearly equal pieces of at most `max_rows` rows."""
+    out: list[int] = []
+    for rows in chunks:
+        pieces = max(1, -(-rows // max_rows))
+        base, extra = divmod(rows, pieces)
+        out += [base + 1] * extra + [base] * (pieces - extra)
+    return tuple(out)
 
 
 def sample_rows(X: Any, n_samples: int, random_state: Any) -> np.ndarray:
@@ -66,13 +82,18 @@ class RowTransformerMixin(TransformerMixin):
         params = tuple(self._transform_params())
         if not isinstance(X, da.Array):
             return self._transform_block(X, *params, row_start=0)
+        n_out = self._n_output_features()
+        max_rows = max(1, _MAX_OUTPUT_CHUNK_BYTES // (4 * n_out))
+        row_chunks = split_row_chunks(X.chunks[0], max_rows)
+        if row_chunks != X.chunks[0]:
+            X = X.rechunk((row_chunks, X.chunks[1]))
         shared = dask.delayed(params, pure=True)
         return X.map_blocks(
             _apply_block,
             self._transform_block,
             shared,
             dtype=np.float32,
-            chunks=(X.chunks[0], (self._n_output_features(),)),
+            chunks=(row_chunks, (n_out,)),
         )
 
     def _n_output_features(self) -> int:

@@ -3,6 +3,7 @@ import pytest
 from sklearn.neighbors import NearestNeighbors
 
 from pipeline.embed import RandomFourierFeatures
+from pipeline.embed import _base as embed_base
 from pipeline.embed._bandwidth import knn_bandwidth
 from tests.pipeline.embed.conftest import as_dask
 
@@ -49,3 +50,24 @@ def test_matches_sklearn_rbf_sampler_convention_gamma_over_two():
     ours = RandomFourierFeatures(8000, gamma=0.5, random_state=0).fit_transform(X)
     theirs = RBFSampler(gamma=0.25, n_components=8000, random_state=0).fit_transform(X)
     assert np.abs(ours @ ours.T - theirs @ theirs.T).mean() < 0.02
+
+
+def test_transform_equals_the_float64_formula_in_float32():
+    X = np.random.default_rng(5).normal(size=(50, 7)).astype(np.float32)
+    rff = RandomFourierFeatures(30, gamma=0.4, random_state=0).fit(X)
+    W, b = rff.random_weights_.astype(np.float64), rff.random_offset_.astype(np.float64)
+    expected = np.sqrt(2 / 30) * np.cos(X.astype(np.float64) @ W + b)
+    Z = rff.transform(X)
+    assert Z.dtype == np.float32
+    np.testing.assert_allclose(Z, expected, rtol=0, atol=1e-5)
+
+
+def test_wide_output_chunks_are_cut_to_the_byte_limit_and_equal_numpy(monkeypatch):
+    X = np.random.default_rng(6).normal(size=(200, 5)).astype(np.float32)
+    rff = RandomFourierFeatures(64, gamma=0.2, random_state=0).fit(X)
+    # 10 rows × 64 float32 columns per chunk at most: input chunks of 37, …, 37, 15 rows are cut
+    # into the fewest pieces, 4 and 2, each within one input chunk.
+    monkeypatch.setattr(embed_base, "_MAX_OUTPUT_CHUNK_BYTES", 10 * 64 * 4)
+    lazy = rff.transform(as_dask(X))
+    assert lazy.chunks[0] == (10, 9, 9, 9) * 5 + (8, 7)
+    np.testing.assert_allclose(lazy.compute(), rff.transform(X), rtol=1e-5, atol=1e-6)
