@@ -1,25 +1,36 @@
 """``imgscale bench io``: how fast row chunks leave a store, and whether each pass keeps up.
 
-Part 1 writes one synthetic float32 array in every layout of the matrix (codec × chunk size ×
+Part 1 (the matrix) writes one synthetic float32 array in every layout (codec × chunk size ×
 sharding) and reads it back chunk by chunk through every engine (zarr-python's default codec
 pipeline, the zarrs Rust pipeline and tensorstore when installed, and imgscale's direct reader
 for uncompressed chunks), warm and, where the page cache can be dropped, cold; ``np.fromfile`` of
 the same bytes is the local ceiling. Part 2 builds an imgscale store with the default layout and
 times, through a LocalCluster of 1 and 2 workers, a read-only pass and each streaming reduction
-(class sums, Gram), reporting each as a fraction of the read-only rate of the same run.
+(class sums, Gram, histograms), each as a fraction of the read-only rate of the same run; the
+read-only work done by plain processes without Dask is the ceiling of the 1 → 2 worker speed-up.
+Part 3 does the same for a uint8 PQ-code store (M codes a row) of the same rows at a few chunk
+sizes: codec and chunk size matrix for the codes, their read rate through the store, and the
+class-sums-from-codes pass against the codes' read-only pass.
+
+Other processes on the machine compete for the same cores, so every pass record carries
+``other_cores``: the cores' worth of CPU used by processes other than this benchmark and its
+workers while it was timed.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
+import psutil
 import zarr
 from threadpoolctl import threadpool_limits
 from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
@@ -27,9 +38,14 @@ from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 from jobs.bench.common import mixture_blocks, record
 from jobs.cluster import connect
 from pipeline._compute import compute
+from pipeline.classify.ncm import NearestClassMean
+from pipeline.embed.eigenfunctions import chunk_bin_counts
 from pipeline.reductions import reduce_rows, row_stats
-from storage import create_store
+from storage import FeatureStore, create_store
 from storage.chunk_io import direct_checksum, read_chunk_file
+from storage.chunks import ChunkReader
+from storage.layout import default_rows_per_chunk, read_record
+from storage.pq import CodesChunkReader, PQCodec, create_pq_store
 
 MIB = 2**20
 CODEC_CHAINS = {
@@ -47,45 +63,58 @@ CHUNK_MIB = (16, 64, 128)
 SHARDED = ((16, 128), (64, 512))
 DEFAULT_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
 CLASSES = 1000
+# Timed repeats of each pass (best kept): other helpers' jobs share the two cores.
+REPEATS = 5
+# The histogram pass is PCALap's (pipeline/embed/pcalap.py defaults): 50 directions, 50 bins.
+HISTOGRAM_DIRECTIONS = 50
+HISTOGRAM_BINS = 50
+PQ_M = 64
+# PQ code stores measured: rows per chunk as multiples of the raw store's (the PQ default).
+PQ_CHUNK_FACTORS = (1, 4, 16)
+PQ_CODECS = ("none+crc32c", "blosc-lz4-shuffle+crc32c", "zstd-1+crc32c")
+PQ_TRAIN_ROWS = 65_536
+# Rows per GEMM when measuring the machine's arithmetic rate: one Gram sub-block's worth.
+GEMM_ROWS = 8192
 
 
-def run(size_gib: float = 2.0, dim: int = 512, workdir: str | None = None) -> list[dict]:
-    """Measure the whole matrix; return benchmark records (GB/s, rows/s, fractions)."""
+@dataclass(frozen=True)
+class Pass:
+    """One streaming pass: what it computes and the GEMM flops a row costs it (0: none)."""
+
+    run: Callable[[], object]
+    gemm_flops_per_row: float = 0.0
+    gemm_dtype: str = "float64"
+
+
+def run(
+    size_gib: float = 2.0,
+    dim: int = 512,
+    workdir: str | None = None,
+    *,
+    matrix: bool = True,
+    repeats: int = REPEATS,
+    pq_m: int = PQ_M,
+) -> list[dict]:
+    """Measure the matrix (unless ``matrix`` is False), the passes and the PQ code store; return
+    benchmark records (GB/s, rows/s, fractions)."""
     root = Path(workdir or tempfile.mkdtemp(prefix="imgscale-bench-io-"))
     root.mkdir(parents=True, exist_ok=True)
     rows = int(size_gib * 2**30) // (4 * dim)
-    X = np.concatenate([block for block, _ in mixture_blocks(rows, dim, CLASSES)])
+    blocks = list(mixture_blocks(rows, dim, CLASSES))
+    X = np.concatenate([block for block, _ in blocks])
+    labels = np.concatenate([y for _, y in blocks])
+    del blocks
     records = _ceiling(X, root)
-    for layout, (chunk_rows, shard_rows, codecs) in _layouts(dim).items():
-        path = root / "matrix.zarr"
-        shutil.rmtree(path, ignore_errors=True)
-        written = _write(path, X, chunk_rows, shard_rows, codecs)
-        size = _bytes_on_disk(path)
-        records.append(
-            record(
-                f"write {layout}",
-                X.nbytes / written / 1e9,
-                "GB/s",
-                layout=layout,
-                size_ratio=size / X.nbytes,
-            )
-        )
-        for engine, reader in _engines(path, shard_rows or chunk_rows, X.shape).items():
-            for cache in ("warm", "cold"):
-                seconds = _timed_read(reader, path, cold=cache == "cold")
-                records.append(
-                    record(
-                        f"read {layout} {engine} {cache}",
-                        X.nbytes / seconds / 1e9,
-                        "GB/s",
-                        layout=layout,
-                        engine=engine,
-                        cache=cache,
-                    )
-                )
-        shutil.rmtree(path)
-    records += _passes(X, root)
+    if matrix:
+        records += _matrix(X, root / "matrix.zarr", _layouts(dim), "")
+    gemm = {dtype: _gemm_gflops(X, dtype) for dtype in ("float32", "float64")}
+    records += [record(f"{dtype} GEMM, 1 core", rate, "GFLOP/s") for dtype, rate in gemm.items()]
+    records += _raw_passes(X, labels, root, repeats, gemm)
+    records += _pq(X, labels, root, pq_m, repeats)
     return records
+
+
+# -- part 1: codec × chunk × engine matrix -------------------------------------------------
 
 
 def _layouts(dim: int) -> dict[str, tuple[int, int | None, tuple]]:
@@ -103,13 +132,48 @@ def _layouts(dim: int) -> dict[str, tuple[int, int | None, tuple]]:
     return layouts
 
 
+def _matrix(
+    X: np.ndarray, path: Path, layouts: dict[str, tuple[int, int | None, tuple]], prefix: str
+) -> list[dict]:
+    """Write ``X`` in each layout and read it back through every engine, warm and cold."""
+    records = []
+    for layout, (chunk_rows, shard_rows, codecs) in layouts.items():
+        shutil.rmtree(path, ignore_errors=True)
+        written = _write(path, X, chunk_rows, shard_rows, codecs)
+        size = _bytes_on_disk(path)
+        records.append(
+            record(
+                f"{prefix}write {layout}",
+                X.nbytes / written / 1e9,
+                "GB/s",
+                layout=layout,
+                size_ratio=size / X.nbytes,
+            )
+        )
+        for engine, reader in _engines(path, shard_rows or chunk_rows, X).items():
+            for cache in ("warm", "cold"):
+                seconds = _timed_read(reader, path, cold=cache == "cold")
+                records.append(
+                    record(
+                        f"{prefix}read {layout} {engine} {cache}",
+                        X.nbytes / seconds / 1e9,
+                        "GB/s",
+                        layout=layout,
+                        engine=engine,
+                        cache=cache,
+                    )
+                )
+        shutil.rmtree(path)
+    return records
+
+
 def _ceiling(X: np.ndarray, root: Path) -> list[dict]:
     """``np.fromfile`` of the same bytes, warm and cold: the local read ceiling."""
     raw = root / "ceiling.bin"
     X.tofile(raw)
     out = []
     for cache in ("warm", "cold"):
-        seconds = _timed_read(lambda: np.fromfile(raw, dtype=np.float32), raw, cold=cache == "cold")
+        seconds = _timed_read(lambda: np.fromfile(raw, dtype=X.dtype), raw, cold=cache == "cold")
         out.append(
             record(
                 f"read np.fromfile {cache}",
@@ -127,11 +191,11 @@ def _write(path: Path, X: np.ndarray, chunk_rows: int, shard_rows: int | None, c
     array = zarr.create_array(
         store=str(path),
         shape=X.shape,
-        dtype="float32",
+        dtype=X.dtype,
         chunks=(chunk_rows, X.shape[1]),
         shards=None if shard_rows is None else (shard_rows, X.shape[1]),
         compressors=codecs,
-        fill_value=0.0,
+        fill_value=0,
     )
     started = time.perf_counter()
     step = shard_rows or chunk_rows
@@ -140,9 +204,9 @@ def _write(path: Path, X: np.ndarray, chunk_rows: int, shard_rows: int | None, c
     return time.perf_counter() - started
 
 
-def _engines(path: Path, step: int, shape: tuple[int, int]) -> dict[str, Callable[[], None]]:
+def _engines(path: Path, step: int, X: np.ndarray) -> dict[str, Callable[[], None]]:
     """One callable per engine that reads the whole array, one chunk (or shard) per call."""
-    starts = range(0, shape[0], step)
+    starts = range(0, X.shape[0], step)
     engines = {}
 
     def with_pipeline(pipeline: str) -> Callable[[], None]:
@@ -165,17 +229,17 @@ def _engines(path: Path, step: int, shape: tuple[int, int]) -> dict[str, Callabl
             spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
             array = tensorstore.open(spec, read=True).result()
             for start in starts:
-                _touch(array[start : min(start + step, shape[0])].read().result())
+                _touch(array[start : min(start + step, X.shape[0])].read().result())
 
         engines["tensorstore"] = read_tensorstore
     array = zarr.open_array(str(path), mode="r")
     checksum = direct_checksum(array)
-    if checksum is not None and array.metadata.chunks == (step, shape[1]):
+    if checksum is not None and array.metadata.chunks == (step, X.shape[1]):
 
         def read_direct() -> None:
             for index in range(len(starts)):
                 chunk_file = path / "c" / str(index) / "0"
-                _touch(read_chunk_file(chunk_file, (step, shape[1]), "f4", checksum))
+                _touch(read_chunk_file(chunk_file, (step, X.shape[1]), X.dtype, checksum))
 
         engines["imgscale direct"] = read_direct
     return engines
@@ -217,64 +281,262 @@ def _bytes_on_disk(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+# -- part 2: streaming passes over the default raw store -----------------------------------
+
+
 def _rows_read(block: np.ndarray, row_start: int = 0) -> int:
     return len(block)
 
 
-def _passes(X: np.ndarray, root: Path) -> list[dict]:
+def _raw_passes(
+    X: np.ndarray, labels: np.ndarray, root: Path, repeats: int, gemm: dict[str, float]
+) -> list[dict]:
     """Each streaming pass over a default-layout store, as a fraction of the read-only pass."""
     path = root / "store.zarr"
     shutil.rmtree(path, ignore_errors=True)
     store = create_store(path, X.shape[1])
-    labels = np.concatenate([y for _, y in mixture_blocks(len(X), X.shape[1], CLASSES)])
     with store.writer("bench") as writer:
         for start in range(0, len(X), store.rows_per_chunk):
             stop = start + store.rows_per_chunk
             writer.write(X[start:stop], labels[start:stop])
     features = store.features()
+    dim = X.shape[1]
+    rng = np.random.default_rng(0)
+    projection = np.linalg.qr(rng.standard_normal((dim, HISTOGRAM_DIRECTIONS)))[0]
+    projection = projection.astype(np.float32)
+    histogram_args = (
+        projection,
+        np.zeros(HISTOGRAM_DIRECTIONS, np.float32),
+        np.full(HISTOGRAM_DIRECTIONS, -4.0),
+        np.full(HISTOGRAM_DIRECTIONS, HISTOGRAM_BINS / 8.0),
+        HISTOGRAM_BINS,
+    )
     passes = {
-        "read only": lambda: compute(reduce_rows(_rows_read, [features])),
-        "class sums (row_stats, gram=False)": lambda: row_stats(
-            features, labels, CLASSES, gram=False
+        "read only": Pass(lambda: compute(reduce_rows(_rows_read, [features]))),
+        f"class sums, {CLASSES} classes (row_stats, gram=False)": Pass(
+            lambda: row_stats(features, labels, CLASSES, gram=False)
         ),
-        "Gram + class sums (row_stats, gram=True)": lambda: row_stats(
-            features, labels, CLASSES, gram=True
+        "Gram XᵀX + class sums XᵀY (row_stats, gram=True)": Pass(
+            lambda: row_stats(features, labels, CLASSES, gram=True), dim * (dim + 1), "float64"
+        ),
+        f"histograms, {HISTOGRAM_DIRECTIONS} directions × {HISTOGRAM_BINS} bins "
+        "(eigenfunctions chunk_bin_counts)": Pass(
+            lambda: compute(reduce_rows(chunk_bin_counts, [features], *histogram_args)),
+            2 * dim * HISTOGRAM_DIRECTIONS,
+            "float32",
         ),
     }
-    out, read_rate = [], {}
-    for workers in (1, 2):
-        with connect(quiet=True, n_workers=workers) as client:
-            for name, run_pass in passes.items():
-                run_pass()  # warm the page cache and the workers
-                # Until the scheduler has released the warm-up's results, an identical graph
-                # would be answered from worker memory instead of being recomputed.
-                while any(client.has_what().values()):
-                    time.sleep(0.05)
-                started = time.perf_counter()
-                run_pass()
-                rate = len(X) / (time.perf_counter() - started)
-                read_rate.setdefault(workers, rate)
-                out.append(
-                    record(
-                        f"pass {name}, {workers} worker(s)",
-                        rate,
-                        "rows/s",
-                        read_rate[workers],
-                        workers=workers,
-                        gb_per_s=rate * X.shape[1] * 4 / 1e9,
-                    )
-                )
-    out.append(record("read-only pass speed-up 1 → 2 workers", read_rate[2] / read_rate[1], "x"))
-    out.append(record("float64 Gram ceiling, 2 cores", 2 * _syrk_rows_per_second(X), "rows/s"))
+    reader = ChunkReader(store.path, len(X), dim, store.rows_per_chunk)
+    out = _timed_passes(passes, reader, len(X), dim * X.itemsize, repeats, gemm, "")
     shutil.rmtree(path)
     return out
 
 
-def _syrk_rows_per_second(X: np.ndarray) -> float:
-    """Rows/s of one core's float64 XᵀX: the compute ceiling of the Gram pass."""
-    block = X[:32_768].astype(np.float64)
+def _timed_passes(
+    passes: dict[str, Pass],
+    reader: ChunkReader | CodesChunkReader,
+    n_rows: int,
+    row_bytes: int,
+    repeats: int,
+    gemm: dict[str, float],
+    prefix: str,
+) -> list[dict]:
+    """Every pass through 1 and 2 workers, as a fraction of the first (read-only) pass; the
+    read-only work in 1 and 2 plain processes is the ceiling of the 1 → 2 speed-up."""
+    out, read_rate = [], {}
+    for workers in (1, 2):
+        with connect(quiet=True, n_workers=workers) as client:
+            for name, one_pass in passes.items():
+
+                def released() -> None:
+                    # Until the scheduler has released the last run's results, an identical
+                    # graph would be answered from worker memory instead of being recomputed.
+                    while any(client.has_what().values()):
+                        time.sleep(0.01)
+
+                seconds, others = _best_of(one_pass.run, repeats, before=released)
+                rate = n_rows / seconds
+                read_rate.setdefault(workers, rate)
+                extra = {}
+                if one_pass.gemm_flops_per_row:
+                    ceiling = workers * gemm[one_pass.gemm_dtype] * 1e9
+                    extra["gemm_ceiling_rows_per_s"] = ceiling / one_pass.gemm_flops_per_row
+                    extra["gemm_flops_per_row"] = one_pass.gemm_flops_per_row
+                out.append(
+                    record(
+                        f"{prefix}pass {name}, {workers} worker(s)",
+                        rate,
+                        "rows/s",
+                        read_rate[workers],
+                        workers=workers,
+                        gb_per_s=rate * row_bytes / 1e9,
+                        other_cores=others,
+                        **extra,
+                    )
+                )
+                if "gemm_ceiling_rows_per_s" in extra:
+                    out.append(
+                        record(
+                            f"{prefix}pass {name}, {workers} worker(s), vs {one_pass.gemm_dtype} "
+                            f"GEMM ceiling ({one_pass.gemm_flops_per_row / 1e3:.0f} kflop a row)",
+                            rate,
+                            "rows/s",
+                            extra["gemm_ceiling_rows_per_s"],
+                        )
+                    )
+    plain = {procs: _plain_read_rate(reader, procs, repeats) for procs in (1, 2)}
+    for procs, (rate, others) in plain.items():
+        out.append(
+            record(
+                f"{prefix}read only, {procs} plain process(es), no Dask",
+                rate,
+                "rows/s",
+                gb_per_s=rate * row_bytes / 1e9,
+                other_cores=others,
+            )
+        )
+    out.append(
+        record(
+            f"{prefix}read-only speed-up 1 → 2 workers (peer: 1 → 2 plain processes)",
+            read_rate[2] / read_rate[1],
+            "x",
+            plain[2][0] / plain[1][0],
+        )
+    )
+    return out
+
+
+def _best_of(
+    run_once: Callable[[], object], repeats: int, before: Callable[[], None] = lambda: None
+) -> tuple[float, float]:
+    """(best seconds of ``repeats`` timed runs after a warm-up, mean cores' worth of CPU that
+    other processes used during the timed runs); ``before`` runs untimed before each run."""
+    run_once()
+    best, other_seconds, wall = float("inf"), 0.0, 0.0
+    for _ in range(repeats):
+        before()
+        busy, ours = _cpu_seconds()
+        started = time.perf_counter()
+        run_once()
+        seconds = time.perf_counter() - started
+        busy_after, ours_after = _cpu_seconds()
+        best = min(best, seconds)
+        other_seconds += max(0.0, (busy_after - busy) - (ours_after - ours))
+        wall += seconds
+    return best, other_seconds / wall
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds the machine has been busy, CPU seconds of this process and its children),
+    steal time counted as busy: cores the hypervisor gave to someone else are not ours either."""
+    t = psutil.cpu_times()
+    busy = t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
+    me = psutil.Process()
+    ours = 0.0
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        ours += times.user + times.system
+    return busy, ours
+
+
+def _plain_read_rate(
+    reader: ChunkReader | CodesChunkReader, procs: int, repeats: int
+) -> tuple[float, float]:
+    """(rows/s, other cores) of reading every chunk through ``reader`` in ``procs`` plain
+    processes, chunk i in process i mod procs: the same work as the read-only pass, no Dask."""
+    n_chunks = -(-reader.shape[0] // reader.rows_per_chunk)
+    shares = [list(range(p, n_chunks, procs)) for p in range(procs)]
+    with multiprocessing.get_context("spawn").Pool(procs) as pool:
+        seconds, others = _best_of(
+            lambda: pool.starmap(_read_chunks, [(reader, s) for s in shares]), repeats
+        )
+    return reader.shape[0] / seconds, others
+
+
+def _read_chunks(reader: ChunkReader | CodesChunkReader, indices: list[int]) -> int:
+    return sum(len(reader.read_chunk(i)) for i in indices)
+
+
+def _gemm_gflops(X: np.ndarray, dtype: str) -> float:
+    """GFLOP/s of one core's XᵀX on a Gram sub-block of ``X``: the machine's arithmetic rate."""
+    block = np.ascontiguousarray(X[:GEMM_ROWS], dtype=dtype)
     with threadpool_limits(1):
         block.T @ block
-        started = time.perf_counter()
-        block.T @ block
-        return len(block) / (time.perf_counter() - started)
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            block.T @ block
+            best = min(best, time.perf_counter() - started)
+    return len(block) * X.shape[1] * (X.shape[1] + 1) / best / 1e9
+
+
+# -- part 3: a PQ code store of the same rows ----------------------------------------------
+
+
+def _pq(X: np.ndarray, labels: np.ndarray, root: Path, m: int, repeats: int) -> list[dict]:
+    """Codes of ``X`` (M = ``m``): codec × chunk matrix, reads through the store, and the
+    class-sums-from-codes pass against the codes' read-only pass, per chunk size."""
+    sample = X[np.random.default_rng(0).choice(len(X), min(PQ_TRAIN_ROWS, len(X)), replace=False)]
+    codec = PQCodec.train(sample, m, niter=10)
+    base_rows = default_rows_per_chunk(X.shape[1])
+    codes = np.concatenate(
+        [codec.encode(X[start : start + base_rows]) for start in range(0, len(X), base_rows)]
+    )
+    prefix = f"codes M={m}: "
+    layouts = {
+        f"{name} chunk {factor * base_rows} rows ({factor * base_rows * m / MIB:g} MiB)": (
+            factor * base_rows,
+            None,
+            CODEC_CHAINS[name],
+        )
+        for name in PQ_CODECS
+        for factor in PQ_CHUNK_FACTORS
+    }
+    out = _matrix(codes, root / "codes-matrix.zarr", layouts, prefix)
+    for factor in PQ_CHUNK_FACTORS:
+        rows_per_chunk = factor * base_rows
+        if len(X) < 2 * rows_per_chunk:
+            continue  # fewer than one chunk per worker: no 1 → 2 worker figure
+        path = root / "pq.zarr"
+        shutil.rmtree(path, ignore_errors=True)
+        store = create_pq_store(path, codec, rows_per_chunk=rows_per_chunk)
+        with store.writer("bench") as writer:
+            for start in range(0, len(X), rows_per_chunk):
+                stop = start + rows_per_chunk
+                writer.write(codes[start:stop], labels[start:stop])
+        out += _pq_store_passes(
+            store, codec, labels, repeats, f"{prefix}{rows_per_chunk} rows a chunk: "
+        )
+        shutil.rmtree(path)
+    return out
+
+
+def _pq_store_passes(
+    store: FeatureStore, codec: PQCodec, labels: np.ndarray, repeats: int, prefix: str
+) -> list[dict]:
+    record_ = read_record(store.path)
+    n = record_["committed_rows"]
+    reader = CodesChunkReader(store.path, record_, n)
+    n_chunks = -(-n // store.rows_per_chunk)
+    seconds = _timed_read(
+        lambda: _read_chunks(reader, list(range(n_chunks))), store.path, cold=False
+    )
+    out = [
+        record(
+            f"{prefix}read through the store (CodesChunkReader), 1 process",
+            n * codec.m / seconds / 1e9,
+            "GB/s",
+            rows_per_s=n / seconds,
+        )
+    ]
+    codes = store.codes()
+    passes = {
+        "read only": Pass(lambda: compute(reduce_rows(_rows_read, [codes]))),
+        f"class sums from codes, {CLASSES} classes (NearestClassMean.fit_codes)": Pass(
+            lambda: NearestClassMean().fit_codes(codes, labels, codec.codebook, codec.rotation)
+        ),
+    }
+    return out + _timed_passes(passes, reader, n, codec.m, repeats, {}, prefix)
