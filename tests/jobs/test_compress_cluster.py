@@ -1,0 +1,64 @@
+"""`imgscale compress` through the installed CLI on the real scheduler + 2 workers of conftest.py.
+
+Each source chunk is encoded by a task on a worker; the client writes the codes in row order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from storage import create_store, ingest_file, open_store
+
+IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
+
+
+def imgscale(*args) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [IMGSCALE, *map(str, args)], capture_output=True, text=True, timeout=120, env=os.environ
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def raw_store(tmp_path_factory, digits_splits):
+    """Digits in one raw store of 256-row chunks: 8 chunks, so both workers encode some."""
+    path = tmp_path_factory.mktemp("raw") / "digits.zarr"
+    create_store(path, 64, class_names=[str(d) for d in range(10)], rows_per_chunk=256)
+    for split, file in digits_splits.items():
+        ingest_file(file, path, x_key="X", y_key="y", split=split, batch_id=split)
+    return open_store(path)
+
+
+def test_compress_on_the_cluster_writes_the_codec_applied_to_every_row(
+    tmp_path, raw_store, scheduler_address
+):
+    dst = tmp_path / "digits-pq16.zarr"
+    summary = json.loads(
+        imgscale(
+            "compress", raw_store.path, dst, "--m", "16", "--scheduler", scheduler_address, "--json"
+        ).stdout
+    )
+    store = open_store(dst)
+    X = raw_store.features().compute(scheduler="synchronous")
+    codes = store.codes().compute(scheduler="synchronous")
+    # Every chunk encoded on a worker, in row order: the codes faiss gives in this process.
+    np.testing.assert_array_equal(codes, store.codec.encode(X))
+    decoded = store.features().compute(scheduler="synchronous")
+    mse = np.mean(np.sum((X.astype(np.float64) - decoded) ** 2, axis=1))
+    np.testing.assert_allclose(summary["mse"], mse, rtol=1e-6)
+    variance = np.sum(X.astype(np.float64).var(axis=0))
+    np.testing.assert_allclose(summary["relative_mse"], mse / variance, rtol=1e-6)
+    assert summary["relative_mse"] < 0.2
+
+    info = json.loads(imgscale("info", dst, "--json").stdout)
+    assert info["encoding"] == "pq" and info["pq_m"] == 16 and info["rows"] == len(X)
+    assert info["bytes_on_disk"] == sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())
+    np.testing.assert_allclose(info["compression_ratio"], len(X) * 64 * 4 / info["bytes_on_disk"])
