@@ -382,8 +382,8 @@ def bench_io(size_gib, dim, workdir, markdown, matrix, repeats, pq_m, as_json) -
     "--dataset",
     "datasets",
     multiple=True,
-    type=click.Choice(["digits", "usps", "mnist"]),
-    help="Repeat to choose (default: all three).",
+    type=click.Choice(["digits", "usps", "mnist", "20news"]),
+    help="Repeat to choose (default: all four). Tables of data sets not run are kept.",
 )
 @click.option("--mnist-rows", default=20_000, show_default=True, help="MNIST train rows used.")
 @click.option("--data-dir", type=click.Path(exists=True), help="Default: ../shared/data.")
@@ -395,17 +395,17 @@ def bench_accuracy(datasets, mnist_rows, data_dir, out_dir, as_json) -> None:
     from jobs.bench import accuracy
 
     records = accuracy.run(
-        datasets or ("digits", "usps", "mnist"),
+        datasets or accuracy.DATASETS,
         mnist_rows=mnist_rows,
         data_dir=Path(data_dir) if data_dir else accuracy.DATA_DIR,
         log=lambda line: click.echo(line, err=True),
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    accuracy.plot(records, out / "accuracy.png")
     command = " ".join(["imgscale", *sys.argv[1:]])
-    text = accuracy.report(records, command, mnist_rows)
-    accuracy.write_section(out / "results.md", "accuracy", text)
+    merged = accuracy.merge_records(out / "accuracy.json", records, command)
+    accuracy.plot(merged, out / "accuracy.png")
+    accuracy.write_section(out / "results.md", "accuracy", accuracy.report(merged, mnist_rows))
     _print_records(records, as_json)
 
 

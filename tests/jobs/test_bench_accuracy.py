@@ -1,9 +1,19 @@
-"""The accuracy benchmark's dual ridge is RidgeClassifier's solution (centred on all rows)."""
+"""The accuracy benchmark: its dual ridge is RidgeClassifier's solution (centred on all rows),
+its 20 Newsgroups reader, and its results files."""
+
+import io
+import tarfile
 
 import numpy as np
 from sklearn.datasets import load_digits
 
-from jobs.bench.accuracy import dual_ridge_rates, markdown, write_section
+from jobs.bench.accuracy import (
+    dual_ridge_rates,
+    markdown,
+    merge_records,
+    newsgroups_histograms,
+    write_section,
+)
 from pipeline.classify import RidgeClassifier
 from pipeline.metrics import per_class_rate
 
@@ -30,8 +40,46 @@ def test_results_section_is_replaced_in_place(tmp_path):
     path.write_text("# Results\n\nkeep me\n")
     record = {"dataset": "d", "embedding": "e", "dim": 3, "labelled_per_class": 3,
               "value": 0.5, "std": 0.1, "trials": 5}  # fmt: skip
-    write_section(path, "accuracy", markdown([record], "cmd"))
-    write_section(path, "accuracy", markdown([{**record, "value": 0.25}], "cmd"))
+    record["command"] = "cmd"
+    write_section(path, "accuracy", markdown([record]))
+    write_section(path, "accuracy", markdown([{**record, "value": 0.25}]))
     text = path.read_text()
     assert "keep me" in text and text.count("accuracy:begin") == 1
     assert "25.0 ± 10.0" in text and "50.0" not in text
+
+
+def _record(dataset: str, value: float) -> dict:
+    return {"dataset": dataset, "embedding": "e", "dim": 3, "labelled_per_class": 3,
+            "value": value, "std": 0.0, "trials": 1}  # fmt: skip
+
+
+def test_rerunning_one_dataset_keeps_the_others(tmp_path):
+    path = tmp_path / "accuracy.json"
+    merge_records(path, [_record("20news", 0.1), _record("usps", 0.2)], "first")
+    merged = merge_records(path, [_record("20news", 0.3)], "second")
+    assert [(r["dataset"], r["value"], r["command"]) for r in merged] == [
+        ("usps", 0.2, "first"),
+        ("20news", 0.3, "second"),
+    ]
+    assert "Command: `second`" in markdown(merged) and "Command: `first`" in markdown(merged)
+
+
+def test_newsgroups_histograms_drop_headers_and_normalise(tmp_path):
+    messages = {
+        "20news-bydate-train/sci.space/1": "From: orbit\nSubject: x\n\nrocket rocket moon",
+        "20news-bydate-train/rec.autos/2": "From: orbit\n\nengine wheel engine engine",
+        "20news-bydate-test/sci.space/3": "Subject: orbit\n\nmoon engine unseen",
+        "20news-bydate-test/rec.autos/4": "From: a\n\n",
+    }
+    archive = tmp_path / "20news.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, text in messages.items():
+            data = text.encode("latin-1")
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    X_train, y_train, X_test, y_test = newsgroups_histograms(archive, vocabulary=10)
+    # Vocabulary (sorted): engine, moon, rocket, wheel; "orbit" is only in headers.
+    np.testing.assert_allclose(X_train, [[0, 1 / 3, 2 / 3, 0], [3 / 4, 0, 0, 1 / 4]])
+    np.testing.assert_allclose(X_test, [[1 / 2, 1 / 2, 0, 0], [0, 0, 0, 0]])
+    assert y_train.tolist() == [1, 0] and y_test.tolist() == [1, 0]  # rec.autos < sci.space
