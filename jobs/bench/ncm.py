@@ -6,7 +6,8 @@ Measured in one run (paper 002 §4.4: ImageNet-10K, 4.5M rows, 10,184 classes):
   compress``, i.e. ``jobs.compress``);
 - top-5 NCM scoring by eq. 9 of ``queries`` rows against the class means projected to
   ``n_components``, as a fraction of the same run's plain numpy GEMMs of the same shapes
-  (queries × D by D × d, then queries × d by d × C) — the peer is the arithmetic alone;
+  (queries × D by D × d, then queries × d by d × C) in the same blocks of query rows — the
+  peer is the arithmetic alone;
 - SGD iterations per second of the learned metric on MNIST (if the data is there) and the
   wall time to reach the validated optimum.
 """
@@ -23,6 +24,7 @@ import numpy as np
 from jobs.bench.common import PeakRSS, mixture_store, record
 from jobs.cluster import connect
 from pipeline.classify import MetricNearestClassMean, NearestClassMean
+from pipeline.classify.ncm_metric import SCORE_ROWS
 
 DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -110,9 +112,10 @@ def _scoring(means, dim, queries, n_components, log) -> list[dict]:
     model.class_sums_, model.class_counts_ = means.astype(np.float64), np.ones(classes, np.int64)
     X = rng.standard_normal((queries, dim), dtype=np.float32)
     P = model.projected_means_
+    # The peer computes the same blocks of query rows as predict_top_k, without the top-k.
     started = time.perf_counter()
-    for start in range(0, queries, 4096):
-        (X[start : start + 4096] @ W.T) @ P.T
+    for start in range(0, queries, SCORE_ROWS):
+        (X[start : start + SCORE_ROWS] @ W.T) @ P.T
     gemm = time.perf_counter() - started
     started = time.perf_counter()
     model.predict_top_k(X, k=5)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pipeline.classify._minibatch import decode_codes
-from pipeline.classify.ncm_metric import MetricNearestClassMean, ncm_objective, top_k_columns
+from pipeline.classify.ncm_metric import MetricNearestClassMean, ncm_objective
 from pipeline.classify.zero_shot import ancestors, map_mean, prior_means
 from tests.pipeline.conftest import as_dask
 
@@ -67,12 +67,6 @@ def test_top_k_equals_brute_force_ranking_with_many_classes():
     model = MetricNearestClassMean(n_components=6, max_iter=0, random_state=0).fit(X, y)
     expected = np.argsort(-brute_force_scores(model, X[:300]), axis=1, kind="stable")[:, :5]
     np.testing.assert_array_equal(model.predict_top_k(X[:300], k=5), model.classes_[expected])
-
-
-def test_group_pruned_top_k_equals_full_sort():
-    scores = np.random.default_rng(4).normal(size=(50, 1000)).astype(np.float32)
-    expected = np.argsort(-scores, axis=1, kind="stable")[:, :7]
-    np.testing.assert_array_equal(top_k_columns(scores, 7), expected)
 
 
 def test_learned_metric_beats_l2_and_keeps_the_best_validated_w():
