@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -137,7 +138,9 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
     ``validate_every`` iterations the held-out 1-NN error against the pool is measured and the
     best W kept; k is then validated over ``n_neighbors_grid`` (§4.1).
     Prediction is an exact search (faiss IndexFlatL2) in the projected space against all
-    training rows, which the fitted model holds projected (``reference_``, n × d float32).
+    training rows, which the fitted model holds projected (``reference_``, n × d float32; fitted
+    on a dask array it is a dask array persisted on the workers, searched block by block with
+    the per-block top k merged in a tree, so no n-sized array reaches the client).
     Class scores are neighbour votes, ties broken by the nearer neighbours.
 
     Parameters
@@ -160,7 +163,7 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
     Attributes
     ----------
     components_ : ndarray (d, D) float32
-    reference_ : ndarray (n, d) float32
+    reference_ : ndarray or dask array (n, d) float32
     reference_index_ : ndarray (n,) int64 class index of each reference row
     classes_, n_neighbors_, best_iteration_, n_iter_, validation_iterations_,
     validation_error_, validation_loss_, n_features_in_
@@ -231,8 +234,9 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
         self.components_ = W
         labelled = y_index >= 0
         if isinstance(X, da.Array):
+            # Projected on the workers and kept there: searches run block by block against it.
             rows = X[labelled].map_blocks(np.matmul, W.T, dtype=np.float32)
-            self.reference_ = compute(rows.rechunk({1: -1}))[0]
+            self.reference_ = rows.rechunk({1: -1}).persist()
         else:
             self.reference_ = X[labelled] @ W.T
         self.reference_index_ = y_index[labelled]
@@ -298,6 +302,31 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
     def _scores(X, W, reference, reference_index, n_classes, k) -> np.ndarray:
         ids, _ = knn_search(X @ W.T, reference, k)
         return _vote_scores(reference_index[ids], n_classes)
+
+    def _map_rows(self, X: Any, block_fn: Any, *args: Any, n_cols: int | None, dtype: Any):
+        """As `RowClassifierMixin`; dask queries against a dask ``reference_`` become one
+        tree-merged search per query block (a task per query block × reference block)."""
+        if not (isinstance(X, da.Array) and isinstance(self.reference_, da.Array)):
+            return super()._map_rows(X, block_fn, *args, n_cols=n_cols, dtype=dtype)
+        W, reference, reference_index, n_classes, k = self._score_params()
+        reference_index = dask.delayed(reference_index, pure=True)
+        blocks = []
+        for block, rows in zip(X.to_delayed().ravel(), X.chunks[0], strict=True):
+            found = reduce_rows(_chunk_top_k, [reference], dask.delayed(np.matmul)(block, W.T), k)
+            votes = dask.delayed(_vote_scores_of)(found, reference_index, n_classes)
+            result = dask.delayed(block_fn)(votes, _given_scores, (), *args)
+            shape = (rows,) if n_cols is None else (rows, n_cols)
+            blocks.append(da.from_delayed(result, shape, dtype=dtype))
+        return da.concatenate(blocks)
+
+
+def _given_scores(scores: np.ndarray) -> np.ndarray:
+    """Scores computed beforehand (the votes of a blockwise search), for `_map_rows`' blocks."""
+    return scores
+
+
+def _vote_scores_of(found: TopK, reference_index: np.ndarray, n_classes: int) -> np.ndarray:
+    return _vote_scores(reference_index[found.ids], n_classes)
 
 
 def _vote_scores(neighbour_labels: np.ndarray, n_classes: int) -> np.ndarray:

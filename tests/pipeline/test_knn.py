@@ -1,14 +1,18 @@
 """MetricKNeighborsClassifier (paper 002 §3.1) against brute force and finite differences."""
 
+import dask
+import dask.array as da
 import numpy as np
 
 from pipeline.classify.knn import (
     MetricKNeighborsClassifier,
+    _vote_scores,
     dynamic_targets,
     knn_search,
     triplet_objective,
 )
 from tests.pipeline.conftest import as_dask
+from tests.pipeline.test_base_top_k import stable_top_k
 from tests.pipeline.test_ncm_metric import noisy_classes
 
 
@@ -78,3 +82,19 @@ def test_metric_learning_beats_l2_knn():
     plain_error = np.mean(plain.fit(X, y).predict(Xt) != yt)
     learned_error = np.mean(learned.fit(X, y).predict(Xt) != yt)
     assert learned_error < 0.7 * plain_error
+
+
+def test_knn_fitted_on_dask_keeps_references_lazy_and_equals_brute_force():
+    X, y = noisy_classes(n=300)
+    Xt, _ = noisy_classes(n=50, seed=1)
+    params = {"n_neighbors": 5, "n_components": None, "metric_learning": False}
+    model = MetricKNeighborsClassifier(**params, random_state=0).fit(as_dask(X, rows=64), y)
+    assert isinstance(model.reference_, da.Array)
+    neighbours = brute_force_neighbours(Xt, X.astype(np.float64), 5)
+    expected = _vote_scores(model.reference_index_[neighbours], len(model.classes_))
+    np.testing.assert_array_equal(model.decision_function(Xt), expected)
+    for queries in (Xt, as_dask(Xt, rows=16)):
+        top = np.asarray(dask.compute(model.predict_top_k(queries, k=3))[0])
+        np.testing.assert_array_equal(top, model.classes_[stable_top_k(expected, 3)])
+        predicted = np.asarray(dask.compute(model.predict(queries))[0])
+        np.testing.assert_array_equal(predicted, model.classes_[expected.argmax(axis=1)])
