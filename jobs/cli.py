@@ -142,11 +142,19 @@ def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
 )
 @click.option("--n-components", type=int, help="Embedding dimension (default: paper 000 §4.1).")
 @click.option("--gamma", type=float, help="RFF/Nyström γ (default: 50th-neighbour bandwidth).")
+@click.option(
+    "--metric-dim",
+    default=64,
+    show_default=True,
+    help="ncm-metric/knn: rows of the learned metric W (paper 002 §3).",
+)
+@click.option("--max-iter", type=int, help="ncm-metric/knn: SGD iterations at most.")
 @scheduler_option
 @verbose_option
 def train(
-    store, model, method, split, val_split, rho, embedding, n_components, gamma, scheduler
-) -> None:
+    store, model, method, split, val_split, rho, embedding, n_components, gamma, metric_dim,
+    max_iter, scheduler,
+) -> None:  # fmt: skip
     """Train a classifier on STORE and save it to MODEL (zarr + JSON, no pickle)."""
     from jobs.train import make_embedding
     from jobs.train import train as train_model
@@ -161,18 +169,22 @@ def train(
     started = time.perf_counter()
     with connect(scheduler):
         fitted = train_model(
-            feature_store, method, split=split, val_split=val_split, rho=rho, embedding=embedder
+            feature_store, method, split=split, val_split=val_split, rho=rho, embedding=embedder,
+            metric_dim=metric_dim, max_iter=max_iter,
+        )  # fmt: skip
+        # Saved while connected: a kNN's reference rows are still persisted on the workers.
+        models.save(
+            fitted,
+            model,
+            store=str(feature_store.path.resolve()),
+            split=split,
+            rows=len(feature_store.labels(split)),
+            committed_rows=feature_store.committed_rows,
         )
-    models.save(
-        fitted,
-        model,
-        store=str(feature_store.path.resolve()),
-        split=split,
-        rows=len(feature_store.labels(split)),
-        committed_rows=feature_store.committed_rows,
-    )
     classifier = fitted.steps[-1][1] if hasattr(fitted, "steps") else fitted
     detail = f", rho={classifier.rho_:g}" if hasattr(classifier, "rho_") else ""
+    if hasattr(classifier, "best_iteration_"):
+        detail += f", d={metric_dim}, best W at iteration {classifier.best_iteration_}"
     if embedding is not None:
         detail += f", {embedding} embedding to {fitted.steps[0][1].n_components_} dims"
     click.echo(f"{model}: {method}{detail} ({time.perf_counter() - started:.1f} s)", err=True)

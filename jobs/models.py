@@ -10,11 +10,13 @@ import datetime as dt
 import os
 from importlib.metadata import version
 
+import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from pipeline import embed
+from pipeline._compute import compute
 from pipeline.classify import (
     EigenvalueRidgeClassifier,
     MetricKNeighborsClassifier,
@@ -88,6 +90,10 @@ def _to_step(estimator: BaseEstimator) -> SavedStep:
     for name, value in vars(estimator).items():
         if not name.endswith("_") or name.startswith("_"):
             continue
+        if isinstance(value, da.Array):
+            # kNN fitted on a store keeps its projected reference rows on the workers; the file
+            # needs them.
+            (value,) = compute(value)
         if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
             arrays[name] = value
         else:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import numpy as np
 from sklearn.base import BaseEstimator
 
 from jobs.models import classifier_pipeline
 from pipeline import embed
-from pipeline.classify import NearestClassMean, RidgeClassifier, SemiSupervisedEigenSolver
+from pipeline.classify import (
+    MetricKNeighborsClassifier,
+    MetricNearestClassMean,
+    NearestClassMean,
+    RidgeClassifier,
+    SemiSupervisedEigenSolver,
+)
 from storage import FeatureStore
 
-METHODS = ("ridge", "ncm", "ssl")
+METHODS = ("ridge", "ncm", "ncm-metric", "knn", "ssl")
 
 # --embedding name → (class, fixed parameters); --n-components / --gamma apply where the class
 # has that parameter. Defaults follow paper 000 §4.1.
@@ -56,6 +63,8 @@ def train(
     rho: float | None = None,
     embedding: BaseEstimator | None = None,
     eigenvalues=None,
+    metric_dim: int = 64,
+    max_iter: int | None = None,
 ) -> BaseEstimator:
     """Fit ``method`` on the rows of ``split`` (its unlabelled rows count for centering only).
 
@@ -69,6 +78,12 @@ def train(
 
     ``ssl`` (paper 001 eq. 3) needs an embedding with eigenvalues (PCALap, RPLap, ALE); its λ is
     chosen on ``val_split`` like ρ, and a fixed ``rho`` means λ = 1/ρ.
+
+    ``ncm-metric`` and ``knn`` learn a ``metric_dim``-dimensional metric by SGD (paper 002 §3),
+    ``max_iter`` iterations at most (default: the estimator's); the labelled ``val_split`` rows,
+    if any, choose the best W (and k for knn), else a fifth of the train rows at most is held out.
+    On a PQ store ncm-metric takes its class means from the codes and decodes only the rows SGD
+    samples.
     """
     X, y = store.features(split), store.labels(split)
     if len(y) == 0:
@@ -79,9 +94,12 @@ def train(
         # ssl regularises by the embedding's eigenvalues (PCALap, RPLap, ALE: paper 001 eq. 3).
         eigenvalues = getattr(embedding, "eigenvalues_", None)
         classifier = train(
-            embedded, method, split=split, val_split=val_split, rho=rho, eigenvalues=eigenvalues
-        )
+            embedded, method, split=split, val_split=val_split, rho=rho, eigenvalues=eigenvalues,
+            metric_dim=metric_dim, max_iter=max_iter,
+        )  # fmt: skip
         return classifier_pipeline(embedding, classifier)
+    if method in ("ncm-metric", "knn"):
+        return _train_metric(store, method, split, val_split, metric_dim, max_iter)
     if method == "ncm":
         if getattr(store, "encoding", "raw") == "pq":
             # Class means from the codes' count table: no row is decoded (pipeline/pq.py).
@@ -106,6 +124,25 @@ def train(
         if (y_val >= 0).any():
             return model.fit(X, y, X_val=store.features(val_split), y_val=y_val)
     return model.fit(X, y)
+
+
+def _train_metric(store, method, split, val_split, metric_dim, max_iter) -> BaseEstimator:
+    cls = MetricNearestClassMean if method == "ncm-metric" else MetricKNeighborsClassifier
+    params = {"n_components": metric_dim, "random_state": 0}
+    if max_iter is not None:
+        params["max_iter"] = max_iter
+    model = cls(**params)
+    X_val = y_val = None
+    if val_split is not None:
+        labels = store.labels(val_split)
+        labelled = np.flatnonzero(labels >= 0)
+        if len(labelled):
+            X_val, y_val = store.features(val_split)[labelled], labels[labelled]
+    y = store.labels(split)
+    if method == "ncm-metric" and getattr(store, "encoding", "raw") == "pq":
+        codec = store.codec
+        return model.fit_codes(store.codes(split), y, codec.codebook, codec.rotation, X_val, y_val)
+    return model.fit(store.features(split), y, X_val, y_val)
 
 
 class _EmbeddedStore:

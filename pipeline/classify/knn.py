@@ -139,8 +139,9 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
     best W kept; k is then validated over ``n_neighbors_grid`` (§4.1).
     Prediction is an exact search (faiss IndexFlatL2) in the projected space against all
     training rows, which the fitted model holds projected (``reference_``, n × d float32; fitted
-    on a dask array it is a dask array persisted on the workers, searched block by block with
-    the per-block top k merged in a tree, so no n-sized array reaches the client).
+    on a dask array it is a dask array persisted on the workers, for as long as the client that
+    fitted it, searched block by block with the per-block top k merged in a tree, so no n-sized
+    array reaches the client).
     Class scores are neighbour votes, ties broken by the nearer neighbours.
 
     Parameters

@@ -1,0 +1,130 @@
+"""`imgscale train --method ncm-metric | knn`: learned-metric models train, save, load, predict
+and evaluate through the CLI on a generated store (raw and PQ), on the test cluster."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from jobs import models
+from jobs.cli import cli
+from storage import create_store
+from storage.pq import PQCodec, create_pq_store
+
+N_CLASSES, DIM = 5, 12
+NAMES = [f"c{i}" for i in range(N_CLASSES)]
+
+
+def _rows(seed: int, n: int):
+    centres = 3 * np.random.default_rng(0).normal(size=(N_CLASSES, DIM))
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, N_CLASSES, n).astype(np.int32)
+    return (rng.normal(size=(n, DIM)) + centres[y]).astype(np.float32), y
+
+
+SPLITS = {"train": _rows(1, 500), "val": _rows(2, 150), "test": _rows(3, 200)}
+
+
+def _invoke(*args) -> str:
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.fixture
+def raw_store(tmp_path):
+    store = create_store(tmp_path / "raw.zarr", DIM, class_names=NAMES, rows_per_chunk=128)
+    for split, (X, y) in SPLITS.items():
+        store.append(split, X, y, split=split)
+    return store
+
+
+def _brute_force_ncm(model, X) -> np.ndarray:
+    """argmin_c ‖W(x − μ_c)‖² over every class (eq. 9 without shortcuts), float64."""
+    W, means = model.components_.astype(np.float64), model.means_.astype(np.float64)
+    distances = (((X[:, None, :] - means[None]) @ W.T) ** 2).sum(axis=2)
+    return model.classes_[np.argsort(distances, axis=1, kind="stable")]
+
+
+def _brute_force_knn(model, X_train, y_train, X) -> np.ndarray:
+    """Plain majority of the k nearest projected train rows (ties: nearest neighbour's class)."""
+    W = model.components_.astype(np.float64)
+    Z, R = X @ W.T, X_train @ W.T
+    distances = ((Z[:, None, :] - R[None]) ** 2).sum(axis=2)
+    neighbours = y_train[np.argsort(distances, axis=1, kind="stable")[:, : model.n_neighbors_]]
+    votes = np.array([np.bincount(row, minlength=N_CLASSES) for row in neighbours])
+    return votes, neighbours[:, 0]
+
+
+def _train(store, model, method, scheduler_address):
+    _invoke(
+        "train", store.path, model, "--method", method, "--metric-dim", 4, "--max-iter", 40,
+        "--scheduler", scheduler_address,
+    )  # fmt: skip
+    return models.load(model)[0]
+
+
+def _evaluate(model, store, scheduler_address) -> dict:
+    return json.loads(
+        _invoke("evaluate", model, store.path, "--json", "--scheduler", scheduler_address)
+    )
+
+
+def test_ncm_metric_trains_saves_and_scores_by_eq9_from_the_cli(
+    raw_store, tmp_path, scheduler_address
+):
+    path = tmp_path / "ncm.zarr"
+    model = _train(raw_store, path, "ncm-metric", scheduler_address)
+    X, y = SPLITS["train"]
+    expected_means = np.stack([X[y == c].astype(np.float64).mean(axis=0) for c in range(5)])
+    np.testing.assert_allclose(model.means_, expected_means, rtol=1e-5, atol=1e-5)
+    assert model.components_.shape == (4, DIM)
+    Xt, yt = SPLITS["test"]
+    ranking = _brute_force_ncm(model, Xt.astype(np.float64))
+    report = _evaluate(path, raw_store, scheduler_address)
+    assert report["top1_error"] == pytest.approx(np.mean(ranking[:, 0] != yt))
+    out = tmp_path / "predictions.parquet"
+    _invoke("predict", path, raw_store.path, out, "--split", "test", "--top-k", 3,
+            "--scheduler", scheduler_address)  # fmt: skip
+    top = np.array(pq.read_table(out).column("top_k").to_pylist())
+    np.testing.assert_array_equal(top, np.asarray(NAMES)[ranking[:, :3]])
+
+
+def test_ncm_metric_on_a_pq_store_takes_means_from_codes(tmp_path, scheduler_address):
+    X, y = SPLITS["train"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fewer than 39×256 training rows
+        codec = PQCodec.train(X, 4, niter=5)
+    store = create_pq_store(tmp_path / "pq.zarr", codec, class_names=NAMES, rows_per_chunk=128)
+    for split, (Xs, ys) in SPLITS.items():
+        store.append(split, codec.encode(Xs), ys, split=split)
+    model = _train(store, tmp_path / "ncm.zarr", "ncm-metric", scheduler_address)
+    decoded = codec.decode(codec.encode(X)).astype(np.float64)
+    expected = np.stack([decoded[y == c].mean(axis=0) for c in range(N_CLASSES)])
+    np.testing.assert_allclose(model.means_, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_knn_trains_saves_and_predicts_the_brute_force_vote_from_the_cli(
+    raw_store, tmp_path, scheduler_address
+):
+    path = tmp_path / "knn.zarr"
+    model = _train(raw_store, path, "knn", scheduler_address)
+    X, y = SPLITS["train"]
+    np.testing.assert_allclose(model.reference_, X @ model.components_.T, rtol=1e-5, atol=1e-4)
+    Xt, yt = SPLITS["test"]
+    votes, nearest = _brute_force_knn(model, X.astype(np.float64), y, Xt.astype(np.float64))
+    out = tmp_path / "predictions.parquet"
+    _invoke("predict", path, raw_store.path, out, "--split", "test", "--top-k", 1,
+            "--scheduler", scheduler_address)  # fmt: skip
+    predicted = np.array(pq.read_table(out).column("label").to_pylist())
+    top = np.sort(votes, axis=1)
+    clear = top[:, -1] > top[:, -2]
+    expected = np.asarray(NAMES)[np.where(clear, votes.argmax(axis=1), nearest)]
+    np.testing.assert_array_equal(predicted[clear], expected[clear])
+    report = _evaluate(path, raw_store, scheduler_address)
+    assert report["top1_error"] == pytest.approx(np.mean(np.searchsorted(NAMES, predicted) != yt))
