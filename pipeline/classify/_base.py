@@ -14,7 +14,8 @@ import dask
 import dask.array as da
 import numba
 import numpy as np
-from sklearn.base import ClassifierMixin
+from sklearn.base import ClassifierMixin, TransformerMixin
+from sklearn.utils import Tags
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
@@ -249,8 +250,14 @@ class RowClassifierMixin(ClassifierMixin):
         return self._map_rows(X, _top_k_block, classes, k, n_cols=k, dtype=classes.dtype)
 
 
-class ProjectionMixin:
+class ProjectionMixin(TransformerMixin):
     """`transform` for a classifier that scores rows after a learned projection `components_`."""
+
+    def __sklearn_tags__(self) -> Tags:
+        tags = super().__sklearn_tags__()
+        # The projected rows are float32 whatever came in.
+        tags.transformer_tags.preserves_dtype = ["float32"]
+        return tags
 
     def transform(self, X: Any) -> Any:
         """Projected rows Wx (n, d)."""

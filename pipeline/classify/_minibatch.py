@@ -67,7 +67,10 @@ class RowSampler:
         never contain: a validation set."""
         size = min(int(size), len(self.candidates) // 5)
         if size <= 0:
-            raise ValueError("too few labelled rows to hold out a validation set")
+            raise ValueError(
+                f"too few labelled rows to hold out a validation set: n_samples = "
+                f"{len(self.candidates)}"
+            )
         index = np.sort(self.rng.choice(self.candidates, size, replace=False))
         self.candidates = np.setdiff1d(self.candidates, index, assume_unique=True)
         self._pool = None
