@@ -6,6 +6,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from pipeline._compute import compute
+from pipeline.classify._base import top_k_columns
 from pipeline.metrics import evaluate_top_k, mean_interpolated_average_precision
 from storage import FeatureStore
 
@@ -30,8 +31,8 @@ def evaluate(model: BaseEstimator, store: FeatureStore, split: str | None = "tes
         scores = np.asarray(scores)
         if scores.ndim == 1:  # two classes: sklearn's single column scores classes_[1]
             scores = np.column_stack([-scores, scores])
-        # Stable sort of negated scores: best first, ties to the lower class (as predict_top_k).
-        result = evaluate_top_k(y, classes[np.argsort(-scores, axis=1, kind="stable")[:, :k]])
+        # Best first, ties to the lower class: the selection predict_top_k makes.
+        result = evaluate_top_k(y, classes[top_k_columns(scores, k)])
         result["map"] = mean_interpolated_average_precision(y[:, None] == classes, scores)
     else:
         result = evaluate_top_k(y, model.predict_top_k(X, k=k))
