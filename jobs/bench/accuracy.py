@@ -431,7 +431,8 @@ def write_section(path: Path, name: str, text: str) -> None:
     old = path.read_text() if path.exists() else "# Results\n\n"
     if begin in old and end in old:
         head, rest = old.split(begin, 1)
-        new = head + block + rest.split(end, 1)[1].lstrip("\n")
+        rest = rest.split(end, 1)[1].lstrip("\n")
+        new = head + block + ("\n" + rest if rest else "")
     else:
         new = old.rstrip("\n") + "\n\n" + block
     path.write_text(new)
