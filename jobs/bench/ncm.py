@@ -7,7 +7,7 @@ Measured in one run (paper 002 §4.4: ImageNet-10K, 4.5M rows, 10,184 classes):
 - top-5 NCM scoring by eq. 9 of ``queries`` rows against the class means projected to
   ``n_components``, as a fraction of the same run's plain numpy GEMMs of the same shapes
   (queries × D by D × d, then queries × d by d × C) in the same blocks of query rows — the
-  peer is the arithmetic alone;
+  peer is the arithmetic alone; the two alternate, best of ``REPEATS`` each;
 - SGD iterations per second of the learned metric on MNIST (if the data is there) and the
   wall time to reach the validated optimum.
 """
@@ -27,6 +27,7 @@ from pipeline.classify import MetricNearestClassMean, NearestClassMean
 from pipeline.classify.ncm_metric import SCORE_ROWS
 
 DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+REPEATS = 3
 
 
 def run(
@@ -112,14 +113,23 @@ def _scoring(means, dim, queries, n_components, log) -> list[dict]:
     model.class_sums_, model.class_counts_ = means.astype(np.float64), np.ones(classes, np.int64)
     X = rng.standard_normal((queries, dim), dtype=np.float32)
     P = model.projected_means_
-    # The peer computes the same blocks of query rows as predict_top_k, without the top-k.
-    started = time.perf_counter()
-    for start in range(0, queries, SCORE_ROWS):
-        (X[start : start + SCORE_ROWS] @ W.T) @ P.T
-    gemm = time.perf_counter() - started
-    started = time.perf_counter()
-    model.predict_top_k(X, k=5)
-    ours = time.perf_counter() - started
+
+    def gemm() -> None:
+        # The peer computes the same blocks of query rows as predict_top_k, without the top-k.
+        for start in range(0, queries, SCORE_ROWS):
+            (X[start : start + SCORE_ROWS] @ W.T) @ P.T
+
+    def top_5() -> None:
+        model.predict_top_k(X, k=5)
+
+    # Alternated, best of REPEATS each: other jobs on the shared cores slow single runs.
+    best = {gemm: np.inf, top_5: np.inf}
+    for _ in range(REPEATS):
+        for run_once in best:
+            started = time.perf_counter()
+            run_once()
+            best[run_once] = min(best[run_once], time.perf_counter() - started)
+    gemm, ours = best[gemm], best[top_5]
     flops = 2 * queries * n_components * (dim + classes)
     log(f"scoring: ours {ours:.2f} s, GEMM {gemm:.2f} s")
     return [
