@@ -12,9 +12,9 @@ Part 3 does the same for a uint8 PQ-code store (M codes a row) of the same rows 
 sizes: codec and chunk size matrix for the codes, their read rate through the store, and the
 class-sums-from-codes pass against the codes' read-only pass.
 
-Other processes on the machine compete for the same cores, so every pass record carries
-``other_cores``: the cores' worth of CPU used by processes other than this benchmark and its
-workers while it was timed.
+Other processes on the machine compete for the same cores, so every pass record carries the
+cores' worth of CPU used while it was timed by the client (and a LocalCluster's scheduler), by
+the workers and by every other process (``client_cores``, ``child_cores``, ``other_cores``).
 """
 
 from __future__ import annotations
@@ -354,8 +354,8 @@ def _timed_passes(
                     while any(client.has_what().values()):
                         time.sleep(0.01)
 
-                seconds, others = _best_of(one_pass.run, repeats, before=released)
-                rate = n_rows / seconds
+                timing = _best_of(one_pass.run, repeats, before=released)
+                rate = n_rows / timing.seconds
                 read_rate.setdefault(workers, rate)
                 extra = {}
                 if one_pass.gemm_flops_per_row:
@@ -370,7 +370,7 @@ def _timed_passes(
                         read_rate[workers],
                         workers=workers,
                         gb_per_s=rate * row_bytes / 1e9,
-                        other_cores=others,
+                        **timing.extra(),
                         **extra,
                     )
                 )
@@ -385,14 +385,14 @@ def _timed_passes(
                         )
                     )
     plain = {procs: _plain_read_rate(reader, procs, repeats) for procs in (1, 2)}
-    for procs, (rate, others) in plain.items():
+    for procs, (rate, timing) in plain.items():
         out.append(
             record(
                 f"{prefix}read only, {procs} plain process(es), no Dask",
                 rate,
                 "rows/s",
                 gb_per_s=rate * row_bytes / 1e9,
-                other_cores=others,
+                **timing.extra(),
             )
         )
     out.append(
@@ -406,54 +406,73 @@ def _timed_passes(
     return out
 
 
+@dataclass(frozen=True)
+class Timing:
+    """Best wall seconds of ``repeats`` runs, and the cores' worth of CPU used during the runs
+    (mean) by this process (the client and a LocalCluster's scheduler), by its child processes
+    (workers) and by every other process on the machine (other helpers' jobs, say)."""
+
+    seconds: float
+    client_cores: float
+    child_cores: float
+    other_cores: float
+
+    def extra(self) -> dict[str, float]:
+        return {
+            "client_cores": self.client_cores,
+            "child_cores": self.child_cores,
+            "other_cores": self.other_cores,
+        }
+
+
 def _best_of(
     run_once: Callable[[], object], repeats: int, before: Callable[[], None] = lambda: None
-) -> tuple[float, float]:
-    """(best seconds of ``repeats`` timed runs after a warm-up, mean cores' worth of CPU that
-    other processes used during the timed runs); ``before`` runs untimed before each run."""
+) -> Timing:
+    """Timing of ``repeats`` runs after a warm-up; ``before`` runs untimed before each run."""
     run_once()
-    best, other_seconds, wall = float("inf"), 0.0, 0.0
+    best, wall, used = float("inf"), 0.0, np.zeros(3)
     for _ in range(repeats):
         before()
-        busy, ours = _cpu_seconds()
+        start_cpu = _cpu_seconds()
         started = time.perf_counter()
         run_once()
         seconds = time.perf_counter() - started
-        busy_after, ours_after = _cpu_seconds()
+        client, children, busy = _cpu_seconds() - start_cpu
         best = min(best, seconds)
-        other_seconds += max(0.0, (busy_after - busy) - (ours_after - ours))
+        used += (client, children, max(0.0, busy - client - children))
         wall += seconds
-    return best, other_seconds / wall
+    return Timing(best, *(used / wall))
 
 
-def _cpu_seconds() -> tuple[float, float]:
-    """(CPU seconds the machine has been busy, CPU seconds of this process and its children),
-    steal time counted as busy: cores the hypervisor gave to someone else are not ours either."""
+def _cpu_seconds() -> np.ndarray:
+    """CPU seconds so far of (this process, its descendants, the whole machine); the machine's
+    count includes steal time: cores the hypervisor gave to someone else are not ours either."""
     t = psutil.cpu_times()
     busy = t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
     me = psutil.Process()
-    ours = 0.0
-    for process in [me, *me.children(recursive=True)]:
+    children = 0.0
+    for process in me.children(recursive=True):
         try:
             times = process.cpu_times()
         except psutil.Error:
             continue
-        ours += times.user + times.system
-    return busy, ours
+        children += times.user + times.system
+    mine = me.cpu_times()
+    return np.array([mine.user + mine.system, children, busy])
 
 
 def _plain_read_rate(
     reader: ChunkReader | CodesChunkReader, procs: int, repeats: int
-) -> tuple[float, float]:
-    """(rows/s, other cores) of reading every chunk through ``reader`` in ``procs`` plain
+) -> tuple[float, Timing]:
+    """(rows/s, timing) of reading every chunk through ``reader`` in ``procs`` plain
     processes, chunk i in process i mod procs: the same work as the read-only pass, no Dask."""
     n_chunks = -(-reader.shape[0] // reader.rows_per_chunk)
     shares = [list(range(p, n_chunks, procs)) for p in range(procs)]
     with multiprocessing.get_context("spawn").Pool(procs) as pool:
-        seconds, others = _best_of(
+        timing = _best_of(
             lambda: pool.starmap(_read_chunks, [(reader, s) for s in shares]), repeats
         )
-    return reader.shape[0] / seconds, others
+    return reader.shape[0] / timing.seconds, timing
 
 
 def _read_chunks(reader: ChunkReader | CodesChunkReader, indices: list[int]) -> int:
