@@ -106,7 +106,12 @@ def codes_chunk_file(path: Path, chunk_index: int) -> Path:
 
 
 def create_codes_array(path: Path, m: int, rows_per_chunk: int) -> None:
-    """The n x M uint8 codes of a PQ store: row-chunked like features, same codecs."""
+    """The n x M uint8 codes of a PQ store: row-chunked like features, same codecs.
+
+    Uncompressed + crc32c like features: zstd-1 and blosc-lz4 saved no bytes at all on M = 64
+    codes (size ratio 1.000: PQ codes are near-uniform bytes) while slowing every read
+    (``imgscale bench io``, docs/benchmarks.md), and uncompressed chunks take the direct reader.
+    """
     _create_row_array(path, CODES, m, rows_per_chunk, "uint8", COMPRESSORS, 0)
 
 
