@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 from sklearn.utils.validation import check_random_state
@@ -332,13 +333,14 @@ class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
     def predict_top_k(self, X: Any, k: int = 5) -> Any:
         """The k best classes per row, best first, by eq. 9 (one GEMM per block of rows)."""
         X, classes, k = self._check_top_k_input(X, k)
-        W, P2, norms = self._score_params()
+        params = self._score_params()
         if not isinstance(X, da.Array):
-            return _top_k_block(X, W, P2, norms, classes, k)
+            return _top_k_block(X, *params, classes, k)
+        # One copy of W and the projected means in the graph, not one per block.
+        shared = [dask.delayed(a, pure=True) for a in (*params, classes)]
         return X.map_blocks(
-            _top_k_block, W, P2, norms, classes, k, dtype=classes.dtype,
-            chunks=(X.chunks[0], (k,)),
-        )  # fmt: skip
+            _top_k_block, *shared, k, dtype=classes.dtype, chunks=(X.chunks[0], (k,))
+        )
 
 
 def initial_projection(

@@ -67,6 +67,8 @@ def test_top_k_equals_brute_force_ranking_with_many_classes():
     model = MetricNearestClassMean(n_components=6, max_iter=0, random_state=0).fit(X, y)
     expected = np.argsort(-brute_force_scores(model, X[:300]), axis=1, kind="stable")[:, :5]
     np.testing.assert_array_equal(model.predict_top_k(X[:300], k=5), model.classes_[expected])
+    lazy = model.predict_top_k(as_dask(X[:300], rows=64), k=5)
+    np.testing.assert_array_equal(lazy.compute(), model.classes_[expected])
 
 
 def test_learned_metric_beats_l2_and_keeps_the_best_validated_w():
