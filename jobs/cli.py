@@ -133,7 +133,9 @@ def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
 @click.argument("model", type=click.Path())
 @click.option("--method", type=click.Choice(METHODS), default="ridge", show_default=True)
 @click.option("--split", default="train", show_default=True, help="Rows to train on.")
-@click.option("--val-split", default="val", show_default=True, help="Rows that choose ρ.")
+@click.option(
+    "--val-split", default="val", show_default=True, help="Rows that choose ρ, or W and k."
+)
 @click.option("--rho", type=float, help="Fixed ridge regulariser (default: validated grid).")
 @click.option(
     "--embedding",
