@@ -16,7 +16,6 @@ from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from pipeline import embed
-from pipeline._compute import compute
 from pipeline.classify import (
     EigenvalueRidgeClassifier,
     MetricKNeighborsClassifier,
@@ -90,11 +89,9 @@ def _to_step(estimator: BaseEstimator) -> SavedStep:
     for name, value in vars(estimator).items():
         if not name.endswith("_") or name.startswith("_"):
             continue
-        if isinstance(value, da.Array):
-            # kNN fitted on a store keeps its projected reference rows on the workers; the file
-            # needs them.
-            (value,) = compute(value)
-        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        # A kNN fitted on a store keeps its projected reference rows on the workers as a dask
+        # array; save_model has the workers write them.
+        if isinstance(value, np.ndarray | da.Array) and value.dtype.kind in "biuf":
             arrays[name] = value
         else:
             scalars[name] = value

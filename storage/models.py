@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dask.array as da
 import numpy as np
 import zarr
 
@@ -29,7 +30,7 @@ class SavedStep:
 
     kind: str
     params: dict
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray | da.Array] = field(default_factory=dict)
     scalars: dict = field(default_factory=dict)
 
 
@@ -45,7 +46,7 @@ def save_model(path: str | os.PathLike, steps: list[SavedStep], provenance: dict
         for i, step in enumerate(steps):
             group = root.create_group(f"step{i}")
             for name, value in step.arrays.items():
-                group.create_array(name, data=np.ascontiguousarray(value))
+                _write_array(group, name, value)
         root.attrs["imgscale_model"] = {
             "schema_version": MODEL_SCHEMA_VERSION,
             "steps": [
@@ -58,6 +59,19 @@ def save_model(path: str | os.PathLike, steps: list[SavedStep], provenance: dict
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _write_array(group: zarr.Group, name: str, value: np.ndarray | da.Array) -> None:
+    """A numpy array is written by this process; a dask array's blocks by the workers holding
+    them (e.g. a kNN's reference rows), so no n-sized array passes through the client."""
+    if not isinstance(value, da.Array):
+        group.create_array(name, data=np.ascontiguousarray(value))
+        return
+    rows = max(value.chunks[0], default=0) or 1
+    chunks = (rows, *value.shape[1:])
+    array = group.create_array(name, shape=value.shape, dtype=value.dtype, chunks=chunks)
+    # One writer per zarr chunk: the dask blocks are cut on the zarr chunk boundaries.
+    da.store(value.rechunk(chunks), array, lock=False)
 
 
 def load_model(path: str | os.PathLike) -> tuple[list[SavedStep], dict]:

@@ -236,8 +236,7 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
         labelled = y_index >= 0
         if isinstance(X, da.Array):
             # Projected on the workers and kept there: searches run block by block against it.
-            rows = X[labelled].map_blocks(np.matmul, W.T, dtype=np.float32)
-            self.reference_ = rows.rechunk({1: -1}).persist()
+            self.reference_ = self.transform(X[labelled]).persist()
         else:
             self.reference_ = X[labelled] @ W.T
         self.reference_index_ = y_index[labelled]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+import dask.array as da
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
 from jobs import models
-from pipeline.classify import NearestClassMean, RidgeClassifier
+from pipeline.classify import MetricKNeighborsClassifier, NearestClassMean, RidgeClassifier
 from storage import StoreError
 
 
@@ -59,3 +60,16 @@ def test_a_model_naming_a_class_outside_the_allow_list_is_refused(tmp_path, digi
     metadata_file.write_text(json.dumps(metadata))
     with pytest.raises(StoreError, match=r"unknown estimator 'subprocess\.Popen'"):
         models.load(tmp_path / "m")
+
+
+def test_a_dask_array_attribute_is_written_by_blocks_and_loads_equal(tmp_path, digits):
+    """kNN fitted on dask rows keeps its reference rows as a dask array; saving writes its blocks
+    (irregular row chunks included) without the caller computing it first."""
+    X, y = digits
+    rows = da.from_array(X, chunks=((700, 500, 597), 64))
+    fitted = MetricKNeighborsClassifier(n_neighbors=3, n_components=16, max_iter=5).fit(rows, y)
+    assert isinstance(fitted.reference_, da.Array)
+    models.save(fitted, tmp_path / "m")
+    loaded, _ = models.load(tmp_path / "m")
+    np.testing.assert_array_equal(loaded.reference_, fitted.reference_.compute())
+    np.testing.assert_array_equal(loaded.predict(X[:200]), fitted.predict(X[:200]))
