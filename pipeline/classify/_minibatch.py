@@ -4,8 +4,9 @@ SGD touches m ≪ n rows per iteration. On a numpy array the rows are taken dire
 row-chunked dask array one random row costs a whole chunk read, so rows are drawn uniformly into
 a pool of ``pool_rows`` in one pass (one task per chunk, each returning only its selected rows)
 and minibatches are drawn without replacement from the pool; a fresh pool is drawn once it is
-used up. On PQ codes the pool holds codes (M bytes a row) and only the rows of a minibatch are
-decoded, as in §4.1 ("we decompress the features of a limited number of images").
+used up (a pool holding every labelled row is reshuffled instead). On PQ codes the pool holds
+codes (M bytes a row) and only the rows of a minibatch are decoded, as in §4.1 ("we decompress
+the features of a limited number of images").
 """
 
 from __future__ import annotations
@@ -89,8 +90,10 @@ class RowSampler:
             return self._rows(np.asarray(self.X)[index]), self.y_index[index]
         if self._pool is None or len(self._order) < size:
             rows = min(max(self.pool_rows, size), len(self.candidates))
-            index = np.sort(self.rng.choice(self.candidates, rows, replace=False))
-            self._pool = (self._fetch(index), self.y_index[index])
+            # A pool of every candidate is reshuffled, not fetched again: same distribution.
+            if self._pool is None or rows < len(self.candidates):
+                index = np.sort(self.rng.choice(self.candidates, rows, replace=False))
+                self._pool = (self._fetch(index), self.y_index[index])
             self._order = self.rng.permutation(rows)
         take, self._order = self._order[:size], self._order[size:]
         stored, labels = self._pool
