@@ -61,8 +61,8 @@ def _accumulate_code_sums(  # pragma: no cover
     """Per-class sums of decoded rows (codebook space) and centroid counts over all rows.
 
     Rows are visited in class order (a counting sort of the chunk's labels), so each class's
-    sum row is read and written once per chunk while its rows are summed in a D-sized buffer;
-    at 10,000 classes the class sums (41 MB) do not fit in cache and row order costs ~2×.
+    sum row stays in cache while its rows are added: at 10,000 classes the class sums (41 MB at
+    D = 512) do not fit in cache, and row order ran ~2× slower.
     """
     m, _, dsub = codebook.shape
     n, n_classes = codes.shape[0], class_sums.shape[0]
@@ -79,21 +79,14 @@ def _accumulate_code_sums(  # pragma: no cover
         b = y_index[i] + 1
         order[end[b]] = i
         end[b] += 1
-    buffer = np.empty(m * dsub)
     for c in range(n_classes):
-        lo, hi = end[c], end[c + 1]
-        if hi == lo:
-            continue
-        class_counts[c] += hi - lo
-        buffer[:] = 0.0
-        for t in range(lo, hi):
+        class_counts[c] += end[c + 1] - end[c]
+        for t in range(end[c], end[c + 1]):
             i = order[t]
             for j in range(m):
                 k = codes[i, j]
                 for d in range(dsub):
-                    buffer[j * dsub + d] += codebook[j, k, d]
-        for e in range(m * dsub):
-            class_sums[c, e] += buffer[e]
+                    class_sums[c, j * dsub + d] += codebook[j, k, d]
 
 
 def chunk_code_stats(
