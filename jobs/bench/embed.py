@@ -89,10 +89,11 @@ def run(
         X, y = store.features("train"), store.labels("train")
         X_val, y_val = store.features("val"), store.labels("val")
         rff = RandomFourierFeatures(RFF_DIM, random_state=0).fit(X)
-        fit_seconds = time.perf_counter() - started
-        model = RidgeClassifier(gram_precision=GRAM_PRECISION).fit(
-            rff.transform(X), y, X_val=rff.transform(X_val), y_val=y_val
-        )
+        fit_seconds, fit_peak = time.perf_counter() - started, rss.peak
+        with PeakRSS() as ridge_rss:
+            model = RidgeClassifier(gram_precision=GRAM_PRECISION).fit(
+                rff.transform(X), y, X_val=rff.transform(X_val), y_val=y_val
+            )
         ours_seconds = time.perf_counter() - started
     ours_rate = float(model.rho_scores_.max())
     n_train, n_val = len(y), len(y_val)
@@ -127,6 +128,8 @@ def run(
             peer_result and peer_result["peak_rss"] / 2**30,
             peer="sklearn RBFSampler + RidgeClassifier" + note,
             gram_precision=GRAM_PRECISION,
+            bandwidth_pass_gib=fit_peak / 2**30,
+            ridge_passes_gib=ridge_rss.peak / 2**30,
         ),
         record(
             "RFF-2000 -> ridge validation per-class rate",

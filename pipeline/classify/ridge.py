@@ -56,8 +56,17 @@ def chunk_ridge_stats(
 
 
 def ridge_stats(X: Any, y_index: Any, n_classes: int, gram_precision: str) -> RowStats:
-    """RowStats with the Gram, of numpy or row-chunked dask `X`, in one pass."""
-    return compute(reduce_rows(chunk_ridge_stats, [X, y_index], n_classes, gram_precision))[0]
+    """RowStats with the Gram, of numpy or row-chunked dask `X`, in one pass.
+
+    One partial per block, tree-summed (`reduce_rows` with a chain per block): chaining blocks
+    into a few partials pins each chain's next block behind the previous one, and with a lazy
+    wide embedding as `X` the workers then embed blocks far ahead of the chains (measured: up to
+    11 embedded 2000-wide blocks, 670 MB, waiting on one worker at 1M rows). Per block, the
+    block's own 32 MB Gram (D = 2000) costs far less than the Gram product itself.
+    """
+    chains = X.numblocks[0] if isinstance(X, da.Array) else None
+    partial = reduce_rows(chunk_ridge_stats, [X, y_index], n_classes, gram_precision, chains=chains)
+    return compute(partial)[0]
 
 
 def gcv_scores(eigvals: np.ndarray, z: np.ndarray, n_labelled: int, grid: np.ndarray) -> np.ndarray:
