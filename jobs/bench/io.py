@@ -536,9 +536,11 @@ def _pq(X: np.ndarray, labels: np.ndarray, root: Path, m: int, repeats: int) -> 
 def _pq_store_passes(
     store: FeatureStore, codec: PQCodec, labels: np.ndarray, repeats: int, prefix: str
 ) -> list[dict]:
-    record_ = read_record(store.path)
-    n = record_["committed_rows"]
-    reader = CodesChunkReader(store.path, record_, n)
+    """The codes read through the store's API in one process, then the read-only and the
+    class-sums-from-codes passes through Dask."""
+    committed = read_record(store.path)
+    n = committed["committed_rows"]
+    reader = CodesChunkReader(store.path, committed, n)
     n_chunks = -(-n // store.rows_per_chunk)
     seconds = _timed_read(
         lambda: _read_chunks(reader, list(range(n_chunks))), store.path, cold=False
