@@ -71,3 +71,10 @@ def test_wide_output_chunks_are_cut_to_the_byte_limit_and_equal_numpy(monkeypatc
     lazy = rff.transform(as_dask(X))
     assert lazy.chunks[0] == (10, 9, 9, 9) * 5 + (8, 7)
     np.testing.assert_allclose(lazy.compute(), rff.transform(X), rtol=1e-5, atol=1e-6)
+
+
+def test_sampled_rows_of_dask_input_equal_the_numpy_sample():
+    X = np.random.default_rng(7).normal(size=(200, 3)).astype(np.float32)
+    expected = embed_base.sample_rows(X, 25, 0)
+    np.testing.assert_array_equal(embed_base.sample_rows(as_dask(X), 25, 0), expected)
+    assert len(np.unique(expected, axis=0)) == 25
