@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import dask.array as da
@@ -38,18 +37,11 @@ def centred_system(stats: RowStats, mean: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def chunk_ridge_stats(
-    X: np.ndarray,
-    y_index: np.ndarray,
-    n_classes: int,
-    gram_precision: str,
-    row_start: int = 0,
-    into: RowStats | None = None,
+    X: np.ndarray, y_index: np.ndarray, n_classes: int, gram_precision: str, row_start: int = 0
 ) -> RowStats:
-    """`chunk_row_stats` of one chunk with the labelled rows' Gram in `gram_precision`, added in
-    place to `into` if given (`reduce_rows` chains)."""
-    sums_into = None if into is None else dataclasses.replace(into, gram=None)
-    stats = chunk_row_stats(X, y_index, n_classes, False, row_start, into=sums_into)
-    stats.gram = np.zeros((X.shape[1], X.shape[1])) if into is None else into.gram
+    """`chunk_row_stats` of one chunk with the labelled rows' Gram in `gram_precision`."""
+    stats = chunk_row_stats(X, y_index, n_classes, False, row_start)
+    stats.gram = np.zeros((X.shape[1], X.shape[1]))
     labelled = np.asarray(y_index) >= 0
     add_gram(stats.gram, X if labelled.all() else X[labelled], gram_precision)
     return stats
