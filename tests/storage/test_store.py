@@ -47,6 +47,16 @@ def test_labels_ids_and_splits_stay_aligned_with_rows(store: FeatureStore) -> No
     assert len(store.labels()) == len(store.ids()) == store.committed_rows == 37
 
 
+def test_a_split_keeps_one_chunk_per_zarr_chunk(store: FeatureStore) -> None:
+    """A split filters each zarr chunk in place: no rows move between chunks (no shuffle)."""
+    split = np.array(["test", "train", "val"] * 4)
+    store.append("b1", random_rows(12, 1), split=split)
+    in_test = np.concatenate([np.zeros(25, bool), split == "test"])
+    x = store.features("test")
+    assert x.chunks[0] == tuple(int(c.sum()) for c in np.split(in_test, [10, 20, 30]))
+    np.testing.assert_array_equal(x.compute(), store.features().compute()[in_test])
+
+
 def test_default_ids_name_batch_and_row(store: FeatureStore) -> None:
     assert list(store.ids()[:3]) == ["b0:0", "b0:1", "b0:2"]
 
