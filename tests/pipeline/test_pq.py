@@ -161,6 +161,15 @@ def test_adc_search_matches_faiss_index_pq(pq_data):
     np.testing.assert_allclose(distances, expected_d, rtol=1e-4, atol=1e-3)
 
 
+def test_adc_chunks_shorter_than_k_merge_to_brute_force(pq_data):
+    codes, _, codebook = pq_data
+    X = decode(codes, codebook, None).astype(np.float64)
+    queries = np.random.default_rng(6).normal(size=(3, DIM)).astype(np.float32)
+    _, distances = adc_search(queries, as_dask(codes, rows=4), codebook, k=7)
+    brute = np.sort(((queries[:, None, :].astype(np.float64) - X[None]) ** 2).sum(-1), axis=1)
+    np.testing.assert_allclose(distances, brute[:, :7], rtol=1e-4, atol=1e-3)
+
+
 def test_adc_k_larger_than_rows_returns_every_row(pq_data):
     codes, _, codebook = pq_data
     ids, _ = adc_search(np.zeros((2, DIM), np.float32), codes[:3], codebook, k=10)
