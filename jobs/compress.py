@@ -33,13 +33,14 @@ _WINDOW = 8
 def encode_chunk(X: np.ndarray, codec: PQCodec) -> tuple[np.ndarray, float, np.ndarray, float]:
     """(codes, Σ‖x − x̂‖², Σx, Σ‖x‖²) of one chunk; the sums give MSE relative to variance."""
     codes = codec.encode(X)
-    error = X - codec.decode(codes)
-    X64 = X.astype(np.float64)
+    error = codec.decode(codes)
+    np.subtract(X, error, out=error)
+    # Row norms in float32 (D terms each), summed over rows in float64: no float64 copy of X.
     return (
         codes,
-        float(np.einsum("nd,nd->", error, error, dtype=np.float64)),
-        X64.sum(axis=0),
-        float(np.einsum("nd,nd->", X64, X64)),
+        float(np.einsum("nd,nd->n", error, error).sum(dtype=np.float64)),
+        X.sum(axis=0, dtype=np.float64),
+        float(np.einsum("nd,nd->n", X, X).sum(dtype=np.float64)),
     )
 
 
