@@ -13,6 +13,8 @@ import pytest
 from distributed import Client
 from sklearn.datasets import load_digits
 
+from storage import create_store, ingest_file, open_store
+
 # The `dask` console script installed beside this interpreter, as a user would run it.
 DASK = str(Path(sys.executable).with_name("dask"))
 # A dask worker puts its local directory first on sys.path and spills to `<that>/storage`, which
@@ -98,3 +100,14 @@ def digits_splits(tmp_path_factory) -> dict[str, Path]:
         paths[split] = root / f"{split}.npz"
         np.savez(paths[split], X=digits.data[rows].astype(np.float32), y=digits.target[rows])
     return paths
+
+
+@pytest.fixture(scope="session")
+def digits_store(tmp_path_factory, digits_splits):
+    """Digits in one raw store of 256-row chunks (8 chunks, so both workers get some), one batch
+    per split (train/val/test). Read-only for the tests that share it."""
+    path = tmp_path_factory.mktemp("raw") / "digits.zarr"
+    create_store(path, 64, class_names=[str(d) for d in range(10)], rows_per_chunk=256)
+    for split, file in digits_splits.items():
+        ingest_file(file, path, x_key="X", y_key="y", split=split, batch_id=split)
+    return open_store(path)

@@ -17,54 +17,44 @@ from jobs.cli import cli
 from jobs.compress import compress
 from jobs.train import train
 from pipeline.metrics import per_class_rate
-from storage import StoreError, create_store, ingest_file, open_store
+from storage import StoreError, open_store
 from storage.pq import PQCodec
 
 
-@pytest.fixture(scope="module")
-def raw_store(tmp_path_factory, digits_splits):
-    """Digits in one raw store, three batches (train/val/test), 256-row chunks."""
-    path = tmp_path_factory.mktemp("raw") / "digits.zarr"
-    create_store(path, 64, class_names=[str(d) for d in range(10)], rows_per_chunk=256)
-    for split, file in digits_splits.items():
-        ingest_file(file, path, x_key="X", y_key="y", split=split, batch_id=split)
-    return open_store(path)
-
-
-def _compress(raw_store, dst, m, **kwargs):
+def _compress(digits_store, dst, m, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # digits has fewer than 39×256 rows to train on
         # 10 Lloyd iterations instead of 25 keep the test fast; the tolerances hold with either.
-        return compress(raw_store, dst, m, **{"niter": 10, **kwargs})
+        return compress(digits_store, dst, m, **{"niter": 10, **kwargs})
 
 
 @pytest.fixture(scope="module")
-def pq32(raw_store, tmp_path_factory):
+def pq32(digits_store, tmp_path_factory):
     dst = tmp_path_factory.mktemp("pq") / "digits-pq32.zarr"
-    summary = _compress(raw_store, dst, 32)
+    summary = _compress(digits_store, dst, 32)
     return open_store(dst), summary
 
 
-def test_compressed_store_keeps_rows_ids_labels_splits_and_batches(raw_store, pq32):
+def test_compressed_store_keeps_rows_ids_labels_splits_and_batches(digits_store, pq32):
     store, _ = pq32
-    assert store.encoding == "pq" and store.committed_rows == raw_store.committed_rows
-    assert store.rows().to_pylist() == raw_store.rows().to_pylist()
-    assert store.class_names == raw_store.class_names
+    assert store.encoding == "pq" and store.committed_rows == digits_store.committed_rows
+    assert store.rows().to_pylist() == digits_store.rows().to_pylist()
+    assert store.class_names == digits_store.class_names
     assert [store.has_batch(b) for b in ("train", "val", "test")] == [True] * 3
-    assert store.features().chunks == raw_store.features().chunks
+    assert store.features().chunks == digits_store.features().chunks
 
 
-def test_compressed_rows_are_the_codec_applied_to_the_raw_rows(raw_store, pq32):
+def test_compressed_rows_are_the_codec_applied_to_the_raw_rows(digits_store, pq32):
     store, _ = pq32
-    X = raw_store.features().compute()
+    X = digits_store.features().compute()
     codec = store.codec
     np.testing.assert_array_equal(store.codes().compute(), codec.encode(X))
     np.testing.assert_array_equal(store.features().compute(), codec.decode(codec.encode(X)))
 
 
-def test_reported_relative_mse_is_error_over_total_variance(raw_store, pq32):
+def test_reported_relative_mse_is_error_over_total_variance(digits_store, pq32):
     store, summary = pq32
-    X = raw_store.features().compute().astype(np.float64)
+    X = digits_store.features().compute().astype(np.float64)
     Xhat = store.features().compute().astype(np.float64)
     mse = ((X - Xhat) ** 2).sum(axis=1).mean()
     variance = X.var(axis=0).sum()
@@ -76,12 +66,12 @@ def test_reported_relative_mse_is_error_over_total_variance(raw_store, pq32):
 @pytest.mark.parametrize(("m", "tolerance"), [(32, 0.03), (16, 0.06)])
 @pytest.mark.parametrize("method", ["ridge", "ncm"])
 def test_classifiers_on_the_pq_store_score_close_to_the_raw_store(
-    raw_store, tmp_path, m, tolerance, method
+    digits_store, tmp_path, m, tolerance, method
 ):
-    _compress(raw_store, tmp_path / "pq.zarr", m)
+    _compress(digits_store, tmp_path / "pq.zarr", m)
     store = open_store(tmp_path / "pq.zarr")
     rates = []
-    for s in (raw_store, store):
+    for s in (digits_store, store):
         model = train(s, method)
         rates.append(per_class_rate(s.labels("test"), model.predict(s.features("test")).compute()))
     assert abs(rates[0] - rates[1]) <= tolerance, rates
@@ -99,13 +89,13 @@ def test_ncm_on_a_pq_store_uses_codes_and_equals_the_mean_of_decoded_rows(pq32, 
     np.testing.assert_allclose(model.means_, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_m_not_dividing_d_fails_before_anything_is_written(raw_store, tmp_path):
+def test_m_not_dividing_d_fails_before_anything_is_written(digits_store, tmp_path):
     with pytest.raises(StoreError, match="M=5 sub-quantizers do not divide D=64"):
-        compress(raw_store, tmp_path / "pq.zarr", 5)
+        compress(digits_store, tmp_path / "pq.zarr", 5)
     assert not (tmp_path / "pq.zarr").exists()
 
 
-def test_failure_while_encoding_leaves_no_store(raw_store, tmp_path, monkeypatch):
+def test_failure_while_encoding_leaves_no_store(digits_store, tmp_path, monkeypatch):
     import jobs.compress as module
 
     calls = []
@@ -119,22 +109,24 @@ def test_failure_while_encoding_leaves_no_store(raw_store, tmp_path, monkeypatch
     real = module.encode_chunk
     monkeypatch.setattr(module, "encode_chunk", failing)
     with pytest.raises(RuntimeError, match="worker died"):
-        _compress(raw_store, tmp_path / "pq.zarr", 16)
+        _compress(digits_store, tmp_path / "pq.zarr", 16)
     assert not (tmp_path / "pq.zarr").exists()
 
 
-def test_existing_destination_is_refused(raw_store, pq32):
+def test_existing_destination_is_refused(digits_store, pq32):
     store, _ = pq32
     before = (store.path / "zarr.json").read_bytes()
     with pytest.raises(StoreError, match="not empty"):
-        compress(raw_store, store.path, 16)
+        compress(digits_store, store.path, 16)
     assert (store.path / "zarr.json").read_bytes() == before
 
 
-def test_cli_compress_and_info_report_encoding_m_and_compression(raw_store, tmp_path):
+def test_cli_compress_and_info_report_encoding_m_and_compression(digits_store, tmp_path):
     runner = CliRunner()
     dst = tmp_path / "pq.zarr"
-    result = runner.invoke(cli, ["compress", str(raw_store.path), str(dst), "--m", "16", "--json"])
+    result = runner.invoke(
+        cli, ["compress", str(digits_store.path), str(dst), "--m", "16", "--json"]
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["pq_m"] == 16 and 0 < summary["relative_mse"] < 0.2

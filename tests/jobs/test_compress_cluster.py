@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-from storage import create_store, ingest_file, open_store
+from storage import open_store
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
 
@@ -27,27 +26,24 @@ def imgscale(*args) -> subprocess.CompletedProcess:
     return result
 
 
-@pytest.fixture(scope="module")
-def raw_store(tmp_path_factory, digits_splits):
-    """Digits in one raw store of 256-row chunks: 8 chunks, so both workers encode some."""
-    path = tmp_path_factory.mktemp("raw") / "digits.zarr"
-    create_store(path, 64, class_names=[str(d) for d in range(10)], rows_per_chunk=256)
-    for split, file in digits_splits.items():
-        ingest_file(file, path, x_key="X", y_key="y", split=split, batch_id=split)
-    return open_store(path)
-
-
 def test_compress_on_the_cluster_writes_the_codec_applied_to_every_row(
-    tmp_path, raw_store, scheduler_address
+    tmp_path, digits_store, scheduler_address
 ):
     dst = tmp_path / "digits-pq16.zarr"
     summary = json.loads(
         imgscale(
-            "compress", raw_store.path, dst, "--m", "16", "--scheduler", scheduler_address, "--json"
+            "compress",
+            digits_store.path,
+            dst,
+            "--m",
+            "16",
+            "--scheduler",
+            scheduler_address,
+            "--json",
         ).stdout
     )
     store = open_store(dst)
-    X = raw_store.features().compute(scheduler="synchronous")
+    X = digits_store.features().compute(scheduler="synchronous")
     codes = store.codes().compute(scheduler="synchronous")
     # Every chunk encoded on a worker, in row order: the codes faiss gives in this process.
     np.testing.assert_array_equal(codes, store.codec.encode(X))

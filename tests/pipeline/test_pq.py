@@ -38,15 +38,20 @@ def decoded_stats(codes, y, codebook, n_classes, rotation=None):
     return X.sum(axis=0), sums, np.bincount(y[y >= 0], minlength=n_classes)
 
 
+def assert_stats_equal(stats, expected, rtol=1e-12, atol=1e-9):
+    """Code stats against (feature_sum, class_sums, class_counts) of the decoded rows."""
+    feature_sum, class_sums, class_counts = expected
+    np.testing.assert_array_equal(stats.class_counts, class_counts)
+    np.testing.assert_allclose(stats.class_sums, class_sums, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(stats.feature_sum, feature_sum, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("n_classes", [C, 5000], ids=["few", "many-mostly-empty"])
 def test_code_stats_equal_sums_of_decoded_rows(pq_data, n_classes):
     codes, y, codebook = pq_data
     stats = chunk_code_stats(codes, y, codebook, n_classes)
-    feature_sum, class_sums, class_counts = decoded_stats(codes, y, codebook, n_classes)
     assert stats.n_rows == N
-    np.testing.assert_array_equal(stats.class_counts, class_counts)
-    np.testing.assert_allclose(stats.class_sums, class_sums, rtol=1e-12, atol=1e-9)
-    np.testing.assert_allclose(stats.feature_sum, feature_sum, rtol=1e-12, atol=1e-9)
+    assert_stats_equal(stats, decoded_stats(codes, y, codebook, n_classes))
 
 
 def test_code_stats_of_unlabelled_rows_count_only_towards_the_feature_sum(pq_data):
@@ -61,10 +66,7 @@ def test_code_stats_into_adds_one_row_chunks_in_place(pq_data):
     stats = chunk_code_stats(codes[:1], y[:1], codebook, C)
     for i in range(1, 30):
         stats = chunk_code_stats(codes[i : i + 1], y[i : i + 1], codebook, C, i, into=stats)
-    feature_sum, class_sums, class_counts = decoded_stats(codes[:30], y[:30], codebook, C)
-    np.testing.assert_array_equal(stats.class_counts, class_counts)
-    np.testing.assert_allclose(stats.class_sums, class_sums, rtol=1e-12, atol=1e-9)
-    np.testing.assert_allclose(stats.feature_sum, feature_sum, rtol=1e-12, atol=1e-9)
+    assert_stats_equal(stats, decoded_stats(codes[:30], y[:30], codebook, C))
 
 
 @pytest.mark.parametrize("rows", [1, 57, N], ids=["one-row-chunks", "uneven", "one-chunk"])
@@ -72,11 +74,9 @@ def test_code_row_stats_over_dask_chunks_equal_decoded_sums(pq_data, rows):
     codes, y, codebook = pq_data
     rotation = ortho_group.rvs(DIM, random_state=1).astype(np.float32)
     stats = code_row_stats(as_dask(codes, rows), as_dask(y, rows), codebook, C, rotation)
-    feature_sum, class_sums, class_counts = decoded_stats(codes, y, codebook, C, rotation)
     assert stats.n_rows == N
-    np.testing.assert_array_equal(stats.class_counts, class_counts)
-    np.testing.assert_allclose(stats.class_sums, class_sums, rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(stats.feature_sum, feature_sum, rtol=1e-5, atol=1e-4)
+    expected = decoded_stats(codes, y, codebook, C, rotation)
+    assert_stats_equal(stats, expected, rtol=1e-5, atol=1e-4)  # float32 rotation
 
 
 def test_code_stats_reject_class_indices_out_of_range(pq_data):
