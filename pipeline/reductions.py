@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import operator
 import os
 from collections.abc import Callable, Sequence
@@ -24,6 +25,9 @@ from toolz import partition_all
 
 from pipeline._compute import compute
 from pipeline.gram import add_gram
+
+# numpy arrays larger than this (e.g. labels) are scattered to the workers, not put in the graph.
+_SCATTER_BYTES = 2**20
 
 
 @dataclass
@@ -165,16 +169,24 @@ def _tree_sum(parts: list, split_every: int) -> Any:
 def _aligned_blocks(arrays: Sequence[Any]) -> tuple[list[list], list[int]]:
     """Delayed row blocks of every array, on the row chunks of the first dask array."""
     row_chunks = next(a for a in arrays if isinstance(a, da.Array)).chunks[0]
+    bounds = np.cumsum([0, *row_chunks]).tolist()
+    client = _client()
     blocks = []
     for a in arrays:
         full_width = tuple((s,) for s in a.shape[1:])
         if isinstance(a, da.Array):
             a = a.rechunk((row_chunks, *full_width))
+        elif client is not None and np.asarray(a).nbytes > _SCATTER_BYTES:
+            # Sent to the workers once, not embedded in the graph (1M int64 labels are 8 MB of
+            # graph the scheduler has to hold and forward; distributed warns from 10 MB).
+            future = client.scatter(np.asarray(a), hash=True)
+            take = dask.delayed(operator.getitem, pure=True)
+            blocks.append([take(future, slice(*b)) for b in itertools.pairwise(bounds)])
+            continue
         else:
             a = da.from_array(np.asarray(a), chunks=(row_chunks, *full_width))
         blocks.append(list(a.to_delayed().ravel()))
-    starts = np.concatenate([[0], np.cumsum(row_chunks)[:-1]]).tolist()
-    return blocks, starts
+    return blocks, bounds[:-1]
 
 
 def reduce_rows(
@@ -231,14 +243,20 @@ def _extend(
     return result if partial is None else partial + result
 
 
-def _default_chains() -> int:
-    """Two runs per thread of the current distributed client (else per local core)."""
+def _client() -> Any:
+    """The current distributed client, or None (local schedulers)."""
     try:
         from distributed import default_client
 
-        threads = sum(default_client().nthreads().values())
+        return default_client()
     except (ImportError, ValueError):
-        threads = os.cpu_count() or 1
+        return None
+
+
+def _default_chains() -> int:
+    """Two runs per thread of the current distributed client (else per local core)."""
+    client = _client()
+    threads = sum(client.nthreads().values()) if client is not None else os.cpu_count() or 1
     return 2 * threads
 
 

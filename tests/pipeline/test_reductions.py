@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import gram as gram_module
+from pipeline import reductions
 from pipeline._compute import compute
 from pipeline.reductions import RowStats, chunk_row_stats, reduce_rows, row_stats
 from tests.pipeline.conftest import N_CLASSES, as_dask
@@ -146,3 +147,23 @@ def test_adding_row_stats_appends_classes_of_the_shorter_one(data):
     few = row_stats(X[:100], y[:100], 3, gram=True)
     rest = row_stats(X[100:], y[100:], N_CLASSES, gram=True)
     assert_stats_close(few + rest, brute_force_stats(X, y))
+
+
+def test_large_numpy_inputs_go_to_the_workers_not_into_the_graph(monkeypatch):
+    """On a distributed client, numpy labels above `_SCATTER_BYTES` are scattered once and each
+    task slices its rows: the graph shrinks by the labels' size; the result equals numpy's."""
+    import cloudpickle
+    from distributed import Client
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(2000, 4)).astype(np.float32)
+    y = rng.integers(-1, N_CLASSES, 2000)
+    X_dask = da.from_array(X, chunks=(256, 4))
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):
+        sizes = {}
+        for limit in (10**9, 100):
+            monkeypatch.setattr(reductions, "_SCATTER_BYTES", limit)
+            lazy = reduce_rows(chunk_row_stats, [X_dask, y], N_CLASSES, True)
+            sizes[limit] = len(cloudpickle.dumps(dict(lazy.__dask_graph__())))
+            assert_stats_close(lazy.compute(), chunk_row_stats(X, y, N_CLASSES, True))
+    assert sizes[10**9] - sizes[100] > 0.75 * y.nbytes  # without scattering: ~0
