@@ -97,14 +97,17 @@ def run(
     index.ntotal = rows
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)  # ours scans with faiss too: one thread for both
+    adc_seconds = faiss_adc_seconds = np.inf
     try:
-        with dask.config.set(scheduler="synchronous"):
+        # Alternating, best of 2 each: the first scan of the codes pays for cold caches.
+        for _ in range(2):
+            with dask.config.set(scheduler="synchronous"):
+                started = time.perf_counter()
+                ours_ids, _ = adc_search(Q, codes, codec.codebook, k=10, rotation=codec.rotation)
+                adc_seconds = min(adc_seconds, time.perf_counter() - started)
             started = time.perf_counter()
-            ours_ids, _ = adc_search(Q, codes, codec.codebook, k=10, rotation=codec.rotation)
-            adc_seconds = time.perf_counter() - started
-        started = time.perf_counter()
-        _, faiss_ids = index.search(Q, 10)
-        faiss_adc_seconds = time.perf_counter() - started
+            _, faiss_ids = index.search(Q, 10)
+            faiss_adc_seconds = min(faiss_adc_seconds, time.perf_counter() - started)
     finally:
         faiss.omp_set_num_threads(threads)
     pairs = zip(ours_ids, faiss_ids, strict=True)
