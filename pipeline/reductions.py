@@ -129,11 +129,13 @@ def chunk_row_stats(
     y_index: np.ndarray,
     n_classes: int,
     gram: bool,
+    gram_precision: str = "float64",
     row_start: int = 0,
     into: RowStats | None = None,
 ) -> RowStats:
     """RowStats of one chunk, added in place to `into` if given (`reduce_rows` runs); rows with
-    ``y_index == -1`` count only towards `feature_sum`."""
+    ``y_index == -1`` count only towards `feature_sum`. The Gram's products are in
+    `gram_precision` (`pipeline.gram.add_gram`)."""
     n, n_features = X.shape
     y_index = np.asarray(y_index, dtype=np.int64)
     check_class_index(y_index, n, n_classes, row_start)
@@ -149,7 +151,7 @@ def chunk_row_stats(
         raise ValueError(f"non-finite feature values in rows {bad_rows[:10].tolist()}")
     if gram:
         labelled = y_index >= 0
-        add_gram(stats.gram, X if labelled.all() else X[labelled])
+        add_gram(stats.gram, X if labelled.all() else X[labelled], gram_precision)
     return stats
 
 
@@ -260,6 +262,20 @@ def _default_chains() -> int:
     return 2 * threads
 
 
-def row_stats(X: Any, y_index: Any, n_classes: int, *, gram: bool) -> RowStats:
-    """RowStats of numpy or row-chunked dask `X` in one pass; `y_index` in [-1, n_classes)."""
-    return compute(reduce_rows(chunk_row_stats, [X, y_index], n_classes, gram))[0]
+def row_stats(
+    X: Any,
+    y_index: Any,
+    n_classes: int,
+    *,
+    gram: bool,
+    gram_precision: str = "float64",
+    chains: int | None = None,
+) -> RowStats:
+    """RowStats of numpy or row-chunked dask `X` in one pass; `y_index` in [-1, n_classes).
+
+    `chains` is `reduce_rows`' (default: a few per cluster thread).
+    """
+    partial = reduce_rows(
+        chunk_row_stats, [X, y_index], n_classes, gram, gram_precision, chains=chains
+    )
+    return compute(partial)[0]

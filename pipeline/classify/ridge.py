@@ -18,8 +18,8 @@ from pipeline.classify._base import (
     unique_labels,
 )
 from pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
-from pipeline.gram import GRAM_PRECISIONS, add_gram
-from pipeline.reductions import RowStats, chunk_row_stats, reduce_rows
+from pipeline.gram import GRAM_PRECISIONS
+from pipeline.reductions import RowStats, reduce_rows, row_stats
 
 RHO_GRID = (0.0002, 0.002, 0.02, 0.2, 2.0, 20.0, 200.0, 2000.0)
 
@@ -36,17 +36,6 @@ def centred_system(stats: RowStats, mean: np.ndarray) -> tuple[np.ndarray, np.nd
     return gram, targets
 
 
-def chunk_ridge_stats(
-    X: np.ndarray, y_index: np.ndarray, n_classes: int, gram_precision: str, row_start: int = 0
-) -> RowStats:
-    """`chunk_row_stats` of one chunk with the labelled rows' Gram in `gram_precision`."""
-    stats = chunk_row_stats(X, y_index, n_classes, False, row_start)
-    stats.gram = np.zeros((X.shape[1], X.shape[1]))
-    labelled = np.asarray(y_index) >= 0
-    add_gram(stats.gram, X if labelled.all() else X[labelled], gram_precision)
-    return stats
-
-
 def ridge_stats(X: Any, y_index: Any, n_classes: int, gram_precision: str) -> RowStats:
     """RowStats with the Gram, of numpy or row-chunked dask `X`, in one pass.
 
@@ -57,8 +46,7 @@ def ridge_stats(X: Any, y_index: Any, n_classes: int, gram_precision: str) -> Ro
     block's own 32 MB Gram (D = 2000) costs far less than the Gram product itself.
     """
     chains = X.numblocks[0] if isinstance(X, da.Array) else None
-    partial = reduce_rows(chunk_ridge_stats, [X, y_index], n_classes, gram_precision, chains=chains)
-    return compute(partial)[0]
+    return row_stats(X, y_index, n_classes, gram=True, gram_precision=gram_precision, chains=chains)
 
 
 def gcv_scores(eigvals: np.ndarray, z: np.ndarray, n_labelled: int, grid: np.ndarray) -> np.ndarray:
