@@ -160,6 +160,11 @@ class TopK:
     distances: np.ndarray  # (q, ≤k) float32 squared distances
     k: int
 
+    @classmethod
+    def empty(cls, n_queries: int, k: int) -> TopK:
+        """No rows found yet (a chunk without rows)."""
+        return cls(np.empty((n_queries, 0), np.int64), np.empty((n_queries, 0), np.float32), k)
+
     def __add__(self, other: TopK) -> TopK:
         return _select(
             np.concatenate([self.ids, other.ids], axis=1),
@@ -198,15 +203,14 @@ def chunk_adc_top_k(
 ) -> TopK:
     """TopK of one chunk of codes for every (rotated) query, row ids offset by ``row_start``.
 
-    The scan is faiss's (per-query M × 256 distance tables, then one table lookup per code), which
-    runs ~2.3× faster than a numpy gather over the codes; the tree merge across chunks is ours.
+    The scan is faiss's (per-query M × 256 distance tables, then one table lookup per code):
+    22.5M codes/s on one thread against 15.7M for the numpy gather it replaced (bench pq,
+    D = 512, M = 64); the tree merge across chunks is ours.
     """
     codes = _check_codes(codes, codebook.shape[0], row_start)
     keep = min(k, len(codes))
     if keep == 0:
-        return TopK(
-            np.empty((len(queries), 0), np.int64), np.empty((len(queries), 0), np.float32), k
-        )
+        return TopK.empty(len(queries), k)
     distances, ids = _adc_index(codebook, codes).search(queries, keep)
     return _select(ids.astype(np.int64) + row_start, distances, k)
 

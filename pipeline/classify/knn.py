@@ -39,7 +39,7 @@ def _chunk_top_k(references: np.ndarray, queries: np.ndarray, k: int, row_start:
     references = np.asarray(references, dtype=np.float32)
     keep = min(k, len(references))
     if keep == 0:
-        return TopK(np.empty((len(queries), 0), np.int64), np.empty((len(queries), 0)), k)
+        return TopK.empty(len(queries), k)
     distances, ids = _faiss_search(queries, references, keep)
     return TopK(ids + row_start, distances, k)
 
