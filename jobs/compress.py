@@ -20,7 +20,7 @@ from typing import Any
 import dask
 import numpy as np
 
-from pipeline._compute import compute
+from pipeline._compute import compute, gather_rows
 from storage import FeatureStore, StoreError
 from storage.layout import read_record, write_record
 from storage.lock import StoreLock
@@ -51,8 +51,7 @@ def train_codec(
     n = src.committed_rows
     check_m(src.dim, m)
     index = sample_indices(n, sample, seed)
-    # Sorted indices: dask takes each chunk's sampled rows in that chunk's task.
-    rows = compute(src.features()[index])[0]
+    rows = gather_rows(src.features(), index)
     return PQCodec.train(rows, m, rotate=rotate, seed=seed, niter=niter)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from pipeline._compute import compute
+from pipeline._compute import gather_rows
 
 
 def decode_codes(codes: np.ndarray, codebook: np.ndarray, rotation: Any = None) -> np.ndarray:
@@ -55,9 +55,7 @@ class RowSampler:
 
     def _fetch(self, index: np.ndarray) -> np.ndarray:
         """Rows ``index`` (sorted) as stored: one selection per chunk on dask input."""
-        if isinstance(self.X, da.Array):
-            return compute(self.X[index])[0]
-        return np.asarray(self.X)[index]
+        return gather_rows(self.X, index)
 
     def _rows(self, stored: np.ndarray) -> np.ndarray:
         rows = stored if self.decode is None else self.decode(stored)

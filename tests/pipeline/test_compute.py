@@ -2,8 +2,9 @@
 
 import dask.array as da
 import numpy as np
+import pytest
 
-from pipeline._compute import compute, compute_hook, use_compute
+from pipeline._compute import compute, compute_hook, gather_rows, use_compute
 from pipeline.classify import RidgeClassifier
 from tests.pipeline.conftest import as_dask
 
@@ -50,3 +51,16 @@ def test_ridge_fit_on_dask_materialises_through_the_hook(data):
     with use_compute(hook):
         RidgeClassifier().fit(as_dask(X), y)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "index",
+    [np.array([0, 3, 56, 57, 58, 199]), np.arange(200), np.array([], np.int64)],
+    ids=["across-chunks", "all", "none"],
+)
+def test_gather_rows_equals_numpy_indexing(index):
+    X = np.arange(200 * 3, dtype=np.uint8).reshape(200, 3)  # codes keep their dtype
+    for source in (X, as_dask(X)):
+        rows = gather_rows(source, index)
+        assert rows.dtype == np.uint8
+        np.testing.assert_array_equal(rows, X[index])
