@@ -17,7 +17,9 @@ then the B-bin counts of every projected dimension. `partial_fit` adds further r
 bin edges and rotation of the first call and re-solves the B × B problems, which take milliseconds.
 The embedding of a row depends only on the fitted state, never on the other rows it comes with.
 
-Per-chunk kernels (`chunk_projected_range`, `chunk_bin_counts`) are plain numpy and tested alone.
+Per-chunk kernels (`chunk_projected_range`, `chunk_bin_counts`) project a sub-block with one
+float32 GEMM and fold it into the range or the counts in one compiled sweep; they are tested alone
+against numpy.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator
@@ -60,13 +63,76 @@ class ProjectedRange:
         )
 
 
-def _project(X: np.ndarray, projection: np.ndarray, offset: np.ndarray, row_start: int):
-    S = X @ projection
-    S -= offset
+def _raise_if_not_finite(S: np.ndarray, row_start: int) -> None:
+    """ValueError naming (up to 10 of) the rows of `S`, numbered from `row_start`, with a
+    non-finite value."""
     if not np.isfinite(S).all():
         bad = np.flatnonzero(~np.isfinite(S).all(axis=1))[:10] + row_start
         raise ValueError(f"non-finite feature values in rows {bad.tolist()}")
+
+
+def _project(X: np.ndarray, projection: np.ndarray, offset: np.ndarray, row_start: int):
+    S = X @ projection
+    S -= offset
+    _raise_if_not_finite(S, row_start)
     return S
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_range(S, offset, low, high):  # pragma: no cover
+    """Fold the rows of ``S − offset`` into the running per-column `low` and `high` (float64).
+
+    Returns the first row with a non-finite value, or −1.
+    """
+    for i in range(S.shape[0]):
+        finite = True
+        for m in range(S.shape[1]):
+            v = S[i, m] - offset[m]
+            finite &= np.abs(v) < np.inf
+            low[m] = min(low[m], v)
+            high[m] = max(high[m], v)
+        if not finite:
+            return i
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_bin_counts(S, offset, low, inverse_width, counts):  # pragma: no cover
+    """Add each row of ``S − offset`` to `counts` (k, B): column m's value v in bin
+    ⌊(v − low_m) · inverse_width_m⌋ clipped to [0, B − 1], all in float32 as the numpy steps
+    it replaced (subtract, scale, clip, truncate) so a value on an edge lands in the same bin.
+
+    Returns the first row with a non-finite value (nothing of it counted), or −1. The bins of a
+    row are computed before any is counted, so that loop has no stores to `counts` and vectorises:
+    ≈ 1.3 ns a value, against ≈ 5–8 ns for the numpy steps and one `np.bincount`.
+    """
+    top = np.float32(counts.shape[1] - 1)
+    index = np.empty(S.shape[1], dtype=np.int64)
+    for i in range(S.shape[0]):
+        finite = True
+        for m in range(S.shape[1]):
+            v = S[i, m] - offset[m]
+            finite &= np.abs(v) < np.inf
+            index[m] = np.int32(min(max((v - low[m]) * inverse_width[m], np.float32(0)), top))
+        if not finite:
+            return i
+        for m in range(S.shape[1]):
+            counts[m, index[m]] += 1
+    return -1
+
+
+def _sweep_projections(X, projection, offset, row_start, sweep, *state) -> None:
+    """``sweep(S, offset, *state)`` on each sub-block S = X @ projection of a chunk.
+
+    Sub-blocks of `_SUB_ROWS` rows keep S in cache between the GEMM and the sweep, which
+    subtracts `offset`, accumulates into `state` and checks finiteness in one pass over S; a
+    non-finite row raises the error `_project` raises.
+    """
+    offset = np.asarray(offset, dtype=np.float32)
+    for start in range(0, len(X), _SUB_ROWS):
+        S = X[start : start + _SUB_ROWS] @ projection
+        if sweep(S, offset, *state) >= 0:
+            _raise_if_not_finite(S - offset, row_start + start)
 
 
 def chunk_projected_range(
@@ -75,10 +141,7 @@ def chunk_projected_range(
     """Min and max of every column of ``X @ projection − offset`` over one chunk."""
     k = projection.shape[1]
     low, high = np.full(k, np.inf), np.full(k, -np.inf)
-    for start in range(0, len(X), _SUB_ROWS):
-        S = _project(X[start : start + _SUB_ROWS], projection, offset, row_start + start)
-        low = np.minimum(low, S.min(axis=0))
-        high = np.maximum(high, S.max(axis=0))
+    _sweep_projections(X, projection, offset, row_start, _add_range, low, high)
     return ProjectedRange(len(X), low, high)
 
 
@@ -96,19 +159,18 @@ def chunk_bin_counts(
     Bin j of dimension m is [low_m + j·w_m, low_m + (j + 1)·w_m); values beyond the first or last
     edge count in the first or last bin (rows arriving after the edges were fixed).
     """
-    k = projection.shape[1]
-    counts = np.zeros(k * n_bins, dtype=np.int64)
-    # Dimension m's bins occupy flat slots [m·B, (m + 1)·B): one bincount for all dimensions.
-    slot_offset = (np.arange(k) * n_bins).astype(np.int32)
-    for start in range(0, len(X), _SUB_ROWS):
-        S = _project(X[start : start + _SUB_ROWS], projection, offset, row_start + start)
-        S -= low.astype(np.float32)
-        S *= inverse_width.astype(np.float32)
-        np.clip(S, 0, n_bins - 1, out=S)
-        index = S.astype(np.int32)
-        index += slot_offset
-        counts += np.bincount(index.ravel(), minlength=k * n_bins)
-    return counts.reshape(k, n_bins)
+    counts = np.zeros((projection.shape[1], n_bins), dtype=np.int64)
+    _sweep_projections(
+        X,
+        projection,
+        offset,
+        row_start,
+        _add_bin_counts,
+        np.asarray(low, dtype=np.float32),
+        np.asarray(inverse_width, dtype=np.float32),
+        counts,
+    )
+    return counts
 
 
 def gaussian_affinity(centres: np.ndarray, bandwidth: float) -> np.ndarray:

@@ -16,7 +16,13 @@ from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from pipeline.embed import ALE, PCALap, RPLap
-from pipeline.embed.eigenfunctions import chunk_bin_counts, gaussian_affinity, solve_1d
+from pipeline.embed.eigenfunctions import (
+    _SUB_ROWS,
+    chunk_bin_counts,
+    chunk_projected_range,
+    gaussian_affinity,
+    solve_1d,
+)
 
 
 def _product_density_rows(n: int, seed: int) -> np.ndarray:
@@ -106,6 +112,61 @@ def test_streamed_bin_counts_equal_numpy_histograms_of_the_projections(rows):
     for m in range(3):
         reference, _ = np.histogram(S[:, m], bins=10, range=(low[m], high[m]))
         np.testing.assert_array_equal(counts[m], reference)
+
+
+def _rows_on_a_grid(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows on a 1/8 grid, an integer projection and an offset on the grid: every projected value
+    is exact in float32, and a quarter of them fall on the 1/2-spaced bin edges used below."""
+    rng = np.random.default_rng(seed)
+    X = (rng.integers(-24, 25, size=(n, 3)) / 8).astype(np.float32)
+    projection = np.array([[1, 0], [0, 1], [1, -1]], dtype=np.float32)
+    return X, projection, np.array([0.5, -0.25], dtype=np.float32)
+
+
+def test_bin_counts_clip_to_the_end_bins_and_count_edge_values_as_numpy_histogram():
+    # Over several sub-blocks; edges span [−2, 2] and [−3, 1] while projections reach ±6, so
+    # about half the values lie beyond an edge and count in the first or last bin.
+    X, projection, offset = _rows_on_a_grid(2 * _SUB_ROWS + 123, seed=3)
+    low, width, n_bins = np.array([-2.0, -3.0]), 0.5, 8
+    counts = chunk_bin_counts(X, projection, offset, low, np.full(2, 1 / width), n_bins)
+    S = X.astype(np.float64) @ projection - offset
+    assert counts.dtype == np.int64 and counts.shape == (2, n_bins)
+    for m in range(2):
+        edges = low[m] + width * np.arange(n_bins + 1)
+        on_edge = np.isin(S[:, m], edges)
+        beyond = (S[:, m] < edges[0]) | (S[:, m] > edges[-1])
+        assert on_edge.mean() > 0.1 and beyond.mean() > 0.3
+        # numpy's last bin is closed: values clipped to the last edge count in it.
+        reference, _ = np.histogram(np.clip(S[:, m], edges[0], edges[-1]), bins=edges)
+        np.testing.assert_array_equal(counts[m], reference)
+
+
+def test_projected_range_is_the_numpy_min_and_max_of_the_projections():
+    X, projection, offset = _rows_on_a_grid(2 * _SUB_ROWS + 123, seed=4)
+    value_range = chunk_projected_range(X, projection, offset)
+    S = X.astype(np.float64) @ projection - offset
+    assert value_range.n_rows == len(X)
+    np.testing.assert_array_equal(value_range.low, S.min(axis=0))
+    np.testing.assert_array_equal(value_range.high, S.max(axis=0))
+
+
+@pytest.mark.parametrize("kernel", ["range", "bin counts"])
+def test_chunk_kernels_name_the_rows_with_non_finite_values(kernel):
+    X, projection, offset = _rows_on_a_grid(2 * _SUB_ROWS + 123, seed=5)
+    bad = [7, 9, _SUB_ROWS + 5]  # two in the first sub-block, one in the second
+    X[7, 0], X[9, 2], X[_SUB_ROWS + 5, 1] = np.nan, np.inf, -np.inf
+    run = {
+        "range": lambda start: chunk_projected_range(X, projection, offset, row_start=start),
+        "bin counts": lambda start: chunk_bin_counts(
+            X, projection, offset, np.zeros(2), np.ones(2), 5, row_start=start
+        ),
+    }[kernel]
+    # The first sub-block with a non-finite value is reported, every such row of it.
+    with pytest.raises(ValueError, match=rf"rows \[{1000 + bad[0]}, {1000 + bad[1]}\]"):
+        run(1000)
+    X[7, 0] = X[9, 2] = 0
+    with pytest.raises(ValueError, match=rf"rows \[{bad[2]}\]"):
+        run(0)
 
 
 @pytest.mark.parametrize(
