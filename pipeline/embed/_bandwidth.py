@@ -15,11 +15,16 @@ from typing import Any
 import numpy as np
 
 from pipeline._compute import compute
+from pipeline.classify._base import top_k_columns
 from pipeline.embed._base import sample_rows
 from pipeline.reductions import reduce_rows
 
-# Rows compared to the queries at a time: bounds the queries × rows float32 distance block.
-_KNN_ROWS = 4096
+# Rows compared to the queries at a time: a store chunk (32,768 rows at D = 512) in one block
+# bounds the queries × rows float32 scores at 64 MB for 500 queries. One selection per chunk
+# rather than per 8,192 rows matters: `top_k_columns` skips most columns only once its k best
+# are good, so every fresh block pays for a warm-up (measured per 32k-row chunk on one core:
+# 0.215 s against 0.198 s for the GEMM alone; 0.252 s in 8,192-row blocks).
+_KNN_ROWS = 32768
 
 
 @dataclass
@@ -46,14 +51,26 @@ def squared_distances(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 def chunk_nearest(
     X: np.ndarray, queries: np.ndarray, k: int, row_start: int = 0
 ) -> NearestSquaredDistances:
-    """The k smallest squared distances from each query to the rows of one chunk."""
-    best = np.full((len(queries), k), np.inf, dtype=np.float32)
+    """The k smallest squared distances from each query to the rows of one chunk, float32.
+
+    ‖q − x‖² = ‖q‖² − (2qᵀx − ‖x‖²), so a query's k nearest rows are the k largest
+    2qᵀx − ‖x‖²: one GEMM per block of rows, then `top_k_columns` with ‖x‖² as offsets, which
+    touches each score once and skips 16-column runs that cannot enter the k best. A per-row
+    `np.partition` of the same block cost as much as the GEMM.
+    """
+    X = np.asarray(X, dtype=np.float32)
+    queries = np.asarray(queries, dtype=np.float32)
+    query_norms = np.einsum("ij,ij->i", queries, queries)[:, None]
+    doubled = 2 * queries
+    best = NearestSquaredDistances(np.full((len(queries), k), np.inf, dtype=np.float32))
     for start in range(0, len(X), _KNN_ROWS):
-        d2 = squared_distances(queries, X[start : start + _KNN_ROWS])
-        if d2.shape[1] > k:
-            d2 = np.partition(d2, k - 1, axis=1)[:, :k]
-        best = (NearestSquaredDistances(best) + NearestSquaredDistances(d2)).values
-    return NearestSquaredDistances(best)
+        block = X[start : start + _KNN_ROWS]
+        scores = doubled @ block.T
+        norms = np.einsum("ij,ij->i", block, block)
+        columns = top_k_columns(scores, k, norms)
+        d2 = query_norms - (np.take_along_axis(scores, columns, axis=1) - norms[columns])
+        best += NearestSquaredDistances(np.maximum(d2, 0, out=d2))  # clip rounding below 0
+    return best
 
 
 def knn_bandwidth(X: Any, n_neighbors: int, n_queries: int, random_state: Any) -> float:
