@@ -40,6 +40,10 @@ from pipeline.reductions import reduce_rows
 
 # Rows projected at a time inside a chunk: bounds the rows × k float32 and index temporaries.
 _SUB_ROWS = 4096
+# Rows projected at a time by the fit passes' sweeps: S (rows × k float32, 200 KB at k = 50)
+# stays in L2 between the GEMM and the sweep. At D = 512, k = 50 on one core, 1024 rows ran a
+# 64 MiB chunk 1.30× faster than the numpy binning and at 0.94 of the GEMMs alone (4096: 0.92).
+_SWEEP_ROWS = 1024
 
 # Fergus et al.'s reference code clips each dimension's lowest and highest 2.5% of rows to the
 # 2.5th/97.5th percentile before interpolating: "important for the stability of the
@@ -104,7 +108,7 @@ def _add_bin_counts(S, offset, low, inverse_width, counts):  # pragma: no cover
 
     Returns the first row with a non-finite value (nothing of it counted), or −1. The bins of a
     row are computed before any is counted, so that loop has no stores to `counts` and vectorises:
-    ≈ 1.3 ns a value, against ≈ 5–8 ns for the numpy steps and one `np.bincount`.
+    ≈ 0.9 ns a value on one core, against ≈ 4.7 ns for the numpy steps and one `np.bincount`.
     """
     top = np.float32(counts.shape[1] - 1)
     index = np.empty(S.shape[1], dtype=np.int64)
@@ -124,13 +128,12 @@ def _add_bin_counts(S, offset, low, inverse_width, counts):  # pragma: no cover
 def _sweep_projections(X, projection, offset, row_start, sweep, *state) -> None:
     """``sweep(S, offset, *state)`` on each sub-block S = X @ projection of a chunk.
 
-    Sub-blocks of `_SUB_ROWS` rows keep S in cache between the GEMM and the sweep, which
-    subtracts `offset`, accumulates into `state` and checks finiteness in one pass over S; a
-    non-finite row raises the error `_project` raises.
+    The sweep subtracts `offset`, accumulates into `state` and checks finiteness in one pass over
+    S while it is in cache; a non-finite row raises the error `_project` raises.
     """
     offset = np.asarray(offset, dtype=np.float32)
-    for start in range(0, len(X), _SUB_ROWS):
-        S = X[start : start + _SUB_ROWS] @ projection
+    for start in range(0, len(X), _SWEEP_ROWS):
+        S = X[start : start + _SWEEP_ROWS] @ projection
         if sweep(S, offset, *state) >= 0:
             _raise_if_not_finite(S - offset, row_start + start)
 

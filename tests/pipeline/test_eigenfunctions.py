@@ -17,7 +17,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from pipeline.embed import ALE, PCALap, RPLap
 from pipeline.embed.eigenfunctions import (
-    _SUB_ROWS,
+    _SWEEP_ROWS,
     chunk_bin_counts,
     chunk_projected_range,
     gaussian_affinity,
@@ -126,7 +126,7 @@ def _rows_on_a_grid(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 def test_bin_counts_clip_to_the_end_bins_and_count_edge_values_as_numpy_histogram():
     # Over several sub-blocks; edges span [−2, 2] and [−3, 1] while projections reach ±6, so
     # about half the values lie beyond an edge and count in the first or last bin.
-    X, projection, offset = _rows_on_a_grid(2 * _SUB_ROWS + 123, seed=3)
+    X, projection, offset = _rows_on_a_grid(2 * _SWEEP_ROWS + 123, seed=3)
     low, width, n_bins = np.array([-2.0, -3.0]), 0.5, 8
     counts = chunk_bin_counts(X, projection, offset, low, np.full(2, 1 / width), n_bins)
     S = X.astype(np.float64) @ projection - offset
@@ -142,7 +142,7 @@ def test_bin_counts_clip_to_the_end_bins_and_count_edge_values_as_numpy_histogra
 
 
 def test_projected_range_is_the_numpy_min_and_max_of_the_projections():
-    X, projection, offset = _rows_on_a_grid(2 * _SUB_ROWS + 123, seed=4)
+    X, projection, offset = _rows_on_a_grid(2 * _SWEEP_ROWS + 123, seed=4)
     value_range = chunk_projected_range(X, projection, offset)
     S = X.astype(np.float64) @ projection - offset
     assert value_range.n_rows == len(X)
@@ -152,9 +152,9 @@ def test_projected_range_is_the_numpy_min_and_max_of_the_projections():
 
 @pytest.mark.parametrize("kernel", ["range", "bin counts"])
 def test_chunk_kernels_name_the_rows_with_non_finite_values(kernel):
-    X, projection, offset = _rows_on_a_grid(2 * _SUB_ROWS + 123, seed=5)
-    bad = [7, 9, _SUB_ROWS + 5]  # two in the first sub-block, one in the second
-    X[7, 0], X[9, 2], X[_SUB_ROWS + 5, 1] = np.nan, np.inf, -np.inf
+    X, projection, offset = _rows_on_a_grid(2 * _SWEEP_ROWS + 123, seed=5)
+    bad = [7, 9, _SWEEP_ROWS + 5]  # two in the first sub-block, one in the second
+    X[7, 0], X[9, 2], X[_SWEEP_ROWS + 5, 1] = np.nan, np.inf, -np.inf
     run = {
         "range": lambda start: chunk_projected_range(X, projection, offset, row_start=start),
         "bin counts": lambda start: chunk_bin_counts(
