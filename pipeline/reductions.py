@@ -8,6 +8,7 @@ gather of all blocks ever reaches one place.
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import itertools
@@ -21,6 +22,8 @@ import dask
 import dask.array as da
 import numba
 import numpy as np
+from dask._task_spec import Alias, Task, convert_legacy_graph
+from dask.delayed import Delayed
 from toolz import partition_all
 
 from pipeline._compute import compute
@@ -197,6 +200,7 @@ def reduce_rows(
     *args: Any,
     split_every: int = 8,
     chains: int | None = None,
+    finish: Callable[[Any], Any] | None = None,
 ) -> Any:
     """Sum of ``kernel(*row_blocks, *args, row_start=r)`` over aligned row blocks of `arrays`.
 
@@ -208,13 +212,20 @@ def reduce_rows(
     are `chains` partials, not one per block, and they are tree-summed (`split_every` per add). A
     kernel with an ``into`` parameter accumulates into the previous partial in place (``into`` is
     None for a run's first block): at 10,000 classes a fresh 41 MB partial per block plus its add
-    cost 10× the kernel itself. Other kernels' partials are added with ``+``.
+    cost 10× the kernel itself. Other kernels' partials are added with ``+``. `finish`, if given,
+    maps each run's partial on its worker before the sum (e.g. a large count table to the small
+    sums it stands for), so only finished partials move.
+
+    Each block's own task (a store read, an embedding) is inlined into the step that consumes it:
+    one task per block reads, transforms and reduces it, so a block costs one scheduler round
+    trip and is never held in worker memory between two tasks.
     """
     n_rows = {len(a) for a in arrays}
     if len(n_rows) != 1:
         raise ValueError(f"arrays have different row counts: {sorted(n_rows)}")
     if not any(isinstance(a, da.Array) for a in arrays):
-        return kernel(*arrays, *args, row_start=0)
+        result = kernel(*arrays, *args, row_start=0)
+        return result if finish is None else finish(result)
     blocks, starts = _aligned_blocks(arrays)
     shared = [dask.delayed(a, pure=True) if isinstance(a, np.ndarray) else a for a in args]
     accumulates = "into" in inspect.signature(kernel).parameters
@@ -224,10 +235,12 @@ def reduce_rows(
     for run in runs:
         partial = None
         for i in run.tolist():
+            last = finish if i == run[-1] else None
             row_blocks = [b[i] for b in blocks]
-            partial = step(kernel, accumulates, partial, row_blocks, shared, starts[i])
+            partial = step(kernel, accumulates, partial, row_blocks, shared, starts[i], last)
         partials.append(partial)
-    return _tree_sum(partials, split_every)
+    total = _tree_sum(partials, split_every)
+    return _inline_blocks(total, {block.key for column in blocks for block in column})
 
 
 def _extend(
@@ -237,12 +250,41 @@ def _extend(
     row_blocks: list,
     args: list,
     row_start: int,
+    finish: Callable[[Any], Any] | None,
 ) -> Any:
     """`partial` extended by one block: in place when the kernel accumulates."""
     if accumulates:
-        return kernel(*row_blocks, *args, row_start=row_start, into=partial)
-    result = kernel(*row_blocks, *args, row_start=row_start)
-    return result if partial is None else partial + result
+        result = kernel(*row_blocks, *args, row_start=row_start, into=partial)
+    else:
+        result = kernel(*row_blocks, *args, row_start=row_start)
+        result = result if partial is None else partial + result
+    return result if finish is None else finish(result)
+
+
+def _inline_blocks(total: Delayed, block_keys: set) -> Delayed:
+    """`total` with each row block's task moved into its one consumer (a chain step).
+
+    Blocks already in cluster memory (persisted arrays, scattered data) are not in the graph and
+    stay references; a block consumed by two tasks is left alone rather than computed twice.
+    """
+    graph = convert_legacy_graph(dict(total.__dask_graph__()))
+    consumers = collections.Counter(k for node in graph.values() for k in node.dependencies)
+    inline = {}
+    for key in block_keys:
+        # dask array optimisation names a block's fused task by an alias of the block's key.
+        chain, node = [key], graph.get(key)
+        while isinstance(node, Alias) and consumers[node.target] == 1:
+            chain.append(node.target)
+            node = graph.get(node.target)
+        if isinstance(node, Task) and consumers[key] == 1:
+            for link in chain:
+                del graph[link]
+            inline[key] = node
+    graph = {
+        key: node.substitute(inline) if node.dependencies & inline.keys() else node
+        for key, node in graph.items()
+    }
+    return Delayed(total.key, graph)
 
 
 def _client() -> Any:

@@ -115,6 +115,46 @@ def test_chained_runs_leave_one_partial_per_run(data):
     assert len(steps) == 42 and len(run_ends) == 5
 
 
+def test_each_block_is_read_and_reduced_in_the_one_task_that_consumes_it(data):
+    """A block's own tasks (here a read and a map_blocks) are inlined into its chain step: the
+    graph holds one task per block plus the shared source and the adds, and the sum is exact."""
+    X, y = data
+    doubled = as_dask(X, rows=10) * 2  # 42 blocks
+    lazy = reduce_rows(chunk_row_stats, [doubled, y], N_CLASSES, True, chains=5)
+    graph = dict(lazy.__dask_graph__())
+    names = {key[0] for key in graph if isinstance(key, tuple)}
+    steps = [key for key in graph if str(key).startswith("_extend")]
+    assert len(steps) == 42 and doubled.name not in names
+    assert_stats_close(compute(lazy)[0], brute_force_stats(2 * X, y))
+
+
+def test_blocks_already_in_memory_stay_references(data):
+    X, y = data
+    with dask.config.set(scheduler="sync"):
+        persisted = (as_dask(X, rows=10) * 2).persist()
+        lazy = reduce_rows(chunk_row_stats, [persisted, y], N_CLASSES, True, chains=3)
+        assert_stats_close(compute(lazy)[0], brute_force_stats(2 * X, y))
+
+
+@pytest.mark.parametrize("chains", [1, 4])
+def test_finish_maps_each_run_partial_once_before_the_sum(data, chains):
+    """`finish` runs once per run, on the run's whole partial: a sum of finished partials."""
+    X, _ = data
+
+    def column_sums(block, row_start):
+        return block.sum(axis=0, dtype=np.float64)
+
+    def finish(partial):
+        return np.append(partial, 1.0)  # counts the runs
+
+    lazy = reduce_rows(column_sums, [as_dask(X, rows=10)], chains=chains, finish=finish)
+    total = compute(lazy)[0]
+    np.testing.assert_allclose(total[:-1], X.sum(axis=0, dtype=np.float64), rtol=1e-12)
+    assert total[-1] == chains
+    numpy_total = reduce_rows(column_sums, [X], finish=finish)
+    assert numpy_total[-1] == 1
+
+
 def test_chunk_row_stats_into_adds_to_the_given_statistics(data):
     X, y = data
     stats = chunk_row_stats(X[:200], y[:200], N_CLASSES, True)
