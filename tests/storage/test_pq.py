@@ -9,10 +9,12 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from storage import StoreError, open_store
 from storage.pq import KSUB, PQCodec, create_pq_store, random_rotation
+from storage.writer import CopyWriter, write_row_chunk
 
 DIM, M = 16, 4
 
@@ -234,3 +236,67 @@ def test_damaged_codes_chunk_is_reported_by_name(pq_store, damage):
         store.features().compute()
     with pytest.raises(StoreError, match=r"codes/c/1/0"):
         store.verify()
+
+
+# -- chunk-parallel copies (CopyWriter, used by `imgscale compress`) ----------------------
+
+
+def _copy_into(store, codes, rows, batches, chunks=None):
+    """Copy through a CopyWriter, writing chunk by chunk in reverse order (any order works)."""
+    rpc = store.rows_per_chunk
+    with CopyWriter(store, rows, batches) as writer:
+        first = writer.first_chunk
+        for i in reversed(range(-(-len(codes) // rpc) if chunks is None else chunks)):
+            write_row_chunk(store.path, first + i, codes[i * rpc : (i + 1) * rpc])
+
+
+def _empty_copy(source, codec):
+    path = source.path.with_name("copy.zarr")
+    return create_pq_store(path, codec, class_names=source.class_names, rows_per_chunk=64)
+
+
+def test_copy_writer_commits_batches_written_chunk_by_chunk(pq_store, codec):
+    source, X = pq_store
+    rows = source.rows()
+    # Three batches not aligned with the 64-row chunks: one commit covers them all.
+    batches = [
+        {"batch_id": b, "start": s, "stop": e}
+        for b, s, e in [("x", 0, 50), ("y", 50, 120), ("z", 120, 150)]
+    ]
+    rows = rows.set_column(3, "batch_id", pa.array(["x"] * 50 + ["y"] * 70 + ["z"] * 30))
+    copy = create_pq_store(
+        source.path.with_name("copy.zarr"), codec, class_names=["a", "b", "c"], rows_per_chunk=64
+    )
+    _copy_into(copy, codec.encode(X), rows, batches)
+    copy = open_store(copy.path)
+    assert copy.rows().to_pylist() == rows.to_pylist()
+    assert [copy.has_batch(b) for b in "xyz"] == [True] * 3
+    np.testing.assert_array_equal(copy.codes().compute(), codec.encode(X))
+    copy.verify()
+
+
+def test_copy_writer_commits_nothing_on_failure_or_bad_input(pq_store, codec):
+    source, X = pq_store
+    batches = [{"batch_id": "b1", "start": 0, "stop": 150}]
+    copy = create_pq_store(
+        source.path.with_name("copy.zarr"), codec, class_names=["a", "b", "c"], rows_per_chunk=64
+    )
+    before = _record(copy)
+    with pytest.raises(StoreError, match="64 rows for a chunk of 22"):
+        _copy_into(copy, np.zeros((192, M), np.uint8), source.rows(), batches)
+    with pytest.raises(StoreError, match="uint8"):
+        _copy_into(copy, X, source.rows(), batches)
+    with pytest.raises(StoreError, match="ids repeat"):
+        duplicated = source.rows().set_column(0, "id", pa.array(["same"] * 150))
+        _copy_into(copy, codec.encode(X), duplicated, batches)
+    with pytest.raises(RuntimeError, match="worker died"), CopyWriter(copy, source.rows(), batches):
+        write_row_chunk(copy.path, 0, codec.encode(X[:64]))
+        raise RuntimeError("worker died")
+    assert _record(copy) == before and open_store(copy.path).committed_rows == 0
+    # The store's own batch cannot be copied into it again; a mid-chunk end is refused too.
+    with pytest.raises(StoreError, match=r"batches \['b0'\] are already committed"):
+        _copy_into(
+            source, codec.encode(X), source.rows(), [{"batch_id": "b0", "start": 0, "stop": 150}]
+        )
+    with pytest.raises(StoreError, match="150 committed rows end inside a chunk"):
+        _copy_into(source, codec.encode(X), source.rows(), batches)
