@@ -27,10 +27,13 @@ _SUB_ROWS = 8192
 # 2048·2⁻²⁴ ≈ 1.2e-4 (≈ 3e-6 typical), while adding each D × D float32 product to the float64
 # total costs ~1/(2·2048/D) of the product itself (≈ 5% at D = 2000).
 _FLOAT32_SUB_ROWS = 2048
+# Rows per band of the triangular adds.
+_BAND_ROWS = 128
 
 
 def add_gram(gram: np.ndarray, X: np.ndarray, precision: str = "float64") -> None:
-    """Add XᵀX to the float64 `gram` in place; `precision` is one of `GRAM_PRECISIONS`."""
+    """Add XᵀX to the symmetric float64 `gram` (a sum of Gram matrices, or zeros) in place;
+    `precision` is one of `GRAM_PRECISIONS`."""
     if precision == "float64":
         _add_gram_float64(gram, X)
     elif precision == "float32":
@@ -49,26 +52,39 @@ def _add_gram_float64(gram: np.ndarray, X: np.ndarray) -> None:
 
 
 def _add_gram_float32(gram: np.ndarray, X: np.ndarray) -> None:
+    """The products go straight into the lower triangle of `gram` (by row bands, half the adds
+    of the full matrix), which is mirrored to the upper one at the end: `gram` is symmetric, so
+    its upper triangle holds nothing the lower one does not. No D × D float64 temporary."""
     n, d = X.shape
     if n == 0:
         return
     row_sum = X.sum(axis=0, dtype=np.float64)
     shift = (row_sum / n).astype(np.float32)
     shifted = np.empty((min(n, _FLOAT32_SUB_ROWS), d), dtype=np.float32)
-    # Fortran order: ssyrk writes the upper triangle in place, without a copy.
+    # Fortran order: ssyrk writes its upper triangle in place, which is the lower triangle of the
+    # C-ordered transpose `lower`.
     product = np.zeros((d, d), dtype=np.float32, order="F")
-    upper = np.zeros((d, d))
+    lower = product.T
     for start in range(0, n, _FLOAT32_SUB_ROWS):
         block = shifted[: min(_FLOAT32_SUB_ROWS, n - start)]
         np.subtract(X[start : start + _FLOAT32_SUB_ROWS], shift, out=block)
-        # blockᵀ is Fortran-ordered, so BLAS reads it in place: product = blockᵀ block (upper).
+        # blockᵀ is Fortran-ordered, so BLAS reads it in place.
         product = blas.ssyrk(1.0, block.T, beta=0.0, c=product, overwrite_c=True)
-        upper += product  # the lower triangle of `product` stays zero
-    # With U the upper triangle summed above and K = c (s − n c/2)ᵀ, the chunk's Gram is
-    # U + Uᵀ − diag(U) + K + Kᵀ = M + Mᵀ − diag(U) for M = U + K: three passes over D × D.
-    diagonal = upper.diagonal().copy()
+        for band in _bands(d):
+            gram[band, : band.stop] += lower[band, : band.stop]
+    # Undo the shift c: Σ xxᵀ = Σ (x − c)(x − c)ᵀ + K + Kᵀ with K = c (s − n c/2)ᵀ, s = Σ x.
     c = shift.astype(np.float64)
-    upper += np.outer(c, row_sum - 0.5 * n * c)
-    gram += upper
-    gram += upper.T
-    gram[np.diag_indices(d)] -= diagonal
+    half = row_sum - 0.5 * n * c
+    for band in _bands(d):
+        gram[band, : band.stop] += np.outer(c[band], half[: band.stop])
+        gram[band, : band.stop] += np.outer(half[band], c[: band.stop])
+    for band in _bands(d):
+        # Each band's upper part (columns from its first row on) mirrors the lower triangle.
+        square = gram[band, band]
+        square[np.triu_indices(len(square), 1)] = square.T[np.triu_indices(len(square), 1)]
+        gram[band, band.stop :] = gram[band.stop :, band].T
+
+
+def _bands(d: int) -> list[slice]:
+    """Row bands of a d × d matrix for the triangle-by-band loops (a band's block fits in L2)."""
+    return [slice(i, min(i + _BAND_ROWS, d)) for i in range(0, d, _BAND_ROWS)]

@@ -37,16 +37,8 @@ def centred_system(stats: RowStats, mean: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def ridge_stats(X: Any, y_index: Any, n_classes: int, gram_precision: str) -> RowStats:
-    """RowStats with the Gram, of numpy or row-chunked dask `X`, in one pass.
-
-    One partial per block, tree-summed (`reduce_rows` with a chain per block): chaining blocks
-    into a few partials pins each chain's next block behind the previous one, and with a lazy
-    wide embedding as `X` the workers then embed blocks far ahead of the chains (measured: up to
-    11 embedded 2000-wide blocks, 670 MB, waiting on one worker at 1M rows). Per block, the
-    block's own 32 MB Gram (D = 2000) costs far less than the Gram product itself.
-    """
-    chains = X.numblocks[0] if isinstance(X, da.Array) else None
-    return row_stats(X, y_index, n_classes, gram=True, gram_precision=gram_precision, chains=chains)
+    """RowStats with the Gram, of numpy or row-chunked dask `X`, in one pass."""
+    return row_stats(X, y_index, n_classes, gram=True, gram_precision=gram_precision)
 
 
 def gcv_scores(eigvals: np.ndarray, z: np.ndarray, n_labelled: int, grid: np.ndarray) -> np.ndarray:

@@ -36,7 +36,9 @@ def test_float64_gram_equals_numpy():
 
 @pytest.mark.parametrize("precision", ["float64", "float32"])
 def test_gram_is_added_to_what_is_there(precision):
+    # A symmetric start, as every Gram sum is (the float32 path mirrors its lower triangle).
     X, start = rows(), np.arange(81.0).reshape(9, 9)
+    start += start.T
     expected = start + exact_gram(X)
     tolerance = 1e-5 * np.abs(expected).max()
     np.testing.assert_allclose(gram_of(X, precision, start), expected, rtol=0, atol=tolerance)
@@ -59,10 +61,11 @@ def test_float32_error_is_relative_to_the_spread_not_the_offset_of_the_rows():
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
 
 
-def test_float32_gram_does_not_depend_on_the_sub_block_size(monkeypatch):
+def test_float32_gram_does_not_depend_on_the_sub_block_or_band_size(monkeypatch):
     X = rows(offset=3.0)
     whole = gram_of(X, "float32")
     monkeypatch.setattr(gram_module, "_FLOAT32_SUB_ROWS", 7)
+    monkeypatch.setattr(gram_module, "_BAND_ROWS", 2)
     np.testing.assert_allclose(gram_of(X, "float32"), whole, rtol=1e-6)
 
 
