@@ -183,8 +183,10 @@ def _aligned_blocks(arrays: Sequence[Any]) -> tuple[list[list], list[int]]:
             a = a.rechunk((row_chunks, *full_width))
         elif client is not None and np.asarray(a).nbytes > _SCATTER_BYTES:
             # Sent to the workers once, not embedded in the graph (1M int64 labels are 8 MB of
-            # graph the scheduler has to hold and forward; distributed warns from 10 MB).
-            future = client.scatter(np.asarray(a), hash=True)
+            # graph the scheduler has to hold and forward; distributed warns from 10 MB). Under a
+            # fresh key: with hash=True a second call re-scattering the same array races the
+            # release of the first call's future and its tasks fail with "lost dependencies".
+            future = client.scatter(np.asarray(a), hash=False)
             take = dask.delayed(operator.getitem, pure=True)
             blocks.append([take(future, slice(*b)) for b in itertools.pairwise(bounds)])
             continue
@@ -207,12 +209,14 @@ def reduce_rows(
     All numpy: returns the value of one kernel call. Any dask: returns a lazy `Delayed`; materialise
     it with `pipeline._compute.compute`. Kernel results must support ``+``.
 
-    The blocks are split into `chains` runs of consecutive blocks (default: two per thread of the
-    current cluster). Within a run each block's task extends the run's partial result, so there
-    are `chains` partials, not one per block, and they are tree-summed (`split_every` per add). A
-    kernel with an ``into`` parameter accumulates into the previous partial in place (``into`` is
-    None for a run's first block): at 10,000 classes a fresh 41 MB partial per block plus its add
-    cost 10× the kernel itself. Other kernels' partials are added with ``+``. `finish`, if given,
+    The blocks are split into `chains` runs of consecutive blocks. Within a run each block's task
+    extends the run's partial result, so there are `chains` partials, not one per block, and they
+    are tree-summed (`split_every` per add). A kernel with an ``into`` parameter accumulates into
+    the previous partial in place (``into`` is None for a run's first block): at 10,000 classes a
+    fresh 41 MB partial per block plus its add cost 10× the kernel itself; by default such kernels
+    run two chains per thread of the current cluster. Other kernels default to one run per block
+    (independent tasks, no step waiting for the previous one) and their partials are added with
+    ``+``. `finish`, if given,
     maps each run's partial on its worker before the sum (e.g. a large count table to the small
     sums it stands for), so only finished partials move.
 
@@ -229,8 +233,12 @@ def reduce_rows(
     blocks, starts = _aligned_blocks(arrays)
     shared = [dask.delayed(a, pure=True) if isinstance(a, np.ndarray) else a for a in args]
     accumulates = "into" in inspect.signature(kernel).parameters
-    step = dask.delayed(_extend, pure=True)
-    runs = np.array_split(np.arange(len(starts)), min(len(starts), chains or _default_chains()))
+    # Fresh keys for every call: an identical earlier pass whose result the cluster has not yet
+    # released would otherwise be returned without reading anything (timed repeats read 50 GB/s).
+    step = dask.delayed(_extend, pure=False)
+    if chains is None:
+        chains = _default_chains() if accumulates else len(starts)
+    runs = np.array_split(np.arange(len(starts)), min(len(starts), chains))
     partials = []
     for run in runs:
         partial = None

@@ -207,3 +207,22 @@ def test_large_numpy_inputs_go_to_the_workers_not_into_the_graph(monkeypatch):
             sizes[limit] = len(cloudpickle.dumps(dict(lazy.__dask_graph__())))
             assert_stats_close(lazy.compute(), chunk_row_stats(X, y, N_CLASSES, True))
     assert sizes[10**9] - sizes[100] > 0.75 * y.nbytes  # without scattering: ~0
+
+
+def test_repeated_passes_over_scattered_labels_all_complete(monkeypatch):
+    """Each pass scatters its labels under a fresh key: re-scattering under the same key raced the
+    release of the previous pass's future, and the pass failed with "lost dependencies"."""
+    from distributed import Client, LocalCluster
+
+    monkeypatch.setattr(reductions, "_SCATTER_BYTES", 100)
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(4000, 4)).astype(np.float32)
+    y = rng.integers(-1, N_CLASSES, 4000)
+    expected = chunk_row_stats(X, y, N_CLASSES, False)
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster),
+    ):
+        for _ in range(6):
+            got = row_stats(da.from_array(X, chunks=(500, 4)), y, N_CLASSES, gram=False)
+            np.testing.assert_array_equal(got.class_counts, expected.class_counts)
