@@ -34,14 +34,15 @@ _WINDOW = 8
 
 
 def encode_chunk(X: np.ndarray, codec: PQCodec) -> tuple[np.ndarray, float, np.ndarray, float]:
-    """(codes, Σ‖x − x̂‖², Σx, Σ‖x‖²) of one chunk; the sums give MSE relative to variance."""
-    codes = codec.encode(X)
-    error = codec.decode(codes)
-    np.subtract(X, error, out=error)
-    # Row norms in float32 (D terms each), summed over rows in float64: no float64 copy of X.
+    """(codes, Σ‖x − x̂‖², Σx, Σ‖x‖²) of one chunk; the sums give MSE relative to variance.
+
+    The errors are the encoder's nearest-centroid distances (no decoded copy of the chunk); row
+    norms are in float32 (D terms each) and every sum over rows is in float64.
+    """
+    codes, errors = codec.encode_with_errors(X)
     return (
         codes,
-        float(np.einsum("nd,nd->n", error, error).sum(dtype=np.float64)),
+        float(errors.sum(dtype=np.float64)),
         X.sum(axis=0, dtype=np.float64),
         float(np.einsum("nd,nd->n", X, X).sum(dtype=np.float64)),
     )

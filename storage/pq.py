@@ -120,13 +120,18 @@ class PQCodec:
     # -- encode / decode ------------------------------------------------------------------
 
     def encode(self, X: np.ndarray) -> np.ndarray:
-        """uint8 codes (n, M): nearest centroid of each sub-vector (faiss, one thread).
+        """uint8 codes (n, M): nearest centroid of each sub-vector (faiss, one thread)."""
+        return self.encode_with_errors(X)[0]
+
+    def encode_with_errors(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """uint8 codes (n, M) and each row's squared reconstruction error ‖x − x̂‖² (float32).
 
         Each sub-space is one exhaustive k=1 search of its n sub-vectors against 256 centroids
         (faiss ``knn``: a BLAS product ‖x‖² − 2x·c + ‖c‖² in blocks of 1,024 queries, then a SIMD
         arg-min). Same codes as ``ProductQuantizer.compute_codes``, which computes each
         sub-vector's 256 distances directly: 0.27 s against 0.42 s for 32,768 × 512, M = 64, on
-        one thread (bench pq chunk), so two single-threaded workers outrun its two threads.
+        one thread (bench pq chunk), so two single-threaded workers outrun its two threads. The
+        search's distances sum to the error (rotation preserves it) without decoding the rows.
         """
         import faiss
 
@@ -139,6 +144,7 @@ class PQCodec:
         # (M, n, D/M): each sub-space's sub-vectors contiguous, as faiss's search wants them.
         sub = np.ascontiguousarray(X.reshape(n, self.m, self.dsub).transpose(1, 0, 2))
         codes = np.empty((n, self.m), np.uint8)
+        errors = np.zeros(n, np.float32)
         # One thread: encode tasks run one per single-threaded Dask worker (jobs/cluster.py),
         # and OpenMP threads on top of that would oversubscribe the cores. 1,024 queries a block
         # keep the 1,024 × 256 distance block in L2 cache (faiss's default 4,096: 10% slower).
@@ -148,11 +154,13 @@ class PQCodec:
         faiss.cvar.distance_compute_blas_query_bs = 1024
         try:
             for j in range(self.m):
-                codes[:, j] = faiss.knn(sub[j], self.codebook[j], 1)[1][:, 0]
+                distances, nearest = faiss.knn(sub[j], self.codebook[j], 1)
+                codes[:, j] = nearest[:, 0]
+                errors += distances[:, 0]
         finally:
             faiss.omp_set_num_threads(threads)
             faiss.cvar.distance_compute_blas_query_bs = block
-        return codes
+        return codes, errors
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """float32 rows (n, D): the concatenated centroids, rotated back."""

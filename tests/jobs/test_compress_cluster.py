@@ -1,6 +1,7 @@
 """`imgscale compress` through the installed CLI on the real scheduler + 2 workers of conftest.py.
 
-Each source chunk is encoded by a task on a worker; the client writes the codes in row order.
+Each source chunk is encoded and written as the same PQ chunk by a task on a worker; the client
+commits once all chunks are written.
 """
 
 from __future__ import annotations

@@ -54,6 +54,15 @@ def test_encode_picks_the_nearest_centroid_of_each_sub_vector(codec):
     np.testing.assert_allclose(chosen, d.min(axis=2), rtol=1e-5, atol=1e-5)
 
 
+def test_encode_errors_are_each_rows_squared_distance_to_its_decoding(codec):
+    X = blobs(300, seed=6)
+    for c in (codec, PQCodec(codec.codebook, random_rotation(DIM, seed=7))):
+        codes, errors = c.encode_with_errors(X)
+        np.testing.assert_array_equal(codes, c.encode(X))
+        exact = ((X.astype(np.float64) - c.decode(codes)) ** 2).sum(axis=1)
+        np.testing.assert_allclose(errors, exact, rtol=1e-4, atol=1e-4)
+
+
 def test_rotation_is_orthogonal_and_undone_by_decode():
     R = random_rotation(DIM, seed=3)
     np.testing.assert_allclose(R @ R.T, np.eye(DIM), atol=1e-5)
