@@ -186,7 +186,9 @@ def _aligned_blocks(arrays: Sequence[Any]) -> tuple[list[list], list[int]]:
             # graph the scheduler has to hold and forward; distributed warns from 10 MB). Under a
             # fresh key: with hash=True a second call re-scattering the same array races the
             # release of the first call's future and its tasks fail with "lost dependencies".
-            future = client.scatter(np.asarray(a), hash=False)
+            # On every worker: each step reads its rows of it, and a copy on one worker only
+            # would draw every chain's steps (and their partials) to that worker.
+            future = client.scatter(np.asarray(a), hash=False, broadcast=True)
             take = dask.delayed(operator.getitem, pure=True)
             blocks.append([take(future, slice(*b)) for b in itertools.pairwise(bounds)])
             continue
