@@ -18,9 +18,10 @@ whose record has ``encoding="pq"`` and ``schema_version`` ``PQ_SCHEMA_VERSION``,
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,10 +128,11 @@ class PQCodec:
         """uint8 codes (n, M) and each row's squared reconstruction error ‖x − x̂‖² (float32).
 
         Each sub-space is one exhaustive k=1 search of its n sub-vectors against 256 centroids
-        (faiss ``knn``: a BLAS product ‖x‖² − 2x·c + ‖c‖² in blocks of 1,024 queries, then a SIMD
-        arg-min). Same codes as ``ProductQuantizer.compute_codes``, which computes each
-        sub-vector's 256 distances directly: 0.27 s against 0.42 s for 32,768 × 512, M = 64, on
-        one thread (bench pq chunk), so two single-threaded workers outrun its two threads. The
+        (faiss ``knn``: a BLAS product ‖x‖² − 2x·c + ‖c‖², then a SIMD arg-min; settings in
+        `_one_thread_blas_search`). Same codes as ``ProductQuantizer.compute_codes``, which
+        computes each sub-vector's 256 distances directly, on one thread: 0.27 s against 0.42 s
+        for a 32,768 × 512 chunk (M = 64), 0.32 s against 0.44 s for 4,096 × 4,096 (M = 512),
+        so two single-threaded workers outrun its two threads. The
         search's distances sum to the error (rotation preserves it) without decoding the rows.
         """
         import faiss
@@ -145,21 +147,11 @@ class PQCodec:
         sub = np.ascontiguousarray(X.reshape(n, self.m, self.dsub).transpose(1, 0, 2))
         codes = np.empty((n, self.m), np.uint8)
         errors = np.zeros(n, np.float32)
-        # One thread: encode tasks run one per single-threaded Dask worker (jobs/cluster.py),
-        # and OpenMP threads on top of that would oversubscribe the cores. 1,024 queries a block
-        # keep the 1,024 × 256 distance block in L2 cache (faiss's default 4,096: 10% slower).
-        threads = faiss.omp_get_max_threads()
-        block = faiss.cvar.distance_compute_blas_query_bs
-        faiss.omp_set_num_threads(1)
-        faiss.cvar.distance_compute_blas_query_bs = 1024
-        try:
+        with _one_thread_blas_search():
             for j in range(self.m):
                 distances, nearest = faiss.knn(sub[j], self.codebook[j], 1)
                 codes[:, j] = nearest[:, 0]
                 errors += distances[:, 0]
-        finally:
-            faiss.omp_set_num_threads(threads)
-            faiss.cvar.distance_compute_blas_query_bs = block
         return codes, errors
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
@@ -173,6 +165,35 @@ class PQCodec:
         if self.rotation is not None:
             out = out @ self.rotation.T
         return out
+
+
+@contextlib.contextmanager
+def _one_thread_blas_search() -> Iterator[None]:
+    """faiss searches on one thread, by BLAS products in blocks of 1,024 queries, restored after.
+
+    One thread: encode tasks run one per single-threaded Dask worker (jobs/cluster.py), and
+    OpenMP threads on top of that would oversubscribe the cores. BLAS from the first query: below
+    faiss's ``distance_compute_blas_threshold`` a search scans directly at ~820 ns a query against
+    ~100 ns by BLAS (256 centroids of 8 dims), which made a 4,096-row chunk (D = 4096) 5× slower
+    than ``compute_codes``. 1,024 queries a block keep the 1,024 × 256 distance block in L2 cache
+    (faiss's default 4,096: 10% slower).
+    """
+    import faiss
+
+    saved = (
+        faiss.omp_get_max_threads(),
+        faiss.cvar.distance_compute_blas_threshold,
+        faiss.cvar.distance_compute_blas_query_bs,
+    )
+    faiss.omp_set_num_threads(1)
+    faiss.cvar.distance_compute_blas_threshold = 1
+    faiss.cvar.distance_compute_blas_query_bs = 1024
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(saved[0])
+        faiss.cvar.distance_compute_blas_threshold = saved[1]
+        faiss.cvar.distance_compute_blas_query_bs = saved[2]
 
 
 def check_m(dim: int, m: int) -> None:

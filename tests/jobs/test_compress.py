@@ -58,8 +58,10 @@ def test_reported_relative_mse_is_error_over_total_variance(digits_store, pq32):
     Xhat = store.features().compute().astype(np.float64)
     mse = ((X - Xhat) ** 2).sum(axis=1).mean()
     variance = X.var(axis=0).sum()
-    assert summary["mse"] == pytest.approx(mse, rel=1e-6)
-    assert summary["relative_mse"] == pytest.approx(mse / variance, rel=1e-6)
+    # The error is summed from the encoder's float32 distances (‖x‖² − 2x·c + ‖c‖², BLAS), not
+    # from decoded rows: on digits' integer features it is 4e-5 off the float64 reference.
+    assert summary["mse"] == pytest.approx(mse, rel=1e-4)
+    assert summary["relative_mse"] == pytest.approx(mse / variance, rel=1e-4)
     assert 0 < summary["relative_mse"] < 0.1
 
 

@@ -50,9 +50,9 @@ def test_compress_on_the_cluster_writes_the_codec_applied_to_every_row(
     np.testing.assert_array_equal(codes, store.codec.encode(X))
     decoded = store.features().compute(scheduler="synchronous")
     mse = np.mean(np.sum((X.astype(np.float64) - decoded) ** 2, axis=1))
-    np.testing.assert_allclose(summary["mse"], mse, rtol=1e-6)
+    np.testing.assert_allclose(summary["mse"], mse, rtol=1e-4)
     variance = np.sum(X.astype(np.float64).var(axis=0))
-    np.testing.assert_allclose(summary["relative_mse"], mse / variance, rtol=1e-6)
+    np.testing.assert_allclose(summary["relative_mse"], mse / variance, rtol=1e-4)
     assert summary["relative_mse"] < 0.2
 
     info = json.loads(imgscale("info", dst, "--json").stdout)
