@@ -83,11 +83,17 @@ def timed_mixture_store(
 
 
 class PeakRSS:
-    """Sample the summed RSS of this process and all its descendants (e.g. Dask workers)."""
+    """Sample the summed RSS of this process and all its descendants (e.g. Dask workers).
+
+    `peak` is the largest sum seen; `at_peak` is how it split at that moment (bytes by process:
+    "client" for this process, which also runs a LocalCluster's scheduler, then each descendant
+    by pid), so a benchmark can say where the memory went.
+    """
 
     def __init__(self, interval: float = 0.05):
         self.interval = interval
         self.peak = 0
+        self.at_peak: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -99,16 +105,23 @@ class PeakRSS:
         self._stop.set()
         self._thread.join()
 
+    def split_gib(self) -> dict[str, float]:
+        """`at_peak` in GiB, rounded to 3 decimals (for a benchmark record)."""
+        return {name: round(rss / 2**30, 3) for name, rss in self.at_peak.items()}
+
     def _run(self) -> None:
         me = psutil.Process()
         while not self._stop.is_set():
-            total = 0
+            split = {}
             for process in [me, *me.children(recursive=True)]:
                 try:
-                    total += process.memory_info().rss
+                    rss = process.memory_info().rss
                 except psutil.Error:
-                    pass
-            self.peak = max(self.peak, total)
+                    continue
+                split["client" if process.pid == me.pid else f"pid {process.pid}"] = rss
+            total = sum(split.values())
+            if total > self.peak:
+                self.peak, self.at_peak = total, split
             time.sleep(self.interval)
 
 

@@ -89,7 +89,7 @@ def run(
         X, y = store.features("train"), store.labels("train")
         X_val, y_val = store.features("val"), store.labels("val")
         rff = RandomFourierFeatures(RFF_DIM, random_state=0).fit(X)
-        fit_seconds, fit_peak = time.perf_counter() - started, rss.peak
+        fit_seconds, fit_peak, fit_split = time.perf_counter() - started, rss.peak, rss.split_gib()
         with PeakRSS() as ridge_rss:
             model = RidgeClassifier(gram_precision=GRAM_PRECISION).fit(
                 rff.transform(X), y, X_val=rff.transform(X_val), y_val=y_val
@@ -129,7 +129,9 @@ def run(
             peer="sklearn RBFSampler + RidgeClassifier" + note,
             gram_precision=GRAM_PRECISION,
             bandwidth_pass_gib=fit_peak / 2**30,
+            bandwidth_pass_split_gib=fit_split,
             ridge_passes_gib=ridge_rss.peak / 2**30,
+            ridge_passes_split_gib=ridge_rss.split_gib(),
         ),
         record(
             "RFF-2000 -> ridge validation per-class rate",
