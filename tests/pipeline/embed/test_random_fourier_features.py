@@ -78,3 +78,17 @@ def test_sampled_rows_of_dask_input_equal_the_numpy_sample():
     expected = embed_base.sample_rows(X, 25, 0)
     np.testing.assert_array_equal(embed_base.sample_rows(as_dask(X), 25, 0), expected)
     assert len(np.unique(expected, axis=0)) == 25
+
+
+def test_each_output_piece_is_one_task_on_its_input_chunk(monkeypatch):
+    # No rechunk tasks between the input chunks and the pieces: a consumer that inlines a block
+    # reads and embeds it in one task, so no sliced input piece waits in worker memory.
+    X = as_dask(np.random.default_rng(8).normal(size=(200, 5)).astype(np.float32))
+    rff = RandomFourierFeatures(64, gamma=0.2, random_state=0).fit(X)
+    monkeypatch.setattr(embed_base, "_MAX_OUTPUT_CHUNK_BYTES", 10 * 64 * 4)
+    lazy = rff.transform(X)
+    dependencies = lazy.dask.get_all_dependencies()
+    input_chunks = {(X.name, b, 0) for b in range(X.numblocks[0])}
+    for b in range(lazy.numblocks[0]):
+        assert len(dependencies[(lazy.name, b, 0)] & input_chunks) == 1
+    assert not any("rechunk" in str(k) for k in lazy.dask.keys())
