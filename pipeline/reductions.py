@@ -182,20 +182,36 @@ def _aligned_blocks(arrays: Sequence[Any]) -> tuple[list[list], list[int]]:
         if isinstance(a, da.Array):
             a = a.rechunk((row_chunks, *full_width))
         elif client is not None and np.asarray(a).nbytes > _SCATTER_BYTES:
-            # Sent to the workers once, not embedded in the graph (1M int64 labels are 8 MB of
-            # graph the scheduler has to hold and forward; distributed warns from 10 MB). Under a
-            # fresh key: with hash=True a second call re-scattering the same array races the
-            # release of the first call's future and its tasks fail with "lost dependencies".
-            # On every worker: each step reads its rows of it, and a copy on one worker only
-            # would draw every chain's steps (and their partials) to that worker.
-            future = client.scatter(np.asarray(a), hash=False, broadcast=True)
             take = dask.delayed(operator.getitem, pure=True)
+            future = _on_workers(np.asarray(a), client)
             blocks.append([take(future, slice(*b)) for b in itertools.pairwise(bounds)])
             continue
         else:
             a = da.from_array(np.asarray(a), chunks=(row_chunks, *full_width))
         blocks.append(list(a.to_delayed().ravel()))
     return blocks, bounds[:-1]
+
+
+def _shared(arg: Any, client: Any) -> Any:
+    """A kernel argument as every task sees it: numpy arrays once in the graph, or on the workers
+    when large; anything else as is."""
+    if not isinstance(arg, np.ndarray):
+        return arg
+    if client is not None and arg.nbytes > _SCATTER_BYTES:
+        return _on_workers(arg, client)
+    return dask.delayed(arg, pure=True)
+
+
+def _on_workers(a: np.ndarray, client: Any) -> Any:
+    """`a` sent to every worker once instead of embedded in the graph (1M int64 labels are 8 MB
+    of graph the scheduler has to hold and forward; distributed warns from 10 MB).
+
+    Under a fresh key: with hash=True a second pass re-scattering the same array races the
+    release of the first pass's future, whose tasks then fail with "lost dependencies". On every
+    worker: a copy on one worker only would draw every task reading it (and every chain's partial)
+    to that worker.
+    """
+    return client.scatter(a, hash=False, broadcast=True)
 
 
 def reduce_rows(
@@ -233,7 +249,8 @@ def reduce_rows(
         result = kernel(*arrays, *args, row_start=0)
         return result if finish is None else finish(result)
     blocks, starts = _aligned_blocks(arrays)
-    shared = [dask.delayed(a, pure=True) if isinstance(a, np.ndarray) else a for a in args]
+    client = _client()
+    shared = [_shared(a, client) for a in args]
     accumulates = "into" in inspect.signature(kernel).parameters
     # Fresh keys for every call: an identical earlier pass whose result the cluster has not yet
     # released would otherwise be returned without reading anything (timed repeats read 50 GB/s).

@@ -226,3 +226,24 @@ def test_repeated_passes_over_scattered_labels_all_complete(monkeypatch):
         for _ in range(6):
             got = row_stats(da.from_array(X, chunks=(500, 4)), y, N_CLASSES, gram=False)
             np.testing.assert_array_equal(got.class_counts, expected.class_counts)
+
+
+def test_large_numpy_kernel_arguments_go_to_the_workers_not_into_the_graph(monkeypatch):
+    import cloudpickle
+    from distributed import Client
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(1000, 6)).astype(np.float32)
+    weights = rng.normal(size=(6, 500))
+
+    def projected_sum(block, w, row_start):
+        return (block @ w).sum(axis=0)
+
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):
+        sizes = {}
+        for limit in (10**9, 100):
+            monkeypatch.setattr(reductions, "_SCATTER_BYTES", limit)
+            lazy = reduce_rows(projected_sum, [da.from_array(X, chunks=(100, 6))], weights)
+            sizes[limit] = len(cloudpickle.dumps(dict(lazy.__dask_graph__())))
+            np.testing.assert_allclose(compute(lazy)[0], (X @ weights).sum(axis=0), rtol=1e-5)
+    assert sizes[10**9] - sizes[100] > 0.9 * weights.nbytes
