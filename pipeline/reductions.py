@@ -258,16 +258,17 @@ def reduce_rows(
     if chains is None:
         chains = _default_chains() if accumulates else len(starts)
     runs = np.array_split(np.arange(len(starts)), min(len(starts), chains))
-    partials = []
+    partials, steps = [], set()
     for run in runs:
         partial = None
         for i in run.tolist():
             last = finish if i == run[-1] else None
             row_blocks = [b[i] for b in blocks]
             partial = step(kernel, accumulates, partial, row_blocks, shared, starts[i], last)
+            steps.add(partial.key)
         partials.append(partial)
     total = _tree_sum(partials, split_every)
-    return _inline_blocks(total, {block.key for column in blocks for block in column})
+    return _inline_blocks(total, steps)
 
 
 def _extend(
@@ -288,29 +289,39 @@ def _extend(
     return result if finish is None else finish(result)
 
 
-def _inline_blocks(total: Delayed, block_keys: set) -> Delayed:
-    """`total` with each row block's task moved into its one consumer (a chain step).
+def _inline_blocks(total: Delayed, steps: set) -> Delayed:
+    """`total` with the tasks that only a step needs (its block's read, slice, embedding, …)
+    moved into that step, recursively, so one task reads, transforms and reduces a block.
 
-    Blocks already in cluster memory (persisted arrays, scattered data) are not in the graph and
-    stay references; a block consumed by two tasks is left alone rather than computed twice.
+    Data already in cluster memory (persisted arrays, scattered inputs) is not in the graph and
+    stays a reference; a task two others need is left alone rather than computed twice; a step's
+    previous partial (another step) is never absorbed.
     """
     graph = convert_legacy_graph(dict(total.__dask_graph__()))
     consumers = collections.Counter(k for node in graph.values() for k in node.dependencies)
-    inline = {}
-    for key in block_keys:
-        # dask array optimisation names a block's fused task by an alias of the block's key.
+
+    def owned(key: Any) -> Task | None:
+        """The task behind `key` (through aliases) if one task alone needs it, taken out."""
         chain, node = [key], graph.get(key)
         while isinstance(node, Alias) and consumers[node.target] == 1:
             chain.append(node.target)
             node = graph.get(node.target)
-        if isinstance(node, Task) and consumers[key] == 1:
-            for link in chain:
-                del graph[link]
-            inline[key] = node
-    graph = {
-        key: node.substitute(inline) if node.dependencies & inline.keys() else node
-        for key, node in graph.items()
-    }
+        if not isinstance(node, Task) or consumers[key] != 1:
+            return None
+        for link in chain:
+            del graph[link]
+        return node
+
+    def absorb(node: Task) -> Task:
+        inline = {}
+        for key in node.dependencies - steps:
+            task = owned(key)
+            if task is not None:
+                inline[key] = absorb(task)
+        return node.substitute(inline) if inline else node
+
+    for key in steps:
+        graph[key] = absorb(graph[key])
     return Delayed(total.key, graph)
 
 

@@ -1,10 +1,13 @@
 import numpy as np
 import pytest
+from dask._task_spec import Task
 from sklearn.neighbors import NearestNeighbors
 
+from pipeline._compute import compute
 from pipeline.embed import RandomFourierFeatures
 from pipeline.embed import _base as embed_base
 from pipeline.embed._bandwidth import knn_bandwidth
+from pipeline.reductions import reduce_rows
 from tests.pipeline.embed.conftest import as_dask
 
 
@@ -80,15 +83,22 @@ def test_sampled_rows_of_dask_input_equal_the_numpy_sample():
     assert len(np.unique(expected, axis=0)) == 25
 
 
-def test_each_output_piece_is_one_task_on_its_input_chunk(monkeypatch):
-    # No rechunk tasks between the input chunks and the pieces: a consumer that inlines a block
-    # reads and embeds it in one task, so no sliced input piece waits in worker memory.
-    X = as_dask(np.random.default_rng(8).normal(size=(200, 5)).astype(np.float32))
+def test_a_reduction_reads_embeds_and_reduces_each_piece_in_one_task(monkeypatch):
+    # Pieces are sliced from the input on their own: a consumer that inlines its blocks
+    # (reduce_rows) absorbs read, slice and embedding, so no input chunk or piece is a task of its
+    # own (one would wait in worker memory); the sums equal the numpy embedding's.
+    X = np.random.default_rng(8).normal(size=(200, 5)).astype(np.float32)
     rff = RandomFourierFeatures(64, gamma=0.2, random_state=0).fit(X)
     monkeypatch.setattr(embed_base, "_MAX_OUTPUT_CHUNK_BYTES", 10 * 64 * 4)
-    lazy = rff.transform(X)
-    dependencies = lazy.dask.get_all_dependencies()
-    input_chunks = {(X.name, b, 0) for b in range(X.numblocks[0])}
-    for b in range(lazy.numblocks[0]):
-        assert len(dependencies[(lazy.name, b, 0)] & input_chunks) == 1
-    assert not any("rechunk" in str(k) for k in lazy.dask.keys())
+    embedded = rff.transform(as_dask(X))
+    assert embedded.numblocks[0] > as_dask(X).numblocks[0]
+
+    def column_sums(block, row_start):
+        return block.sum(axis=0, dtype=np.float64)
+
+    lazy = reduce_rows(column_sums, [embedded])
+    tasks = [key for key, node in lazy.__dask_graph__().items() if isinstance(node, Task)]
+    assert all(str(key).startswith(("_extend", "_sum")) for key in tasks)
+    np.testing.assert_allclose(
+        compute(lazy)[0], rff.transform(X).sum(axis=0, dtype=np.float64), rtol=1e-5
+    )
