@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -148,8 +149,10 @@ def _write_codes(
     n = src_record["committed_rows"]
     totals = [0.0, np.zeros(src.dim), 0.0]
     done = 0
-    with CopyWriter(store, src.rows().slice(0, n), src_record["batches"]):
-        for rows, sse, feature_sum, square_sum in _encoded_chunks(src, codec, store.path):
+    with CopyWriter(store, src.rows().slice(0, n), src_record["batches"]) as writer:
+        results = _encoded_chunks(src, codec, store.path)
+        writer.check_rows()  # on the client while the workers encode
+        for rows, sse, feature_sum, square_sum in results:
             totals[0] += sse
             totals[1] += feature_sum
             totals[2] += square_sum
@@ -170,7 +173,8 @@ def encode_and_write_chunk(
 
 
 def _encoded_chunks(src: FeatureStore, codec: PQCodec, path: Path) -> Iterator[tuple]:
-    """encode_and_write_chunk results of every source chunk, computed on the cluster.
+    """encode_and_write_chunk results of every source chunk, computed on the cluster (submitted
+    on the call, taken as they finish); without a distributed client, a few at a time.
 
     Source and PQ store have the same rows per chunk, so source chunk i is PQ chunk i.
     """
@@ -185,10 +189,7 @@ def _encoded_chunks(src: FeatureStore, codec: PQCodec, path: Path) -> Iterator[t
     except (ImportError, ValueError):
         client = None
     if client is not None:
-        # All submitted at once (results are a few sums each), taken as they finish.
-        for future in as_completed(client.compute(tasks)):
-            yield future.result()
-            future.release()
-        return
-    for start in range(0, len(tasks), _WINDOW):
-        yield from compute(*tasks[start : start + _WINDOW])
+        # All submitted at once: results are a few sums each.
+        return (future.result() for future in as_completed(client.compute(tasks)))
+    windows = range(0, len(tasks), _WINDOW)
+    return itertools.chain.from_iterable(compute(*tasks[w : w + _WINDOW]) for w in windows)

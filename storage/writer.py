@@ -216,6 +216,7 @@ class CopyWriter:
         self.rows = rows
         self.batches = batches
         self._lock = StoreLock(store.path)
+        self._rows_checked = False
 
     def __enter__(self) -> CopyWriter:
         self._lock.acquire()
@@ -265,9 +266,14 @@ class CopyWriter:
         finally:
             self._lock.release()
 
-    def _check_rows(self) -> None:
-        """Ids unique (within the copy and against the store), labels in range: vectorised, and
-        at commit, so the ~0.2 s per 1M ids overlaps the workers' chunk writes."""
+    def check_rows(self) -> None:
+        """Refuse ids repeated (within the copy or against the store) and labels out of range.
+
+        Vectorised, ~0.2 s per 1M ids; the commit runs it unless the caller did, e.g. while the
+        workers write their chunks.
+        """
+        if self._rows_checked:
+            return
         n, where = self.rows.num_rows, self.where
         ids = self.rows.column("id")
         committed = pa.array(sorted(self.store.committed_ids()), pa.string())
@@ -277,9 +283,10 @@ class CopyWriter:
         top = len(read_classes(self.store.path)) - 1
         if labels["min"] < -1 or labels["max"] > top:
             raise StoreError(f"{where}: labels span {labels}; expected -1 to {top}")
+        self._rows_checked = True
 
     def _commit(self) -> None:
-        self._check_rows()
+        self.check_rows()
         path = self.store.path
         record = read_record(path)
         for batch in self.batches:
