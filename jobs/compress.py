@@ -70,8 +70,13 @@ def compress(
     seed: int = 0,
     niter: int = 25,
     progress: Callable[[int, int], None] | None = None,
+    codec: PQCodec | None = None,
 ) -> dict[str, Any]:
-    """Write the PQ store ``dst`` from ``src``; returns a summary (relative MSE, sizes, times)."""
+    """Write the PQ store ``dst`` from ``src``; returns a summary (relative MSE, sizes, times).
+
+    ``codec``: one already trained (e.g. another store's, so both share a codebook) instead of
+    training on ``sample`` rows; its M must be ``m``.
+    """
     dst = Path(dst)
     n = src.committed_rows
     if n == 0:
@@ -82,7 +87,10 @@ def compress(
         raise StoreError(f"store {dst}: path exists and is not empty; refusing to overwrite it")
     check_m(src.dim, m)
     started = time.perf_counter()
-    codec = train_codec(src, m, rotate=rotate, sample=sample, seed=seed, niter=niter)
+    if codec is None:
+        codec = train_codec(src, m, rotate=rotate, sample=sample, seed=seed, niter=niter)
+    elif codec.m != m or codec.dim != src.dim:
+        raise StoreError(f"codec for D={codec.dim}, M={codec.m}; expected D={src.dim}, M={m}")
     train_seconds = time.perf_counter() - started
 
     src_record = read_record(src.path)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -167,33 +168,50 @@ class PQCodec:
         return out
 
 
+# faiss's search settings are process globals: the first of concurrent encodes (threads of a
+# local Dask scheduler) sets them and the last restores them, so none runs with another's restore.
+_search_lock = threading.Lock()
+_search_users = 0
+_search_saved: tuple[int, int] = (0, 0)
+
+
 @contextlib.contextmanager
 def _one_thread_blas_search() -> Iterator[None]:
     """faiss searches on one thread, by BLAS products in blocks of 1,024 queries, restored after.
 
     One thread: encode tasks run one per single-threaded Dask worker (jobs/cluster.py), and
-    OpenMP threads on top of that would oversubscribe the cores. BLAS from the first query: below
-    faiss's ``distance_compute_blas_threshold`` a search scans directly at ~820 ns a query against
-    ~100 ns by BLAS (256 centroids of 8 dims), which made a 4,096-row chunk (D = 4096) 5× slower
-    than ``compute_codes``. 1,024 queries a block keep the 1,024 × 256 distance block in L2 cache
-    (faiss's default 4,096: 10% slower).
+    OpenMP threads on top of that would oversubscribe the cores (a per-thread setting). BLAS from
+    the first query: below faiss's ``distance_compute_blas_threshold`` a search scans directly at
+    ~820 ns a query against ~100 ns by BLAS (256 centroids of 8 dims), which made a 4,096-row
+    chunk (D = 4096) 5× slower than ``compute_codes``; and the two paths round differently, so
+    near-tied centroids must always see the same one. 1,024 queries a block keep the
+    1,024 × 256 distance block in L2 cache (faiss's default 4,096: 10% slower).
     """
     import faiss
 
-    saved = (
-        faiss.omp_get_max_threads(),
-        faiss.cvar.distance_compute_blas_threshold,
-        faiss.cvar.distance_compute_blas_query_bs,
-    )
+    global _search_users, _search_saved
+    threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
-    faiss.cvar.distance_compute_blas_threshold = 1
-    faiss.cvar.distance_compute_blas_query_bs = 1024
+    with _search_lock:
+        if _search_users == 0:
+            _search_saved = (
+                faiss.cvar.distance_compute_blas_threshold,
+                faiss.cvar.distance_compute_blas_query_bs,
+            )
+            faiss.cvar.distance_compute_blas_threshold = 1
+            faiss.cvar.distance_compute_blas_query_bs = 1024
+        _search_users += 1
     try:
         yield
     finally:
-        faiss.omp_set_num_threads(saved[0])
-        faiss.cvar.distance_compute_blas_threshold = saved[1]
-        faiss.cvar.distance_compute_blas_query_bs = saved[2]
+        faiss.omp_set_num_threads(threads)
+        with _search_lock:
+            _search_users -= 1
+            if _search_users == 0:
+                (
+                    faiss.cvar.distance_compute_blas_threshold,
+                    faiss.cvar.distance_compute_blas_query_bs,
+                ) = _search_saved
 
 
 def check_m(dim: int, m: int) -> None:

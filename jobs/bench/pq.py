@@ -3,7 +3,8 @@
 On the synthetic Gaussian mixture (``jobs.bench.common``), one store of ``rows × dim``:
 
 - encode throughput: ``imgscale compress`` on the cluster (read, encode, write, commit) vs faiss
-  ``ProductQuantizer.compute_codes`` in this process on the same rows in memory (all threads);
+  ``ProductQuantizer.compute_codes`` in this process on the same rows in memory (all threads),
+  best of two each;
 - reconstruction MSE: ours vs faiss trained on the same number of sampled rows at equal M;
 - class means for ``mean_classes`` classes: ``NearestClassMean.fit_codes`` (centroids gathered
   into class sums, no decoded rows) vs ``fit`` on the decoded float rows, both on the cluster,
@@ -56,6 +57,12 @@ def run(
 
     with connect(scheduler, quiet=True), PeakRSS() as rss:
         summary = compress(raw, pq_path, m)
+        # Encode best of 2 (the second with the first's codec: training is not timed), like
+        # faiss below: one run each swung the ratio 0.76-1.08x with other helpers' load.
+        codec = open_store(pq_path).codec
+        shutil.rmtree(pq_path)
+        again = compress(raw, pq_path, m, codec=codec)
+        encode_rate = max(summary["encode_rows_per_second"], again["encode_rows_per_second"])
         store = open_store(pq_path)
         # Class means: labels of `mean_classes` classes, 10 per mixture cluster where possible.
         labels = _mean_labels(raw.labels(), mean_classes)
@@ -78,9 +85,11 @@ def run(
     del sample
     ours_pq = faiss.ProductQuantizer(dim, m, 8)
     faiss.copy_array_to_vector(codec.codebook.ravel(), ours_pq.centroids)
-    started = time.perf_counter()
-    faiss_codes = faiss_pq.compute_codes(X)
-    faiss_encode_seconds = time.perf_counter() - started
+    faiss_encode_seconds = np.inf
+    for _ in range(2):
+        started = time.perf_counter()
+        faiss_codes = faiss_pq.compute_codes(X)
+        faiss_encode_seconds = min(faiss_encode_seconds, time.perf_counter() - started)
     faiss_mse = _mse(X, faiss_pq.decode(faiss_codes))
     del faiss_codes
 
@@ -118,7 +127,7 @@ def run(
     records = [
         record(
             "encode throughput (read+encode+write, cluster)",
-            summary["encode_rows_per_second"],
+            encode_rate,
             "vectors/s",
             rows / faiss_encode_seconds,
             peer="faiss ProductQuantizer.compute_codes in memory, one process",

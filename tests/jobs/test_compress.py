@@ -135,3 +135,14 @@ def test_cli_compress_and_info_report_encoding_m_and_compression(digits_store, t
     info = json.loads(runner.invoke(cli, ["info", str(dst), "--json"]).stdout)
     assert info["encoding"] == "pq" and info["pq_m"] == 16 and info["rows"] == 1797
     assert info["compression_ratio"] > 2
+
+
+def test_a_given_codec_is_used_instead_of_training(digits_store, pq32, tmp_path):
+    store, _ = pq32
+    compress(digits_store, tmp_path / "again.zarr", 32, codec=store.codec)
+    np.testing.assert_array_equal(
+        open_store(tmp_path / "again.zarr").codes().compute(), store.codes().compute()
+    )
+    with pytest.raises(StoreError, match="M=32; expected D=64, M=16"):
+        compress(digits_store, tmp_path / "other.zarr", 16, codec=store.codec)
+    assert not (tmp_path / "other.zarr").exists()
