@@ -299,30 +299,28 @@ def _inline_blocks(total: Delayed, steps: set) -> Delayed:
     """
     graph = convert_legacy_graph(dict(total.__dask_graph__()))
     consumers = collections.Counter(k for node in graph.values() for k in node.dependencies)
-
-    def owned(key: Any) -> Task | None:
-        """The task behind `key` (through aliases) if one task alone needs it, taken out."""
-        chain, node = [key], graph.get(key)
-        while isinstance(node, Alias) and consumers[node.target] == 1:
-            chain.append(node.target)
-            node = graph.get(node.target)
-        if not isinstance(node, Task) or consumers[key] != 1:
-            return None
-        for link in chain:
-            del graph[link]
-        return node
-
-    def absorb(node: Task) -> Task:
-        inline = {}
-        for key in node.dependencies - steps:
-            task = owned(key)
-            if task is not None:
-                inline[key] = absorb(task)
-        return node.substitute(inline) if inline else node
-
     for key in steps:
-        graph[key] = absorb(graph[key])
+        graph[key] = _absorb(graph[key], graph, consumers, steps)
     return Delayed(total.key, graph)
+
+
+def _absorb(node: Task, graph: dict, consumers: collections.Counter, keep: set) -> Task:
+    """`node` with each dependency only it needs (outside `keep`) taken out of `graph` and
+    nested in it, recursively. Module-level, not a closure: a recursive closure is a reference
+    cycle that would hold the graph (and its scattered futures) until the next garbage collection.
+    """
+    inline = {}
+    for key in node.dependencies - keep:
+        chain, dependency = [key], graph.get(key)
+        # dask array optimisation names a block's fused task by an alias of the block's key.
+        while isinstance(dependency, Alias) and consumers[dependency.target] == 1:
+            chain.append(dependency.target)
+            dependency = graph.get(dependency.target)
+        if isinstance(dependency, Task) and consumers[key] == 1:
+            for link in chain:
+                del graph[link]
+            inline[key] = _absorb(dependency, graph, consumers, keep)
+    return node.substitute(inline) if inline else node
 
 
 def _client() -> Any:

@@ -247,3 +247,27 @@ def test_large_numpy_kernel_arguments_go_to_the_workers_not_into_the_graph(monke
             sizes[limit] = len(cloudpickle.dumps(dict(lazy.__dask_graph__())))
             np.testing.assert_allclose(compute(lazy)[0], (X @ weights).sum(axis=0), rtol=1e-5)
     assert sizes[10**9] - sizes[100] > 0.9 * weights.nbytes
+
+
+def test_a_finished_pass_leaves_nothing_on_the_workers(monkeypatch):
+    """Scattered labels are released when the pass returns, not at the next garbage collection
+    (a reference cycle in the graph rewriting held them: one per pass, for ever without gc)."""
+    import gc
+    import time
+
+    from distributed import Client
+
+    monkeypatch.setattr(reductions, "_SCATTER_BYTES", 100)
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(2000, 4)).astype(np.float32)
+    y = rng.integers(0, N_CLASSES, 2000)
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=":0") as c:
+        gc.disable()
+        try:
+            row_stats(da.from_array(X, chunks=(500, 4)), y, N_CLASSES, gram=False)
+            deadline = time.monotonic() + 5
+            while any(c.has_what().values()) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert not any(c.has_what().values())
+        finally:
+            gc.enable()
