@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,44 @@ if TYPE_CHECKING:
     from storage.store import FeatureStore
 
 
-class BatchWriter:
+class _LockedWriter:
+    """A writer that holds the store's writer lock from ``__enter__`` to ``__exit__``: `_begin`
+    runs under it (a failing one releases it) and `_finish` commits at a clean exit."""
+
+    def __init__(self, store: FeatureStore) -> None:
+        self.store = store
+        self._lock = StoreLock(store.path)
+
+    def __enter__(self) -> Self:
+        self._lock.acquire()
+        try:
+            self._begin()
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc_type is None:
+                self._finish()
+        finally:
+            self._lock.release()
+
+    def _begin(self) -> None:
+        raise NotImplementedError
+
+    def _finish(self) -> None:
+        """Commit, at a clean exit only."""
+        raise NotImplementedError
+
+
+class BatchWriter(_LockedWriter):
     """Context manager that appends one batch, written in any number of blocks.
 
     Holds the store's writer lock from ``__enter__`` to ``__exit__``. Rows go to zarr as soon
@@ -46,21 +83,15 @@ class BatchWriter:
     def __init__(self, store: FeatureStore, batch_id: str) -> None:
         if not isinstance(batch_id, str) or not batch_id:
             raise TypeError(f"batch_id must be a non-empty str, got {batch_id!r}")
-        self.store = store
+        super().__init__(store)
         self.batch_id = batch_id
-        self._lock = StoreLock(store.path)
         self._active = False
         self._broken = False
 
     # -- context --------------------------------------------------------------------------
 
-    def __enter__(self) -> BatchWriter:
-        self._lock.acquire()
-        try:
-            self._begin()
-        except BaseException:
-            self._lock.release()
-            raise
+    def __enter__(self) -> Self:
+        super().__enter__()
         self._active = True
         return self
 
@@ -88,20 +119,14 @@ class BatchWriter:
         self._committed_ids = self.store.committed_ids()
         self._batch_ids: set[str] = set()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            if exc_type is None and not self.already_committed and not self._broken:
-                if self.rows_written:
-                    self._flush(final=True)
-                    self._commit()
-        finally:
-            self._active = False
-            self._lock.release()
+    def __exit__(self, *exc_info: Any) -> None:
+        self._active = False
+        super().__exit__(*exc_info)
+
+    def _finish(self) -> None:
+        if not self.already_committed and not self._broken and self.rows_written:
+            self._flush(final=True)
+            self._commit()
 
     # -- writing --------------------------------------------------------------------------
 
@@ -195,7 +220,7 @@ def _remove_orphan_rows_files(path: Path, record: dict[str, Any]) -> None:
             file.unlink(missing_ok=True)
 
 
-class CopyWriter:
+class CopyWriter(_LockedWriter):
     """Context manager that appends a copy of another store's committed batches (same batch ids,
     ids, labels and splits) whose row chunks other processes write, one process per chunk.
 
@@ -212,20 +237,10 @@ class CopyWriter:
     """
 
     def __init__(self, store: FeatureStore, rows: pa.Table, batches: list[dict[str, Any]]) -> None:
-        self.store = store
+        super().__init__(store)
         self.rows = rows
         self.batches = batches
-        self._lock = StoreLock(store.path)
         self._rows_checked = False
-
-    def __enter__(self) -> CopyWriter:
-        self._lock.acquire()
-        try:
-            self._begin()
-        except BaseException:
-            self._lock.release()
-            raise
-        return self
 
     def _begin(self) -> None:
         path = self.store.path
@@ -254,17 +269,8 @@ class CopyWriter:
         array.resize((self.start + n, array.shape[1]))
         self.first_chunk = self.start // rpc
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            if exc_type is None:
-                self._commit()
-        finally:
-            self._lock.release()
+    def _finish(self) -> None:
+        self._commit()
 
     def check_rows(self) -> None:
         """Refuse ids repeated (within the copy or against the store) and labels out of range.
