@@ -220,7 +220,6 @@ def reduce_rows(
     *args: Any,
     split_every: int = 8,
     chains: int | None = None,
-    finish: Callable[[Any], Any] | None = None,
 ) -> Any:
     """Sum of ``kernel(*row_blocks, *args, row_start=r)`` over aligned row blocks of `arrays`.
 
@@ -234,9 +233,7 @@ def reduce_rows(
     fresh 41 MB partial per block plus its add cost 10× the kernel itself; by default such kernels
     run two chains per thread of the current cluster. Other kernels default to one run per block
     (independent tasks, no step waiting for the previous one) and their partials are added with
-    ``+``. `finish`, if given,
-    maps each run's partial on its worker before the sum (e.g. a large count table to the small
-    sums it stands for), so only finished partials move.
+    ``+``.
 
     Each block's own task (a store read, an embedding) is inlined into the step that consumes it:
     one task per block reads, transforms and reduces it, so a block costs one scheduler round
@@ -246,8 +243,7 @@ def reduce_rows(
     if len(n_rows) != 1:
         raise ValueError(f"arrays have different row counts: {sorted(n_rows)}")
     if not any(isinstance(a, da.Array) for a in arrays):
-        result = kernel(*arrays, *args, row_start=0)
-        return result if finish is None else finish(result)
+        return kernel(*arrays, *args, row_start=0)
     blocks, starts = _aligned_blocks(arrays)
     client = _client()
     shared = [_shared(a, client) for a in args]
@@ -262,9 +258,8 @@ def reduce_rows(
     for run in runs:
         partial = None
         for i in run.tolist():
-            last = finish if i == run[-1] else None
             row_blocks = [b[i] for b in blocks]
-            partial = step(kernel, accumulates, partial, row_blocks, shared, starts[i], last)
+            partial = step(kernel, accumulates, partial, row_blocks, shared, starts[i])
             steps.add(partial.key)
         partials.append(partial)
     total = _tree_sum(partials, split_every)
@@ -278,15 +273,12 @@ def _extend(
     row_blocks: list,
     args: list,
     row_start: int,
-    finish: Callable[[Any], Any] | None,
 ) -> Any:
     """`partial` extended by one block: in place when the kernel accumulates."""
     if accumulates:
-        result = kernel(*row_blocks, *args, row_start=row_start, into=partial)
-    else:
-        result = kernel(*row_blocks, *args, row_start=row_start)
-        result = result if partial is None else partial + result
-    return result if finish is None else finish(result)
+        return kernel(*row_blocks, *args, row_start=row_start, into=partial)
+    result = kernel(*row_blocks, *args, row_start=row_start)
+    return result if partial is None else partial + result
 
 
 def _inline_blocks(total: Delayed, steps: set) -> Delayed:

@@ -136,25 +136,6 @@ def test_blocks_already_in_memory_stay_references(data):
         assert_stats_close(compute(lazy)[0], brute_force_stats(2 * X, y))
 
 
-@pytest.mark.parametrize("chains", [1, 4])
-def test_finish_maps_each_run_partial_once_before_the_sum(data, chains):
-    """`finish` runs once per run, on the run's whole partial: a sum of finished partials."""
-    X, _ = data
-
-    def column_sums(block, row_start):
-        return block.sum(axis=0, dtype=np.float64)
-
-    def finish(partial):
-        return np.append(partial, 1.0)  # counts the runs
-
-    lazy = reduce_rows(column_sums, [as_dask(X, rows=10)], chains=chains, finish=finish)
-    total = compute(lazy)[0]
-    np.testing.assert_allclose(total[:-1], X.sum(axis=0, dtype=np.float64), rtol=1e-12)
-    assert total[-1] == chains
-    numpy_total = reduce_rows(column_sums, [X], finish=finish)
-    assert numpy_total[-1] == 1
-
-
 def test_chunk_row_stats_into_adds_to_the_given_statistics(data):
     X, y = data
     stats = chunk_row_stats(X[:200], y[:200], N_CLASSES, True)
