@@ -13,17 +13,18 @@
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import dask
 import numpy as np
 
-from pipeline._compute import compute, gather_rows
+from pipeline._compute import gather_rows
 from storage import FeatureStore, StoreError
 from storage.layout import read_record, write_record
 from storage.lock import StoreLock
@@ -157,8 +158,10 @@ def _write_codes(
     n = src_record["committed_rows"]
     totals = [0.0, np.zeros(src.dim), 0.0]
     done = 0
-    with CopyWriter(store, src.rows().slice(0, n), src_record["batches"]) as writer:
-        results = _encoded_chunks(src, codec, store.path)
+    with (
+        CopyWriter(store, src.rows().slice(0, n), src_record["batches"]) as writer,
+        contextlib.closing(_encoded_chunks(src, codec, store.path)) as results,
+    ):
         writer.check_rows()  # on the client while the workers encode
         for rows, sse, feature_sum, square_sum in results:
             totals[0] += sse
@@ -182,22 +185,34 @@ def encode_and_write_chunk(
 
 def _encoded_chunks(src: FeatureStore, codec: PQCodec, path: Path) -> Iterator[tuple]:
     """encode_and_write_chunk results of every source chunk, computed on the cluster (submitted
-    on the call, taken as they finish); without a distributed client, a few at a time.
+    at the first step, taken as they finish); without a distributed client, a few at a time.
 
-    Source and PQ store have the same rows per chunk, so source chunk i is PQ chunk i.
+    Source and PQ store have the same rows per chunk, so source chunk i is PQ chunk i. If a task
+    fails or the consumer stops early, the generator returns only once no task is running: a
+    running task would otherwise go on writing its chunk file into the store the caller is about
+    to remove (and recreate its directories).
     """
     shared = dask.delayed(codec, pure=True)
     task = dask.delayed(encode_and_write_chunk, pure=True)
     blocks = src.features().to_delayed().ravel()
     tasks = [task(block, shared, path, i) for i, block in enumerate(blocks)]
     try:
-        from distributed import as_completed, get_client
+        from distributed import as_completed, get_client, wait
 
         client = get_client()
     except (ImportError, ValueError):
         client = None
     if client is not None:
         # All submitted at once: results are a few sums each.
-        return (future.result() for future in as_completed(client.compute(tasks)))
-    windows = range(0, len(tasks), _WINDOW)
-    return itertools.chain.from_iterable(compute(*tasks[w : w + _WINDOW]) for w in windows)
+        futures = client.compute(tasks)
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        except BaseException:
+            wait(futures)
+            raise
+        return
+    # The pool's exit waits for the tasks it is running, also when a window fails.
+    with ThreadPoolExecutor(_WINDOW) as pool:
+        for start in range(0, len(tasks), _WINDOW):
+            yield from dask.compute(*tasks[start : start + _WINDOW], scheduler="threads", pool=pool)
