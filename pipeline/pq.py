@@ -23,7 +23,7 @@ import numba
 import numpy as np
 
 from pipeline._compute import compute
-from pipeline.reductions import RowStats, check_class_index, reduce_rows
+from pipeline.reductions import RowStats, check_class_index, reduce_rows, stats_chains
 
 KSUB = 256
 
@@ -138,31 +138,18 @@ def code_row_stats(
     """RowStats of the rows that numpy or row-chunked dask ``codes`` decode to, in one pass.
 
     Decoding is linear (x̂ = [c_1 … c_M] · rotationᵀ), so sums of decoded rows are sums in the
-    codebook space rotated back once. One chain of blocks per cluster thread, not `reduce_rows`'
-    two: each chain's partial is C × D float64 class sums (328 MB at 10,000 classes, D = 4096)
-    to zero, move and add, and halving them took 10,000-class means at 200,000 × 4096 from 6.1 s
-    to 4.1 s (1.4 s to 1.2 s at 1M × 512, within noise).
+    codebook space rotated back once. Chains by the partials' size (`stats_chains`): C × D
+    float64 class sums are 328 MB at 10,000 classes, D = 4096.
     """
     codebook, rotation = check_codebook(codebook, rotation)
-    partial = reduce_rows(
-        chunk_code_stats, [codes, y_index], codebook, n_classes, chains=_cluster_threads()
-    )
+    chains = stats_chains(codebook.shape[0] * codebook.shape[2], n_classes, gram=False)
+    partial = reduce_rows(chunk_code_stats, [codes, y_index], codebook, n_classes, chains=chains)
     stats = compute(partial)[0]
     if rotation is not None:
         back = rotation.T.astype(np.float64)
         stats.feature_sum = stats.feature_sum @ back
         stats.class_sums = stats.class_sums @ back
     return stats
-
-
-def _cluster_threads() -> int | None:
-    """Threads of the current distributed client, or None (local schedulers: the default)."""
-    try:
-        from distributed import default_client
-
-        return sum(default_client().nthreads().values())
-    except (ImportError, ValueError):
-        return None
 
 
 # -- ADC nearest-neighbour search -----------------------------------------------------------

@@ -252,3 +252,12 @@ def test_a_finished_pass_leaves_nothing_on_the_workers(monkeypatch):
             assert not any(c.has_what().values())
         finally:
             gc.enable()
+
+
+def test_large_row_stats_partials_run_one_chain_per_thread(monkeypatch):
+    monkeypatch.setattr(reductions, "_threads", lambda: 3)
+    # 10,000 classes at D = 512: 41 MB partials keep two chains per thread.
+    assert reductions.stats_chains(512, 10_000, gram=False) == 6
+    # At D = 4096 (328 MB), or with a 4096² Gram (134 MB), one per thread.
+    assert reductions.stats_chains(4096, 10_000, gram=False) == 3
+    assert reductions.stats_chains(4096, 10, gram=True) == 3
