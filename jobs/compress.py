@@ -160,7 +160,7 @@ def _write_codes(
     done = 0
     with (
         CopyWriter(store, src.rows().slice(0, n), src_record["batches"]) as writer,
-        contextlib.closing(_encoded_chunks(src, codec, store.path)) as results,
+        contextlib.closing(_encoded_chunks(src, codec, writer)) as results,
     ):
         writer.check_rows()  # on the client while the workers encode
         for rows, sse, feature_sum, square_sum in results:
@@ -183,19 +183,20 @@ def encode_and_write_chunk(
     return (len(codes), *sums)
 
 
-def _encoded_chunks(src: FeatureStore, codec: PQCodec, path: Path) -> Iterator[tuple]:
+def _encoded_chunks(src: FeatureStore, codec: PQCodec, writer: CopyWriter) -> Iterator[tuple]:
     """encode_and_write_chunk results of every source chunk, computed on the cluster (submitted
     at the first step, taken as they finish); without a distributed client, a few at a time.
 
-    Source and PQ store have the same rows per chunk, so source chunk i is PQ chunk i. If a task
-    fails or the consumer stops early, the generator returns only once no task is running: a
-    running task would otherwise go on writing its chunk file into the store the caller is about
-    to remove (and recreate its directories).
+    Source and PQ store have the same rows per chunk, so source chunk i is the writer's chunk
+    ``first_chunk + i``. If a task fails or the consumer stops early, the generator returns only
+    once no task is running: a running task would otherwise go on writing its chunk file into the
+    store the caller is about to remove (and recreate its directories).
     """
     shared = dask.delayed(codec, pure=True)
     task = dask.delayed(encode_and_write_chunk, pure=True)
     blocks = src.features().to_delayed().ravel()
-    tasks = [task(block, shared, path, i) for i, block in enumerate(blocks)]
+    path, first = writer.store.path, writer.first_chunk
+    tasks = [task(block, shared, path, first + i) for i, block in enumerate(blocks)]
     try:
         from distributed import as_completed, get_client, wait
 

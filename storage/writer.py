@@ -110,12 +110,7 @@ class BatchWriter(_LockedWriter):
         self._pending_rows = 0
         self._meta: list[pa.RecordBatch] = []
         self._n_classes = len(read_classes(path))
-        # A PQ store takes uint8 codes (n x M) instead of float rows; all else is the same.
-        self._is_pq = record.get("encoding") == "pq"
-        if self._is_pq:
-            self._array = open_codes_array(path, mode="r+")
-        else:
-            self._array = open_features_array(path, mode="r+")
+        self._is_pq, self._array = _open_rows_array(path, record)
         self._committed_ids = self.store.committed_ids()
         self._batch_ids: set[str] = set()
 
@@ -199,17 +194,31 @@ class BatchWriter(_LockedWriter):
         self._flushed = end
 
     def _commit(self) -> None:
-        path = self.store.path
-        stop = self.start + self.rows_written
-        rows_file = rows_file_name(self.start)
-        write_table_atomic(pa.Table.from_batches(self._meta, ROWS_SCHEMA), path / rows_file)
-        record = read_record(path)
-        record["batches"] = [
-            *record["batches"],
-            {"batch_id": self.batch_id, "start": self.start, "stop": stop, "rows_file": rows_file},
-        ]
-        record["committed_rows"] = stop
-        write_record(path, record)
+        record = read_record(self.store.path)
+        table = pa.Table.from_batches(self._meta, ROWS_SCHEMA)
+        _add_batch(self.store.path, record, self.batch_id, self.start, table)
+        write_record(self.store.path, record)
+
+
+def _add_batch(
+    path: Path, record: dict[str, Any], batch_id: str, start: int, rows: pa.Table
+) -> None:
+    """Write the rows file of a batch starting at row `start` and add the batch to `record`
+    (committed by the caller's `write_record`, after every rows file is in place)."""
+    rows_file = rows_file_name(start)
+    write_table_atomic(rows, path / rows_file)
+    stop = start + rows.num_rows
+    record["batches"].append(
+        {"batch_id": batch_id, "start": start, "stop": stop, "rows_file": rows_file}
+    )
+    record["committed_rows"] = stop
+
+
+def _open_rows_array(path: Path, record: dict[str, Any]) -> tuple[bool, Any]:
+    """(is_pq, the store's row array open for writing): a PQ store takes uint8 codes (n × M)
+    instead of float rows; all else is the same."""
+    is_pq = record.get("encoding") == "pq"
+    return is_pq, open_codes_array(path, "r+") if is_pq else open_features_array(path, "r+")
 
 
 def _remove_orphan_rows_files(path: Path, record: dict[str, Any]) -> None:
@@ -264,13 +273,9 @@ class CopyWriter(_LockedWriter):
             raise StoreError(f"store {path}: batches {bounds} do not tile the {n} rows given")
         remove_partials(path)
         _remove_orphan_rows_files(path, record)
-        is_pq = record.get("encoding") == "pq"
-        array = open_codes_array(path, "r+") if is_pq else open_features_array(path, "r+")
+        _, array = _open_rows_array(path, record)
         array.resize((self.start + n, array.shape[1]))
         self.first_chunk = self.start // rpc
-
-    def _finish(self) -> None:
-        self._commit()
 
     def check_rows(self) -> None:
         """Refuse ids repeated (within the copy or against the store) and labels out of range.
@@ -291,25 +296,14 @@ class CopyWriter(_LockedWriter):
             raise StoreError(f"{where}: labels span {labels}; expected -1 to {top}")
         self._rows_checked = True
 
-    def _commit(self) -> None:
+    def _finish(self) -> None:
         self.check_rows()
-        path = self.store.path
-        record = read_record(path)
+        record = read_record(self.store.path)
         for batch in self.batches:
-            start = self.start + batch["start"]
-            rows_file = rows_file_name(start)
-            table = self.rows.slice(batch["start"], batch["stop"] - batch["start"])
-            write_table_atomic(table, path / rows_file)
-            record["batches"].append(
-                {
-                    "batch_id": batch["batch_id"],
-                    "start": start,
-                    "stop": self.start + batch["stop"],
-                    "rows_file": rows_file,
-                }
-            )
-        record["committed_rows"] = self.start + self.rows.num_rows
-        write_record(path, record)
+            start, stop = batch["start"], batch["stop"]
+            table = self.rows.slice(start, stop - start)
+            _add_batch(self.store.path, record, batch["batch_id"], self.start + start, table)
+        write_record(self.store.path, record)
 
 
 def write_row_chunk(path: Path, chunk_index: int, block: np.ndarray) -> None:
@@ -319,8 +313,7 @@ def write_row_chunk(path: Path, chunk_index: int, block: np.ndarray) -> None:
     ``BatchWriter.write`` (uint8 codes of width M for a PQ store, finite float32 rows otherwise).
     """
     record = read_record(path)
-    is_pq = record.get("encoding") == "pq"
-    array = open_codes_array(path, "r+") if is_pq else open_features_array(path, "r+")
+    is_pq, array = _open_rows_array(path, record)
     rpc = record["rows_per_chunk"]
     first = chunk_index * rpc
     stop = min(first + rpc, array.shape[0])
