@@ -1,8 +1,8 @@
 """Add a class to a saved nearest-class-mean model from a store's rows (paper 002 §4.4).
 
-The class costs one pass over its rows for a mean (from the code count table on a PQ store: no
-row is decoded); the projection W and every other class stay bit-identical. The model is
-rewritten atomically: the new version is saved beside it and swapped in.
+The class costs one pass over its rows for a mean (on a PQ store, centroids gathered from the
+codes: no row is decoded); the projection W and every other class stay bit-identical. The model
+is rewritten atomically: the new version is saved beside it and swapped in.
 """
 
 from __future__ import annotations

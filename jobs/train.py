@@ -104,7 +104,7 @@ def train(
         return _train_metric(store, method, split, val_split, metric_dim, max_iter)
     if method == "ncm":
         if getattr(store, "encoding", "raw") == "pq":
-            # Class means from the codes' count table: no row is decoded (pipeline/pq.py).
+            # Class means from the codes' centroids: no row is decoded (pipeline/pq.py).
             codec = store.codec
             return NearestClassMean().fit_codes(
                 store.codes(split), y, codec.codebook, codec.rotation

@@ -189,7 +189,7 @@ def _select(ids: np.ndarray, distances: np.ndarray, k: int) -> TopK:
     )
 
 
-def _adc_index(codebook: np.ndarray, codes: np.ndarray) -> Any:
+def index_pq(codebook: np.ndarray, codes: np.ndarray) -> Any:
     """A faiss ``IndexPQ`` over `codes` with our codebook: its search is the ADC scan."""
     import faiss
 
@@ -214,7 +214,7 @@ def chunk_adc_top_k(
     keep = min(k, len(codes))
     if keep == 0:
         return TopK.empty(len(queries), k)
-    distances, ids = _adc_index(codebook, codes).search(queries, keep)
+    distances, ids = index_pq(codebook, codes).search(queries, keep)
     return _select(ids.astype(np.int64) + row_start, distances, k)
 
 

@@ -127,7 +127,7 @@ class FeatureStore:
     def codes(self, split: str | None = None) -> da.Array:
         """A PQ store's committed codes as a uint8 (n, M) dask array, chunked like `features`.
 
-        For the paths that never decode (class means from a count table, ADC search).
+        For the paths that never decode (class means from gathered centroids, ADC search).
         """
         record = read_record(self.path)
         if record["encoding"] != "pq":

@@ -29,7 +29,7 @@ from jobs.bench.common import PeakRSS, mixture_blocks, mixture_store, record
 from jobs.cluster import connect
 from jobs.compress import compress
 from pipeline.classify import NearestClassMean
-from pipeline.pq import adc_search
+from pipeline.pq import adc_search, index_pq
 from storage import open_store
 from storage.pq import DEFAULT_SAMPLE, sample_indices
 
@@ -99,11 +99,7 @@ def run(
     Q = X[rng.choice(rows, queries, replace=False)]
     Q += rng.standard_normal((queries, dim), np.float32)
     del X
-    index = faiss.IndexPQ(dim, m, 8)
-    faiss.copy_array_to_vector(codec.codebook.ravel(), index.pq.centroids)
-    index.is_trained = True
-    faiss.copy_array_to_vector(codes.ravel(), index.codes)
-    index.ntotal = rows
+    index = index_pq(codec.codebook, codes)
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)  # ours scans with faiss too: one thread for both
     adc_seconds = faiss_adc_seconds = np.inf

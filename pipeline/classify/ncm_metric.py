@@ -178,7 +178,8 @@ class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
         X_val: Any = None,
         y_val: Any = None,
     ) -> MetricNearestClassMean:
-        """Means from the code count table (no decoding), W by SGD decoding only sampled rows."""
+        """Means from the codes (centroids gathered, no row decoded), W by SGD decoding only the
+        sampled rows."""
         self._forget()
         super().fit_codes(codes, y, codebook, rotation)
         codebook, rotation = check_codebook(codebook, rotation)
