@@ -18,6 +18,7 @@ import click
 from jobs import models
 from jobs.cluster import connect
 from jobs.train import EMBEDDINGS, METHODS
+from pipeline.gram import GRAM_PRECISIONS
 
 scheduler_option = click.option(
     "--scheduler",
@@ -151,11 +152,18 @@ def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
     help="ncm-metric/knn: rows of the learned metric W (paper 002 §3).",
 )
 @click.option("--max-iter", type=int, help="ncm-metric/knn: SGD iterations at most.")
+@click.option(
+    "--gram-precision",
+    type=click.Choice(GRAM_PRECISIONS),
+    default="float64",
+    show_default=True,
+    help="ridge: precision of the Gram products, summed in float64 (float32: ~2x faster).",
+)
 @scheduler_option
 @verbose_option
 def train(
     store, model, method, split, val_split, rho, embedding, n_components, gamma, metric_dim,
-    max_iter, scheduler,
+    max_iter, gram_precision, scheduler,
 ) -> None:  # fmt: skip
     """Train a classifier on STORE and save it to MODEL (zarr + JSON, no pickle)."""
     from jobs.train import make_embedding
@@ -168,11 +176,13 @@ def train(
         embedder = make_embedding(embedding, n_components=n_components, gamma=gamma)
     elif n_components is not None or gamma is not None:
         raise click.UsageError("--n-components and --gamma need --embedding")
+    if gram_precision != "float64" and method != "ridge":
+        raise click.UsageError("--gram-precision applies to --method ridge only")
     started = time.perf_counter()
     with connect(scheduler):
         fitted = train_model(
             feature_store, method, split=split, val_split=val_split, rho=rho, embedding=embedder,
-            metric_dim=metric_dim, max_iter=max_iter,
+            metric_dim=metric_dim, max_iter=max_iter, gram_precision=gram_precision,
         )  # fmt: skip
         # Saved while connected: a kNN's reference rows are still persisted on the workers.
         models.save(
