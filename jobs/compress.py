@@ -160,9 +160,9 @@ def _write_codes(
     done = 0
     with (
         CopyWriter(store, src.rows().slice(0, n), src_record["batches"]) as writer,
-        contextlib.closing(_encoded_chunks(src, codec, writer)) as results,
+        _encoded_chunks(src, codec, writer) as results,
     ):
-        writer.check_rows()  # on the client while the workers encode
+        writer.check_rows()  # on the client, once the workers have their tasks
         for rows, sse, feature_sum, square_sum in results:
             totals[0] += sse
             totals[1] += feature_sum
@@ -183,14 +183,19 @@ def encode_and_write_chunk(
     return (len(codes), *sums)
 
 
-def _encoded_chunks(src: FeatureStore, codec: PQCodec, writer: CopyWriter) -> Iterator[tuple]:
-    """encode_and_write_chunk results of every source chunk, computed on the cluster (submitted
-    at the first step, taken as they finish); without a distributed client, a few at a time.
+@contextlib.contextmanager
+def _encoded_chunks(
+    src: FeatureStore, codec: PQCodec, writer: CopyWriter
+) -> Iterator[Iterator[tuple]]:
+    """encode_and_write_chunk results of every source chunk, computed on the cluster: all tasks
+    are submitted on entry (the client's own work inside the block overlaps them; submitted at
+    the first result taken, they waited 0.35 s for the client's row checks), results are taken
+    as they finish; without a distributed client, a few at a time.
 
     Source and PQ store have the same rows per chunk, so source chunk i is the writer's chunk
-    ``first_chunk + i``. If a task fails or the consumer stops early, the generator returns only
-    once no task is running: a running task would otherwise go on writing its chunk file into the
-    store the caller is about to remove (and recreate its directories).
+    ``first_chunk + i``. If the block raises, the exit returns only once no task is running: a
+    running task would otherwise go on writing its chunk file into the store the caller is about
+    to remove (and recreate its directories).
     """
     shared = dask.delayed(codec, pure=True)
     task = dask.delayed(encode_and_write_chunk, pure=True)
@@ -203,17 +208,20 @@ def _encoded_chunks(src: FeatureStore, codec: PQCodec, writer: CopyWriter) -> It
         client = get_client()
     except (ImportError, ValueError):
         client = None
-    if client is not None:
-        # All submitted at once: results are a few sums each.
-        futures = client.compute(tasks)
-        try:
-            for future in as_completed(futures):
-                yield future.result()
-        except BaseException:
-            wait(futures)
-            raise
+    if client is None:
+        # The pool's exit waits for the tasks it is running, also when a window fails.
+        with ThreadPoolExecutor(_WINDOW) as pool:
+            yield _in_windows(tasks, pool)
         return
-    # The pool's exit waits for the tasks it is running, also when a window fails.
-    with ThreadPoolExecutor(_WINDOW) as pool:
-        for start in range(0, len(tasks), _WINDOW):
-            yield from dask.compute(*tasks[start : start + _WINDOW], scheduler="threads", pool=pool)
+    # All submitted at once: results are a few sums each.
+    futures = client.compute(tasks)
+    try:
+        yield (future.result() for future in as_completed(futures))
+    except BaseException:
+        wait(futures)
+        raise
+
+
+def _in_windows(tasks: list, pool: ThreadPoolExecutor) -> Iterator[tuple]:
+    for start in range(0, len(tasks), _WINDOW):
+        yield from dask.compute(*tasks[start : start + _WINDOW], scheduler="threads", pool=pool)

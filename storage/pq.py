@@ -144,8 +144,7 @@ class PQCodec:
         if self.rotation is not None:
             X = X @ self.rotation
         n = len(X)
-        # (M, n, D/M): each sub-space's sub-vectors contiguous, as faiss's search wants them.
-        sub = np.ascontiguousarray(X.reshape(n, self.m, self.dsub).transpose(1, 0, 2))
+        sub = _sub_vectors_by_space(X, self.m)
         codes = np.empty((n, self.m), np.uint8)
         errors = np.zeros(n, np.float32)
         with _one_thread_blas_search():
@@ -166,6 +165,19 @@ class PQCodec:
         if self.rotation is not None:
             out = out @ self.rotation.T
         return out
+
+
+def _sub_vectors_by_space(X: np.ndarray, m: int) -> np.ndarray:
+    """(M, n, D/M) copy of ``X`` (n, D): each sub-space's sub-vectors contiguous, as faiss's
+    search wants them. Copied ~2 MB of rows at a time so the strided reads stay in cache: one
+    ``transpose`` copy of a whole 32,768 × 512 chunk costs ~1.6× as much."""
+    n, dim = X.shape
+    block = max(1, 2**19 // dim)
+    sub = np.empty((m, n, dim // m), X.dtype)
+    for start in range(0, n, block):
+        rows = X[start : start + block]
+        sub[:, start : start + len(rows)] = rows.reshape(len(rows), m, -1).transpose(1, 0, 2)
+    return sub
 
 
 # faiss's search settings are process globals: the first of concurrent encodes (threads of a
