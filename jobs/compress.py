@@ -159,10 +159,10 @@ def _write_codes(
     totals = [0.0, np.zeros(src.dim), 0.0]
     done = 0
     with (
-        CopyWriter(store, src.rows().slice(0, n), src_record["batches"]) as writer,
+        CopyWriter(store, src) as writer,
         _encoded_chunks(src, codec, writer) as results,
     ):
-        writer.check_rows()  # on the client, once the workers have their tasks
+        writer.check_rows()  # reads the source's rows on the client while the workers encode
         for rows, sse, feature_sum, square_sum in results:
             totals[0] += sse
             totals[1] += feature_sum

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from storage import StoreError, open_store
@@ -250,35 +249,30 @@ def test_damaged_codes_chunk_is_reported_by_name(pq_store, damage):
 # -- chunk-parallel copies (CopyWriter, used by `imgscale compress`) ----------------------
 
 
-def _copy_into(store, codes, rows, batches, chunks=None):
+def _copy_into(store, codes, source, chunks=None):
     """Copy through a CopyWriter, writing chunk by chunk in reverse order (any order works)."""
     rpc = store.rows_per_chunk
-    with CopyWriter(store, rows, batches) as writer:
+    with CopyWriter(store, source) as writer:
         first = writer.first_chunk
         for i in reversed(range(-(-len(codes) // rpc) if chunks is None else chunks)):
             write_row_chunk(store.path, first + i, codes[i * rpc : (i + 1) * rpc])
 
 
-def _empty_copy(source, codec):
-    path = source.path.with_name("copy.zarr")
+def _empty_copy(source, codec, name="copy.zarr"):
+    path = source.path.with_name(name)
     return create_pq_store(path, codec, class_names=source.class_names, rows_per_chunk=64)
 
 
-def test_copy_writer_commits_batches_written_chunk_by_chunk(pq_store, codec):
-    source, X = pq_store
-    rows = source.rows()
+def test_copy_writer_commits_batches_written_chunk_by_chunk(tmp_path, codec):
     # Three batches not aligned with the 64-row chunks: one commit covers them all.
-    batches = [
-        {"batch_id": b, "start": s, "stop": e}
-        for b, s, e in [("x", 0, 50), ("y", 50, 120), ("z", 120, 150)]
-    ]
-    rows = rows.set_column(3, "batch_id", pa.array(["x"] * 50 + ["y"] * 70 + ["z"] * 30))
-    copy = create_pq_store(
-        source.path.with_name("copy.zarr"), codec, class_names=["a", "b", "c"], rows_per_chunk=64
-    )
-    _copy_into(copy, codec.encode(X), rows, batches)
+    X = blobs(150, seed=5)
+    source = create_pq_store(tmp_path / "three.zarr", codec, class_names=["a", "b", "c"])
+    for b, s, e in [("x", 0, 50), ("y", 50, 120), ("z", 120, 150)]:
+        source.append(b, codec.encode(X[s:e]), labels=np.arange(s, e) % 3, split="train")
+    copy = _empty_copy(source, codec)
+    _copy_into(copy, codec.encode(X), source)
     copy = open_store(copy.path)
-    assert copy.rows().to_pylist() == rows.to_pylist()
+    assert copy.rows().to_pylist() == source.rows().to_pylist()
     assert [copy.has_batch(b) for b in "xyz"] == [True] * 3
     np.testing.assert_array_equal(copy.codes().compute(), codec.encode(X))
     copy.verify()
@@ -286,26 +280,31 @@ def test_copy_writer_commits_batches_written_chunk_by_chunk(pq_store, codec):
 
 def test_copy_writer_commits_nothing_on_failure_or_bad_input(pq_store, codec):
     source, X = pq_store
-    batches = [{"batch_id": "b1", "start": 0, "stop": 150}]
-    copy = create_pq_store(
-        source.path.with_name("copy.zarr"), codec, class_names=["a", "b", "c"], rows_per_chunk=64
-    )
+    copy = _empty_copy(source, codec)
     before = _record(copy)
     with pytest.raises(StoreError, match="64 rows for a chunk of 22"):
-        _copy_into(copy, np.zeros((192, M), np.uint8), source.rows(), batches)
+        _copy_into(copy, np.zeros((192, M), np.uint8), source)
     with pytest.raises(StoreError, match="uint8"):
-        _copy_into(copy, X, source.rows(), batches)
-    with pytest.raises(StoreError, match="ids repeat"):
-        duplicated = source.rows().set_column(0, "id", pa.array(["same"] * 150))
-        _copy_into(copy, codec.encode(X), duplicated, batches)
-    with pytest.raises(RuntimeError, match="worker died"), CopyWriter(copy, source.rows(), batches):
+        _copy_into(copy, X, source)
+    with pytest.raises(RuntimeError, match="worker died"), CopyWriter(copy, source):
         write_row_chunk(copy.path, 0, codec.encode(X[:64]))
         raise RuntimeError("worker died")
     assert _record(copy) == before and open_store(copy.path).committed_rows == 0
+    # Ids the store already holds (under another batch id), labels beyond its classes.
+    holder = _empty_copy(source, codec, "holder.zarr")
+    holder.append("other", codec.encode(X[:64]), ids=source.rows().column("id")[:64].to_pylist())
+    before = _record(holder)
+    with pytest.raises(StoreError, match="ids already in the store"):
+        _copy_into(holder, codec.encode(X), source)
+    assert _record(holder) == before
+    fewer = create_pq_store(source.path.with_name("two.zarr"), codec, class_names=["a", "b"])
+    with pytest.raises(StoreError, match="labels span"):
+        _copy_into(fewer, codec.encode(X), source)
+    assert open_store(fewer.path).committed_rows == 0
     # The store's own batch cannot be copied into it again; a mid-chunk end is refused too.
     with pytest.raises(StoreError, match=r"batches \['b0'\] are already committed"):
-        _copy_into(
-            source, codec.encode(X), source.rows(), [{"batch_id": "b0", "start": 0, "stop": 150}]
-        )
+        _copy_into(source, codec.encode(X), source)
+    mid = _empty_copy(source, codec, "mid.zarr")
+    mid.append("m", codec.encode(X), ids=[f"m{i}" for i in range(len(X))])
     with pytest.raises(StoreError, match="150 committed rows end inside a chunk"):
-        _copy_into(source, codec.encode(X), source.rows(), batches)
+        _copy_into(mid, codec.encode(X), source)
