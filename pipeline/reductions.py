@@ -14,6 +14,7 @@ import inspect
 import itertools
 import operator
 import os
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ import dask
 import dask.array as da
 import numba
 import numpy as np
-from dask._task_spec import Alias, Task, convert_legacy_graph
+from dask._task_spec import Alias, DataNode, List, Task, TaskRef, convert_legacy_graph
 from dask.delayed import Delayed
 from toolz import partition_all
 
@@ -33,6 +34,7 @@ from pipeline.gram import add_gram
 _SCATTER_BYTES = 2**20
 # RowStats partials larger than this run one chain per thread instead of two (`stats_chains`).
 _LARGE_PARTIAL_BYTES = 64 * 2**20
+_TASKS_PER_THREAD = 8
 
 
 @dataclass
@@ -164,108 +166,67 @@ def _sum(*parts: Any) -> Any:
     return functools.reduce(operator.add, parts)
 
 
-def _tree_sum(parts: list, split_every: int) -> Any:
-    while len(parts) > 1:
-        parts = [
-            dask.delayed(_sum, pure=True)(*group) if len(group) > 1 else group[0]
-            for group in partition_all(split_every, parts)
-        ]
-    return parts[0]
-
-
-def _aligned_blocks(arrays: Sequence[Any]) -> tuple[list[list], list[int]]:
-    """Delayed row blocks of every array, on the row chunks of the first dask array."""
-    row_chunks = next(a for a in arrays if isinstance(a, da.Array)).chunks[0]
-    bounds = np.cumsum([0, *row_chunks]).tolist()
-    client = _client()
-    blocks = []
-    for a in arrays:
-        full_width = tuple((s,) for s in a.shape[1:])
-        if isinstance(a, da.Array):
-            a = a.rechunk((row_chunks, *full_width))
-        elif client is not None and np.asarray(a).nbytes > _SCATTER_BYTES:
-            take = dask.delayed(operator.getitem, pure=True)
-            future = _on_workers(np.asarray(a), client)
-            blocks.append([take(future, slice(*b)) for b in itertools.pairwise(bounds)])
-            continue
-        else:
-            a = da.from_array(np.asarray(a), chunks=(row_chunks, *full_width))
-        blocks.append(list(a.to_delayed().ravel()))
-    return blocks, bounds[:-1]
-
-
-def _shared(arg: Any, client: Any) -> Any:
-    """A kernel argument as every task sees it: numpy arrays once in the graph, or on the workers
-    when large; anything else as is."""
-    if not isinstance(arg, np.ndarray):
-        return arg
-    if client is not None and arg.nbytes > _SCATTER_BYTES:
-        return _on_workers(arg, client)
-    return dask.delayed(arg, pure=True)
-
-
-def _on_workers(a: np.ndarray, client: Any) -> Any:
-    """`a` sent to every worker once instead of embedded in the graph (1M int64 labels are 8 MB
-    of graph the scheduler has to hold and forward; distributed warns from 10 MB).
-
-    Under a fresh key: with hash=True a second pass re-scattering the same array races the
-    release of the first pass's future, whose tasks then fail with "lost dependencies". On every
-    worker: a copy on one worker only would draw every task reading it (and every chain's partial)
-    to that worker.
-    """
-    return client.scatter(a, hash=False, broadcast=True)
-
-
 def reduce_rows(
     kernel: Callable[..., Any],
     arrays: Sequence[Any],
     *args: Any,
     split_every: int = 8,
     chains: int | None = None,
+    blocks_per_task: int | None = None,
 ) -> Any:
     """Sum of ``kernel(*row_blocks, *args, row_start=r)`` over aligned row blocks of `arrays`.
 
     All numpy: returns the value of one kernel call. Any dask: returns a lazy `Delayed`; materialise
     it with `pipeline._compute.compute`. Kernel results must support ``+``.
 
-    The blocks are split into `chains` runs of consecutive blocks. Within a run each block's task
+    The blocks are split into `chains` runs of consecutive blocks. Within a run each block's step
     extends the run's partial result, so there are `chains` partials, not one per block, and they
     are tree-summed (`split_every` per add). A kernel with an ``into`` parameter accumulates into
     the previous partial in place (``into`` is None for a run's first block): at 10,000 classes a
     fresh 41 MB partial per block plus its add cost 10× the kernel itself; by default such kernels
-    run two chains per thread of the current cluster. Other kernels default to one run per block
-    (independent tasks, no step waiting for the previous one) and their partials are added with
-    ``+``.
+    run two chains per thread of the current cluster. Other kernels default to one run per task
+    (no task waiting for another) and their partials are added with ``+``.
 
-    Each block's own task (a store read, an embedding) is inlined into the step that consumes it:
-    one task per block reads, transforms and reduces it, so a block costs one scheduler round
-    trip and is never held in worker memory between two tasks.
+    One task does `blocks_per_task` consecutive steps of a run, each with its block's own tasks (a
+    store read, an embedding) inlined, so a block is read, transformed and reduced in one go and
+    never held in worker memory between tasks. By default a task takes as many blocks as leave
+    every thread `_TASKS_PER_THREAD` tasks: a 64 MiB block is read in ~6 ms, and each task costs
+    a scheduler round trip and client and scheduler CPU on the cores the workers use.
     """
     n_rows = {len(a) for a in arrays}
     if len(n_rows) != 1:
         raise ValueError(f"arrays have different row counts: {sorted(n_rows)}")
     if not any(isinstance(a, da.Array) for a in arrays):
         return kernel(*arrays, *args, row_start=0)
-    blocks, starts = _aligned_blocks(arrays)
     client = _client()
-    shared = [_shared(a, client) for a in args]
+    graph, blocks, starts = _block_graph(arrays, client)
+    shared = List(*(_shared(a, graph, client) for a in args))
     accumulates = "into" in inspect.signature(kernel).parameters
+    if blocks_per_task is None:
+        blocks_per_task = max(1, len(starts) // (_TASKS_PER_THREAD * _threads()))
+    if chains is None:
+        chains = _default_chains() if accumulates else -(-len(starts) // blocks_per_task)
+    runs = np.array_split(np.arange(len(starts)), min(len(starts), chains))
     # Fresh keys for every call: an identical earlier pass whose result the cluster has not yet
     # released would otherwise be returned without reading anything (timed repeats read 50 GB/s).
-    step = dask.delayed(_extend, pure=False)
-    if chains is None:
-        chains = _default_chains() if accumulates else len(starts)
-    runs = np.array_split(np.arange(len(starts)), min(len(starts), chains))
-    partials, steps = [], set()
+    name = f"reduce-{getattr(kernel, '__name__', 'kernel')}-{uuid.uuid4().hex}"
+    partials, tasks = [], set()
     for run in runs:
         partial = None
-        for i in run.tolist():
-            row_blocks = [b[i] for b in blocks]
-            partial = step(kernel, accumulates, partial, row_blocks, shared, starts[i])
-            steps.add(partial.key)
+        for n, i in enumerate(run.tolist(), 1):
+            key = (name, i)
+            graph[key] = Task(
+                key, _extend, kernel, accumulates, partial, blocks[i], shared, starts[i]
+            )
+            partial = TaskRef(key)
+            if n % blocks_per_task == 0 or n == len(run):
+                tasks.add(key)
         partials.append(partial)
-    total = _tree_sum(partials, split_every)
-    return _inline_blocks(total, steps)
+    total = _tree_sum(graph, partials, split_every, name)
+    consumers = collections.Counter(k for node in graph.values() for k in node.dependencies)
+    for key in tasks:
+        graph[key] = _absorb(graph[key], graph, consumers, tasks)
+    return Delayed(total.key, graph)
 
 
 def _extend(
@@ -283,25 +244,77 @@ def _extend(
     return result if partial is None else partial + result
 
 
-def _inline_blocks(total: Delayed, steps: set) -> Delayed:
-    """`total` with the tasks that only a step needs (its block's read, slice, embedding, …)
-    moved into that step, recursively, so one task reads, transforms and reduces a block.
+def _block_graph(arrays: Sequence[Any], client: Any) -> tuple[dict, list[List], list[int]]:
+    """(graph, per-block references to every array's rows, first row of each block) on the row
+    chunks of the first dask array. Dask arrays bring their optimised graph (a store read is one
+    task per block); numpy arrays are sliced per block from one shared copy (`_shared`)."""
+    row_chunks = next(a for a in arrays if isinstance(a, da.Array)).chunks[0]
+    bounds = np.cumsum([0, *row_chunks]).tolist()
+    graph: dict = {}
+    columns = []
+    for a in arrays:
+        if isinstance(a, da.Array):
+            a = a.rechunk((row_chunks, *((s,) for s in a.shape[1:])))
+            keys = list(dask.core.flatten(a.__dask_keys__()))
+            graph.update(convert_legacy_graph(dict(a.__dask_optimize__(a.__dask_graph__(), keys))))
+            columns.append([TaskRef(k) for k in keys])
+            continue
+        source, name = _shared(np.asarray(a), graph, client), f"rows-{uuid.uuid4().hex}"
+        for i, rows in enumerate(itertools.pairwise(bounds)):
+            graph[name, i] = Task((name, i), operator.getitem, source, slice(*rows))
+        columns.append([TaskRef((name, i)) for i in range(len(row_chunks))])
+    return graph, [List(*refs) for refs in zip(*columns, strict=True)], bounds[:-1]
 
-    Data already in cluster memory (persisted arrays, scattered inputs) is not in the graph and
-    stays a reference; a task two others need is left alone rather than computed twice; a step's
-    previous partial (another step) is never absorbed.
+
+def _shared(arg: Any, graph: dict, client: Any) -> Any:
+    """A kernel argument as every task sees it: numpy arrays once in the graph, or on the workers
+    when large; dask collections by reference to their graph's result; anything else as is."""
+    if dask.is_dask_collection(arg):
+        value = dask.delayed(arg)
+        graph.update(convert_legacy_graph(dict(value.__dask_graph__())))
+        return TaskRef(value.key)
+    if not isinstance(arg, np.ndarray):
+        return arg
+    if client is not None and arg.nbytes > _SCATTER_BYTES:
+        return _on_workers(arg, client)
+    key = f"array-{uuid.uuid4().hex}"
+    graph[key] = DataNode(key, arg)
+    return TaskRef(key)
+
+
+def _on_workers(a: np.ndarray, client: Any) -> Any:
+    """`a` sent to every worker once instead of embedded in the graph (1M int64 labels are 8 MB
+    of graph the scheduler has to hold and forward; distributed warns from 10 MB).
+
+    Under a fresh key: with hash=True a second pass re-scattering the same array races the
+    release of the first pass's future, whose tasks then fail with "lost dependencies". On every
+    worker: a copy on one worker only would draw every task reading it (and every chain's partial)
+    to that worker.
     """
-    graph = convert_legacy_graph(dict(total.__dask_graph__()))
-    consumers = collections.Counter(k for node in graph.values() for k in node.dependencies)
-    for key in steps:
-        graph[key] = _absorb(graph[key], graph, consumers, steps)
-    return Delayed(total.key, graph)
+    return client.scatter(a, hash=False, broadcast=True)
+
+
+def _tree_sum(graph: dict, parts: list, split_every: int, name: str) -> TaskRef:
+    """A reference to the sum of `parts`, added `split_every` at a time in new `graph` tasks."""
+    level = 0
+    while len(parts) > 1:
+        level += 1
+        summed = []
+        for j, group in enumerate(partition_all(split_every, parts)):
+            key = (f"{name}-sum-{level}", j)
+            graph[key] = Task(key, _sum, *group)
+            summed.append(TaskRef(key))
+        parts = summed
+    return parts[0]
 
 
 def _absorb(node: Task, graph: dict, consumers: collections.Counter, keep: set) -> Task:
     """`node` with each dependency only it needs (outside `keep`) taken out of `graph` and
-    nested in it, recursively. Module-level, not a closure: a recursive closure is a reference
-    cycle that would hold the graph (and its scattered futures) until the next garbage collection.
+    nested in it, recursively: a task's earlier steps, its blocks' reads, slices and embeddings.
+    Data already in cluster memory (persisted arrays, scattered inputs) is not in the graph and
+    stays a reference; a task two others need is left alone rather than computed twice.
+    Module-level, not a closure: a recursive closure is a reference cycle that would hold the
+    graph (and its scattered futures) until the next garbage collection.
     """
     inline = {}
     for key in node.dependencies - keep:

@@ -103,11 +103,20 @@ def test_chained_runs_of_a_kernel_without_into_add_its_results(data):
     np.testing.assert_allclose(compute(lazy)[0], X.sum(axis=0, dtype=np.float64), rtol=1e-12)
 
 
+def reduction_tasks(graph):
+    """Keys of a reduce_rows graph's own tasks: its steps, then its adds."""
+    ours = [key for key in graph if isinstance(key, tuple) and key[0].startswith("reduce-")]
+    adds = [key for key in ours if "-sum-" in key[0]]
+    return [key for key in ours if key not in adds], adds
+
+
 def test_chained_runs_leave_one_partial_per_run(data):
     X, y = data
-    lazy = reduce_rows(chunk_row_stats, [as_dask(X, rows=10), y], N_CLASSES, False, chains=5)
+    lazy = reduce_rows(
+        chunk_row_stats, [as_dask(X, rows=10), y], N_CLASSES, False, chains=5, blocks_per_task=1
+    )
     graph = dict(lazy.__dask_graph__())
-    steps = [key for key in graph if str(key).startswith("_extend")]
+    steps, _ = reduction_tasks(graph)
     # 42 blocks in 5 runs: the 5 run ends feed the adds, every other step feeds the next step.
     run_ends = [
         key for key in steps if not any(key in dask.core.get_dependencies(graph, k) for k in steps)
@@ -120,12 +129,37 @@ def test_each_block_is_read_and_reduced_in_the_one_task_that_consumes_it(data):
     graph holds one task per block plus the shared source and the adds, and the sum is exact."""
     X, y = data
     doubled = as_dask(X, rows=10) * 2  # 42 blocks
-    lazy = reduce_rows(chunk_row_stats, [doubled, y], N_CLASSES, True, chains=5)
+    lazy = reduce_rows(chunk_row_stats, [doubled, y], N_CLASSES, True, chains=5, blocks_per_task=1)
     graph = dict(lazy.__dask_graph__())
     names = {key[0] for key in graph if isinstance(key, tuple)}
-    steps = [key for key in graph if str(key).startswith("_extend")]
+    steps, _ = reduction_tasks(graph)
     assert len(steps) == 42 and doubled.name not in names
     assert_stats_close(compute(lazy)[0], brute_force_stats(2 * X, y))
+
+
+def test_a_task_reads_and_reduces_several_blocks_in_turn(data):
+    """With blocks_per_task=4, each task runs 4 consecutive steps of its run (the last task of a
+    run fewer), each with its block's read inlined: 3 runs of 14 blocks are 3 × 4 tasks. The
+    sums are exact."""
+    X, y = data
+    doubled = as_dask(X, rows=10) * 2  # 42 blocks
+    lazy = reduce_rows(chunk_row_stats, [doubled, y], N_CLASSES, True, chains=3, blocks_per_task=4)
+    steps, _ = reduction_tasks(dict(lazy.__dask_graph__()))
+    assert len(steps) == 12
+    assert_stats_close(compute(lazy)[0], brute_force_stats(2 * X, y))
+
+
+def test_independent_blocks_are_grouped_into_tasks_and_summed(data):
+    """A kernel without `into`: 42 blocks, 5 per task → 9 tasks, tree-summed exactly."""
+    X, _ = data
+
+    def column_sums(block, row_start):
+        return block.sum(axis=0, dtype=np.float64)
+
+    lazy = reduce_rows(column_sums, [as_dask(X, rows=10)], blocks_per_task=5, split_every=4)
+    steps, adds = reduction_tasks(dict(lazy.__dask_graph__()))
+    assert len(steps) == 9 and len(adds) == 3 + 1
+    np.testing.assert_allclose(compute(lazy)[0], X.sum(axis=0, dtype=np.float64), rtol=1e-12)
 
 
 def test_blocks_already_in_memory_stay_references(data):
