@@ -1,6 +1,7 @@
 """pipeline.reductions: RowStats kernels against numpy brute force, and the tree-sum wiring."""
 
 import itertools
+import weakref
 
 import dask
 import dask.array as da
@@ -147,6 +148,40 @@ def test_a_task_reads_and_reduces_several_blocks_in_turn(data):
     steps, _ = reduction_tasks(dict(lazy.__dask_graph__()))
     assert len(steps) == 12
     assert_stats_close(compute(lazy)[0], brute_force_stats(2 * X, y))
+
+
+class Block(np.ndarray):
+    """A block whose making and release are counted in `alive`."""
+
+    alive = 0
+
+    @classmethod
+    def of(cls, a):
+        block = np.array(a).view(cls)
+        cls.alive += 1
+        weakref.finalize(block, cls._released)
+        return block
+
+    @classmethod
+    def _released(cls):
+        cls.alive -= 1
+
+
+def test_a_task_holds_one_block_at_a_time(data):
+    """Steps nested in one task run in turn: each block is released before the next is made."""
+    X, y = data
+    seen = []
+
+    def count_live(block, y_block, row_start):
+        seen.append(Block.alive)
+        return np.asarray(block).sum(dtype=np.float64)
+
+    blocks = as_dask(X, rows=10).map_blocks(Block.of, meta=np.empty((0, X.shape[1]), X.dtype))
+    lazy = reduce_rows(count_live, [blocks, y], blocks_per_task=42)
+    with dask.config.set(scheduler="sync"):
+        total = compute(lazy)[0]
+    assert seen == [1] * 42
+    np.testing.assert_allclose(total, X.sum(dtype=np.float64), rtol=1e-12)
 
 
 def test_independent_blocks_are_grouped_into_tasks_and_summed(data):
