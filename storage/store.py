@@ -153,7 +153,7 @@ class FeatureStore:
         if split is None:
             return x
         mask = self._rows(record, None).column("split").to_numpy(zero_copy_only=False) == split
-        return _select_rows(x, mask)
+        return select_rows(x, mask)
 
     @property
     def codec(self) -> PQCodec:
@@ -332,10 +332,10 @@ def _provenance(extra: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _select_rows(x: da.Array, mask: np.ndarray) -> da.Array:
-    """Rows of `x` where `mask`, each chunk filtered in place (so chunks stay aligned with the
-    store's and some become shorter). ``x[mask]`` would rebalance rows across chunks with a
-    shuffle: 5.6x slower and +0.6 GiB on a 1M-row pass (bench embed)."""
+def select_rows(x: da.Array, mask: np.ndarray) -> da.Array:
+    """Rows of row-chunked `x` where `mask`, each chunk filtered in place (so chunks stay aligned
+    with the store's and some become shorter). ``x[mask]`` or an integer index would rebalance
+    rows across chunks with a shuffle: 5.6x slower and +0.6 GiB on a 1M-row pass (bench embed)."""
     sizes = tuple(int(m.sum()) for m in np.split(mask, np.cumsum(x.chunks[0])[:-1]))
     mask = da.from_array(mask[:, None], chunks=(x.chunks[0], 1))
     return x.map_blocks(

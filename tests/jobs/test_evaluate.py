@@ -31,3 +31,20 @@ def test_store_evaluation_equals_in_memory_metrics(tmp_path, classes):
             per_class_rate(y[test], model.predict(X[test]))
         )
         assert result["map"] == pytest.approx(mean_interpolated_average_precision(relevant, scores))
+
+
+def test_unlabelled_rows_of_the_split_are_left_out_chunk_by_chunk(tmp_path):
+    """Every third test row unlabelled: the metrics are those of the labelled rows alone."""
+    digits = load_digits()
+    X, y = digits.data.astype(np.float32), digits.target
+    test = np.arange(len(y)) % 2 == 0
+    y_stored = np.where(test & (np.arange(len(y)) % 3 == 0), -1, y)
+    store = create_store(tmp_path / "s.zarr", X.shape[1], rows_per_chunk=97)
+    store.append("all", X, y_stored, split=np.where(test, "test", "train"))
+    model = NearestClassMean().fit(X[~test], y[~test])
+    result = evaluate(model, store, "test")
+    scored = test & (y_stored >= 0)
+    assert result["rows"] == scored.sum() < test.sum()
+    assert result["per_class_rate"] == pytest.approx(
+        per_class_rate(y[scored], model.predict(X[scored]))
+    )
