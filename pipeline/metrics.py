@@ -118,7 +118,8 @@ def evaluate_top_k(y_true: np.ndarray, top_k: Any) -> dict[str, float | int]:
         raise ValueError(f"top_k {top_k.shape} must be n×k for {len(y_true)} labels")
     classes = np.unique(y_true)
     classes = classes[classes != -1] if classes.dtype.kind in "iuf" else classes
-    counts = compute(reduce_rows(_hit_counts_chunk, [top_k[:, :5], y_true], classes))[0]
+    hits = reduce_rows(_hit_counts_chunk, [top_k[:, :5], y_true], classes, blocks_per_task="auto")
+    counts = compute(hits)[0]
     top1, top5, totals = counts
     rows = int(totals.sum())
     if rows == 0:

@@ -143,7 +143,14 @@ def code_row_stats(
     """
     codebook, rotation = check_codebook(codebook, rotation)
     chains = stats_chains(codebook.shape[0] * codebook.shape[2], n_classes, gram=False)
-    partial = reduce_rows(chunk_code_stats, [codes, y_index], codebook, n_classes, chains=chains)
+    partial = reduce_rows(
+        chunk_code_stats,
+        [codes, y_index],
+        codebook,
+        n_classes,
+        chains=chains,
+        blocks_per_task="auto",
+    )
     stats = compute(partial)[0]
     if rotation is not None:
         back = rotation.T.astype(np.float64)

@@ -172,7 +172,7 @@ def reduce_rows(
     *args: Any,
     split_every: int = 8,
     chains: int | None = None,
-    blocks_per_task: int | None = None,
+    blocks_per_task: int | str = 1,
 ) -> Any:
     """Sum of ``kernel(*row_blocks, *args, row_start=r)`` over aligned row blocks of `arrays`.
 
@@ -189,9 +189,11 @@ def reduce_rows(
 
     One task does `blocks_per_task` consecutive steps of a run, each with its block's own tasks (a
     store read, an embedding) inlined, so a block is read, transformed and reduced in one go and
-    never held in worker memory between tasks. By default a task takes as many blocks as leave
-    every thread `_TASKS_PER_THREAD` tasks: a 64 MiB block is read in ~6 ms, and each task costs
-    a scheduler round trip and client and scheduler CPU on the cores the workers use.
+    never held in worker memory between tasks. ``"auto"`` groups as many blocks as leave every
+    thread `_TASKS_PER_THREAD` tasks: for light kernels (class sums, histograms, a read-only
+    pass), where a 64 MiB block takes ~6–10 ms and each task costs a scheduler round trip plus
+    client and scheduler CPU on the cores the workers use. Heavy kernels (a Gram of embedded
+    rows, ~1 s a block) keep one block a task: larger tasks only coarsen the end of the pass.
     """
     n_rows = {len(a) for a in arrays}
     if len(n_rows) != 1:
@@ -202,7 +204,7 @@ def reduce_rows(
     graph, blocks, starts = _block_graph(arrays, client)
     shared = List(*(_shared(a, graph, client) for a in args))
     accumulates = "into" in inspect.signature(kernel).parameters
-    if blocks_per_task is None:
+    if blocks_per_task == "auto":
         blocks_per_task = max(1, len(starts) // (_TASKS_PER_THREAD * _threads()))
     if chains is None:
         chains = _default_chains() if accumulates else -(-len(starts) // blocks_per_task)
@@ -373,11 +375,18 @@ def row_stats(
 ) -> RowStats:
     """RowStats of numpy or row-chunked dask `X` in one pass; `y_index` in [-1, n_classes).
 
-    `chains` is `reduce_rows`' (default: `stats_chains`, by the size of the partials).
+    `chains` is `reduce_rows`' (default: `stats_chains`, by the size of the partials); without
+    a Gram the kernel is light and tasks take several blocks (`reduce_rows`' "auto").
     """
     if chains is None:
         chains = stats_chains(X.shape[1], n_classes, gram=gram)
     partial = reduce_rows(
-        chunk_row_stats, [X, y_index], n_classes, gram, gram_precision, chains=chains
+        chunk_row_stats,
+        [X, y_index],
+        n_classes,
+        gram,
+        gram_precision,
+        chains=chains,
+        blocks_per_task=1 if gram else "auto",
     )
     return compute(partial)[0]

@@ -62,7 +62,7 @@ def run_speed(
     with connect(scheduler, quiet=True) as client, PeakRSS() as peak:
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
         t = time.perf_counter()
-        compute(reduce_rows(_read_chunk, [X]))
+        compute(reduce_rows(_read_chunk, [X], blocks_per_task="auto"))
         read_seconds = time.perf_counter() - t
         log(f"read pass {read_seconds:.1f} s")
 

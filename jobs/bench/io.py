@@ -315,7 +315,9 @@ def _raw_passes(
         HISTOGRAM_BINS,
     )
     passes = {
-        "read only": Pass(lambda: compute(reduce_rows(_rows_read, [features]))),
+        "read only": Pass(
+            lambda: compute(reduce_rows(_rows_read, [features], blocks_per_task="auto"))
+        ),
         f"class sums, {CLASSES} classes (row_stats, gram=False)": Pass(
             lambda: row_stats(features, labels, CLASSES, gram=False)
         ),
@@ -324,7 +326,9 @@ def _raw_passes(
         ),
         f"histograms, {HISTOGRAM_DIRECTIONS} directions × {HISTOGRAM_BINS} bins "
         "(eigenfunctions chunk_bin_counts)": Pass(
-            lambda: compute(reduce_rows(chunk_bin_counts, [features], *histogram_args)),
+            lambda: compute(
+                reduce_rows(chunk_bin_counts, [features], *histogram_args, blocks_per_task="auto")
+            ),
             2 * dim * HISTOGRAM_DIRECTIONS,
             PROJECTION,
         ),
@@ -573,7 +577,9 @@ def _pq_store_passes(
     ]
     codes = store.codes()
     passes = {
-        "read only": Pass(lambda: compute(reduce_rows(_rows_read, [codes]))),
+        "read only": Pass(
+            lambda: compute(reduce_rows(_rows_read, [codes], blocks_per_task="auto"))
+        ),
         f"class sums from codes, {CLASSES} classes (NearestClassMean.fit_codes)": Pass(
             lambda: NearestClassMean().fit_codes(codes, labels, codec.codebook, codec.rotation)
         ),

@@ -264,7 +264,10 @@ class SeparableEigenfunctions(RowTransformerMixin, BaseEstimator):
             projection, offset = self._fit_rotation(X)
             self.components_ = np.ascontiguousarray(projection.T, dtype=np.float32)
             self.offset_ = np.asarray(offset, dtype=np.float32)
-            value_range = compute(reduce_rows(chunk_projected_range, [X], projection, offset))[0]
+            lazy_range = reduce_rows(
+                chunk_projected_range, [X], projection, offset, blocks_per_task="auto"
+            )
+            value_range = compute(lazy_range)[0]
             low, high = value_range.low, value_range.high
             span = high - low
             # A constant dimension gets a unit span: one occupied bin, harmless eigenfunctions.
@@ -282,6 +285,7 @@ class SeparableEigenfunctions(RowTransformerMixin, BaseEstimator):
             self.bin_low_,
             1.0 / self.bin_width_,
             int(self.n_bins),
+            blocks_per_task="auto",
         )
         self.bin_counts_ = self.bin_counts_ + compute(counts)[0]
         self.n_rows_ = int(self.bin_counts_[0].sum())

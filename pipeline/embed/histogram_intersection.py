@@ -66,7 +66,8 @@ class HistogramIntersection(RowTransformerMixin, BaseEstimator):
         X = self._check_rows(X, reset=True)
         if self.n_levels < 1:
             raise ValueError(f"n_levels must be positive, got {self.n_levels}")
-        self.max_ = np.asarray(compute(reduce_rows(chunk_column_max, [X]))[0].values, np.float32)
+        column_max = compute(reduce_rows(chunk_column_max, [X], blocks_per_task="auto"))[0]
+        self.max_ = np.asarray(column_max.values, np.float32)
         self.n_components_ = self.n_features_in_ * int(self.n_levels)
         return self
 

@@ -184,6 +184,23 @@ def test_a_task_holds_one_block_at_a_time(data):
     np.testing.assert_allclose(total, X.sum(dtype=np.float64), rtol=1e-12)
 
 
+def test_auto_leaves_each_thread_a_few_tasks_and_one_block_a_task_is_the_default(data, monkeypatch):
+    X, _ = data
+    monkeypatch.setattr(reductions, "_threads", lambda: 2)
+    blocks = as_dask(X, rows=2)  # 210 blocks
+
+    def column_sums(block, row_start):
+        return block.sum(axis=0, dtype=np.float64)
+
+    per_task = max(1, 210 // (reductions._TASKS_PER_THREAD * 2))
+    auto = reduce_rows(column_sums, [blocks], blocks_per_task="auto")
+    steps, _ = reduction_tasks(dict(auto.__dask_graph__()))
+    assert len(steps) == -(-210 // per_task) < 210
+    steps, _ = reduction_tasks(dict(reduce_rows(column_sums, [blocks]).__dask_graph__()))
+    assert len(steps) == 210
+    np.testing.assert_allclose(compute(auto)[0], X.sum(axis=0, dtype=np.float64), rtol=1e-12)
+
+
 def test_independent_blocks_are_grouped_into_tasks_and_summed(data):
     """A kernel without `into`: 42 blocks, 5 per task → 9 tasks, tree-summed exactly."""
     X, _ = data
