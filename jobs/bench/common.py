@@ -82,6 +82,9 @@ def timed_mixture_store(
     return store, time.perf_counter() - started
 
 
+_RELIST_SECONDS = 1.0
+
+
 class PeakRSS:
     """Sample the summed RSS of this process and all its descendants (e.g. Dask workers).
 
@@ -110,10 +113,15 @@ class PeakRSS:
         return {name: round(rss / 2**30, 3) for name, rss in self.at_peak.items()}
 
     def _run(self) -> None:
+        # Listing the descendants walks /proc (~2–4 ms, holding the GIL of the process that also
+        # runs the scheduler), so the list is refreshed once a second, not at every sample.
         me = psutil.Process()
+        processes, listed = [], -float("inf")
         while not self._stop.is_set():
+            if time.monotonic() - listed > _RELIST_SECONDS:
+                processes, listed = [me, *me.children(recursive=True)], time.monotonic()
             split = {}
-            for process in [me, *me.children(recursive=True)]:
+            for process in processes:
                 try:
                     rss = process.memory_info().rss
                 except psutil.Error:
