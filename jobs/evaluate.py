@@ -18,12 +18,12 @@ MAP_MAX_SCORES = 20_000_000
 def evaluate(model: BaseEstimator, store: FeatureStore, split: str | None = "test") -> dict:
     """Per-class rate, top-1/top-5 flat error and (for small n×C) MiAP on the labelled rows."""
     labels = store.labels(split)
-    labelled = np.flatnonzero(labels >= 0)
-    if len(labelled) == 0:
+    labelled = labels >= 0
+    if not labelled.any():
         raise ValueError(f"store {store.path}: no labelled rows in split {split!r}")
     X = store.features(split)
-    if len(labelled) < len(labels):
-        X = select_rows(X, labels >= 0)
+    if not labelled.all():
+        X = select_rows(X, labelled)
     y = labels[labelled]
     classes = np.asarray(model.classes_)
     k = min(TOP_K, len(classes))

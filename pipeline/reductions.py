@@ -198,6 +198,8 @@ def reduce_rows(
     n_rows = {len(a) for a in arrays}
     if len(n_rows) != 1:
         raise ValueError(f"arrays have different row counts: {sorted(n_rows)}")
+    if blocks_per_task != "auto" and not (isinstance(blocks_per_task, int) and blocks_per_task > 0):
+        raise ValueError(f'blocks_per_task must be a positive int or "auto": {blocks_per_task!r}')
     if not any(isinstance(a, da.Array) for a in arrays):
         return kernel(*arrays, *args, row_start=0)
     client = _client()

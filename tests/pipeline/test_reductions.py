@@ -201,6 +201,13 @@ def test_auto_leaves_each_thread_a_few_tasks_and_one_block_a_task_is_the_default
     np.testing.assert_allclose(compute(auto)[0], X.sum(axis=0, dtype=np.float64), rtol=1e-12)
 
 
+@pytest.mark.parametrize("bad", [0, -1, 2.0, "all"])
+def test_blocks_per_task_must_be_positive_or_auto(data, bad):
+    X, _ = data
+    with pytest.raises(ValueError, match="blocks_per_task"):
+        reduce_rows(lambda block, row_start: block.sum(), [as_dask(X)], blocks_per_task=bad)
+
+
 def test_independent_blocks_are_grouped_into_tasks_and_summed(data):
     """A kernel without `into`: 42 blocks, 5 per task → 9 tasks, tree-summed exactly."""
     X, _ = data
