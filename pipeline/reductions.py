@@ -179,7 +179,9 @@ def reduce_rows(
     All numpy: returns the value of one kernel call. Any dask: returns a lazy `Delayed`; materialise
     it with `pipeline._compute.compute`. Kernel results must support ``+``.
 
-    The blocks are split into `chains` runs of consecutive blocks. Within a run each block's step
+    The blocks are dealt into `chains` interleaved runs (run c takes blocks c, c + chains, …), so
+    runs get alike blocks even where a split's rows bunch in part of the store. Within a run each
+    block's step
     extends the run's partial result, so there are `chains` partials, not one per block, and they
     are tree-summed (`split_every` per add). A kernel with an ``into`` parameter accumulates into
     the previous partial in place (``into`` is None for a run's first block): at 10,000 classes a
@@ -187,7 +189,7 @@ def reduce_rows(
     run two chains per thread of the current cluster. Other kernels default to one run per task
     (no task waiting for another) and their partials are added with ``+``.
 
-    One task does `blocks_per_task` consecutive steps of a run, each with its block's own tasks (a
+    One task does `blocks_per_task` successive steps of a run, each with its block's own tasks (a
     store read, an embedding) inlined, so a block is read, transformed and reduced in one go and
     never held in worker memory between tasks. ``"auto"`` groups as many blocks as leave every
     thread `_TASKS_PER_THREAD` tasks: for light kernels (class sums, histograms, a read-only
@@ -210,7 +212,8 @@ def reduce_rows(
         blocks_per_task = max(1, len(starts) // (_TASKS_PER_THREAD * _threads()))
     if chains is None:
         chains = _default_chains() if accumulates else -(-len(starts) // blocks_per_task)
-    runs = np.array_split(np.arange(len(starts)), min(len(starts), chains))
+    chains = min(len(starts), chains)
+    runs = [np.arange(c, len(starts), chains) for c in range(chains)]
     # Fresh keys for every call: an identical earlier pass whose result the cluster has not yet
     # released would otherwise be returned without reading anything (timed repeats read 50 GB/s).
     name = f"reduce-{getattr(kernel, '__name__', 'kernel')}-{uuid.uuid4().hex}"
@@ -358,12 +361,19 @@ def _default_chains() -> int:
 
 def stats_chains(n_features: int, n_classes: int, *, gram: bool) -> int:
     """`reduce_rows` chains for RowStats partials of this shape: the default two per thread,
-    one when a partial (float64 class sums, Gram, feature sum) passes `_LARGE_PARTIAL_BYTES`,
-    since each is zeroed, moved and added. At 10,000 classes and D = 4096 (328 MB partials) one
-    per thread took class means from codes from 6.1 to 4.1 s and from floats from 5.4 to 4.2 s
-    (200,000 rows, bench pq); at D = 512 (41 MB) the difference was within noise."""
+    or one per thread with a Gram or when a partial (float64 class sums, Gram, feature sum)
+    passes `_LARGE_PARTIAL_BYTES`.
+
+    Large partials are zeroed, moved and added: at 10,000 classes and D = 4096 (328 MB) one
+    chain per thread took class means from codes from 6.1 to 4.1 s and from floats from 5.4 to
+    4.2 s (200,000 rows, bench pq); at D = 512 (41 MB) the difference was within noise. A Gram
+    step is long (~1 s for 16k embedded rows at D = 2000), so a second chain hides no round trip,
+    and with two per thread dask ran some chains ahead of others: the last chain's remaining
+    steps, each waiting for the one before, ran on one worker while the other idled (2–7 s of a
+    38–44 s pass in bench embed; one chain per thread left ≤ 1 step, 35.5 s).
+    """
     partial_bytes = 8 * n_features * (n_classes + (n_features if gram else 0) + 1)
-    return _threads() if partial_bytes > _LARGE_PARTIAL_BYTES else _default_chains()
+    return _threads() if gram or partial_bytes > _LARGE_PARTIAL_BYTES else _default_chains()
 
 
 def row_stats(

@@ -123,6 +123,11 @@ def test_chained_runs_leave_one_partial_per_run(data):
         key for key in steps if not any(key in dask.core.get_dependencies(graph, k) for k in steps)
     ]
     assert len(steps) == 42 and len(run_ends) == 5
+    # Runs are interleaved: the step of block i extends the partial of block i - 5.
+    for name, i in steps:
+        assert dask.core.get_dependencies(graph, (name, i)) & set(steps) == (
+            {(name, i - 5)} if i >= 5 else set()
+        )
 
 
 def test_each_block_is_read_and_reduced_in_the_one_task_that_consumes_it(data):
@@ -347,10 +352,11 @@ def test_a_finished_pass_leaves_nothing_on_the_workers(monkeypatch):
             gc.enable()
 
 
-def test_large_row_stats_partials_run_one_chain_per_thread(monkeypatch):
+def test_large_row_stats_partials_and_grams_run_one_chain_per_thread(monkeypatch):
     monkeypatch.setattr(reductions, "_threads", lambda: 3)
     # 10,000 classes at D = 512: 41 MB partials keep two chains per thread.
     assert reductions.stats_chains(512, 10_000, gram=False) == 6
-    # At D = 4096 (328 MB), or with a 4096² Gram (134 MB), one per thread.
+    # At D = 4096 (328 MB), one per thread; with a Gram (long steps), one per thread at any size.
     assert reductions.stats_chains(4096, 10_000, gram=False) == 3
     assert reductions.stats_chains(4096, 10, gram=True) == 3
+    assert reductions.stats_chains(64, 10, gram=True) == 3
