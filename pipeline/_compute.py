@@ -6,7 +6,6 @@ The jobs layer installs a hook (e.g. one that shows progress on a distributed cl
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -42,19 +41,28 @@ def compute(*collections: Any) -> tuple:
 def gather_rows(X: Any, index: np.ndarray) -> np.ndarray:
     """Rows ``index`` (sorted) of numpy or row-chunked dask `X`, as numpy in X's dtype.
 
-    On dask input each chunk's task keeps only its selected rows, so only the selection reaches
-    the client. Not ``X[index]``: dask's take over all chunks held ~0.3 GiB more on the workers of
-    a 1M-row store.
+    On dask input, one task per chunk holding any of the rows reads it and keeps only those
+    rows, so only the selection reaches the client. Not ``X[index]`` nor per-chunk fancy
+    indexing: dask's take over all chunks held ~0.3 GiB more on the workers of a 1M-row store,
+    and per-chunk indexing made five tasks a chunk (1.2 s for 500 rows from 31 chunks; 0.4 s so).
     """
     if not isinstance(X, da.Array):
         return np.asarray(X)[index]
     bounds = np.cumsum((0, *X.chunks[0]))
     cuts = np.searchsorted(index, bounds)  # index[cuts[b]:cuts[b + 1]] falls in chunk b
-    pieces = [
-        X.blocks[b][index[lo:hi] - bounds[b]]
-        for b, (lo, hi) in enumerate(itertools.pairwise(cuts))
-        if hi > lo
-    ]
-    if not pieces:
+    blocks = [b for b in range(X.numblocks[0]) if cuts[b + 1] > cuts[b]]
+    if not blocks:
         return np.empty((0, *X.shape[1:]), X.dtype)
-    return compute(da.concatenate(pieces))[0]
+    local = [index[cuts[b] : cuts[b + 1]] - bounds[b] for b in blocks]
+    rows = X.blocks[blocks].map_blocks(
+        _rows_of_block,
+        local,
+        chunks=(tuple(map(len, local)), *X.chunks[1:]),
+        dtype=X.dtype,
+        meta=X._meta,
+    )
+    return compute(rows)[0]
+
+
+def _rows_of_block(block: np.ndarray, local: list, block_id: tuple = (0,)) -> np.ndarray:
+    return block[local[block_id[0]]]

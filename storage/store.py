@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import zarr
 from dask.base import tokenize
 
-from storage.chunks import ChunkReader
+from storage.chunks import ChunkReader, SplitRows
 from storage.errors import StoreError
 from storage.layout import (
     DEFAULT_CODEC,
@@ -139,21 +139,23 @@ class FeatureStore:
     def _dask_rows(
         self, prefix: str, reader: Any, record: dict[str, Any], split: str | None
     ) -> da.Array:
-        """One task per zarr chunk of ``reader`` (rows of ``split`` only, by a boolean mask)."""
+        """One task per zarr chunk of ``reader``; with ``split``, of the chunk's rows in it
+        (`SplitRows`: chunks stay aligned to the zarr chunks, some shorter or empty)."""
         n, width = reader.shape
-        name = prefix + tokenize(str(self.path.resolve()), n, record["created"])
-        x = da.from_array(
+        row_chunks = self.rows_per_chunk
+        if split is not None:
+            # Compared by arrow: a numpy object array of 1M split names took 0.1 s more.
+            in_split = pc.equal(self._rows(record, None).column("split"), split)
+            reader = SplitRows(reader, pc.fill_null(in_split, False).to_numpy())
+            row_chunks = reader.row_chunks
+        return da.from_array(
             reader,
-            chunks=(self.rows_per_chunk, width),
-            name=name,
+            chunks=(row_chunks, width),
+            name=prefix + tokenize(str(self.path.resolve()), n, record["created"], split),
             asarray=False,
             fancy=False,
             meta=np.empty((0, width), reader.dtype),
         )
-        if split is None:
-            return x
-        mask = self._rows(record, None).column("split").to_numpy(zero_copy_only=False) == split
-        return select_rows(x, mask)
 
     @property
     def codec(self) -> PQCodec:
