@@ -23,8 +23,11 @@ from pipeline.reductions import RowStats, reduce_rows, row_stats
 
 RHO_GRID = (0.0002, 0.002, 0.02, 0.2, 2.0, 20.0, 200.0, 2000.0)
 
-# Validation rows scored at a time against all grid values: bounds the rows × (C·R) temporary.
-_GRID_ROWS = 1024
+# Validation rows are scored against all grid values in blocks of rows whose rows × (C·R) float32
+# scores take about this much (at least _GRID_MIN_ROWS rows). 4,096 rows at C·R = 800 scored
+# 13,108 rows in 0.43 s against 0.49 s in blocks of 1,024 (the GEMM alone: 0.42 s).
+_GRID_SCORE_BYTES = 16 * 2**20
+_GRID_MIN_ROWS = 256
 
 
 def centred_system(stats: RowStats, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -66,11 +69,14 @@ def grid_hits_chunk(
     """(R + 1, C) counts: correct top-1 predictions per ρ and class, then rows per class."""
     n_rho = weights.shape[1] // n_classes
     hits = np.zeros((n_rho + 1, n_classes), dtype=np.int64)
-    for start in range(0, len(X), _GRID_ROWS):
-        y_block = y_index[start : start + _GRID_ROWS]
+    rows = max(_GRID_MIN_ROWS, _GRID_SCORE_BYTES // (4 * weights.shape[1]))
+    for start in range(0, len(X), rows):
+        y_block = y_index[start : start + rows]
         labelled = y_block >= 0
         y_block = y_block[labelled]
-        scores = X[start : start + _GRID_ROWS][labelled] @ weights + intercepts
+        block = X[start : start + rows]
+        scores = (block if labelled.all() else block[labelled]) @ weights
+        scores += intercepts
         predicted = scores.reshape(len(y_block), n_rho, n_classes).argmax(axis=2)
         correct = predicted == y_block[:, None]
         for r in range(n_rho):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
-from pipeline.classify import RidgeClassifier
+from pipeline.classify import RidgeClassifier, ridge
 from pipeline.classify.ridge import RHO_GRID
 from pipeline.metrics import per_class_rate
 from tests.pipeline.conftest import N_CLASSES, as_dask
@@ -100,7 +100,12 @@ def test_without_validation_rows_rho_minimises_gcv(data):
     assert model.rho_ == 30.0 == grid[np.argmin([brute_force_gcv(X, y, r) for r in grid])]
 
 
-def test_validation_scores_are_per_class_rates_of_each_grid_model(data):
+@pytest.mark.parametrize("block_rows", [None, 7], ids=["one-block", "blocks-of-7-rows"])
+def test_validation_scores_are_per_class_rates_of_each_grid_model(data, block_rows, monkeypatch):
+    """Also scored 7 rows at a time: blocks of labelled rows and blocks with unlabelled ones."""
+    if block_rows:
+        monkeypatch.setattr(ridge, "_GRID_SCORE_BYTES", 1)
+        monkeypatch.setattr(ridge, "_GRID_MIN_ROWS", block_rows)
     X, y = data
     X_val, y_val = X[::2], y[::2]
     model = RidgeClassifier().fit(X[1::2], y[1::2], X_val=X_val, y_val=y_val)
