@@ -31,13 +31,17 @@ _FLOAT32_SUB_ROWS = 2048
 _BAND_ROWS = 128
 
 
-def add_gram(gram: np.ndarray, X: np.ndarray, precision: str = "float64") -> None:
+def add_gram(
+    gram: np.ndarray, X: np.ndarray, precision: str = "float64", row_sum: np.ndarray | None = None
+) -> None:
     """Add XᵀX to the symmetric float64 `gram` (a sum of Gram matrices, or zeros) in place;
-    `precision` is one of `GRAM_PRECISIONS`."""
+    `precision` is one of `GRAM_PRECISIONS`. `row_sum`, X's float64 column sums if the caller
+    has them, spares the float32 path its own (19 ms of ~0.8 s for 16k rows at D = 2000)."""
     if precision == "float64":
         _add_gram_float64(gram, X)
     elif precision == "float32":
-        _add_gram_float32(gram, np.asarray(X, dtype=np.float32))
+        X = np.asarray(X, dtype=np.float32)
+        _add_gram_float32(gram, X, X.sum(axis=0, dtype=np.float64) if row_sum is None else row_sum)
     else:
         raise ValueError(f"precision must be one of {GRAM_PRECISIONS}, got {precision!r}")
 
@@ -51,14 +55,13 @@ def _add_gram_float64(gram: np.ndarray, X: np.ndarray) -> None:
         gram += block.T @ block  # numpy dispatches Aᵀ A to syrk
 
 
-def _add_gram_float32(gram: np.ndarray, X: np.ndarray) -> None:
+def _add_gram_float32(gram: np.ndarray, X: np.ndarray, row_sum: np.ndarray) -> None:
     """The products go straight into the lower triangle of `gram` (by row bands, half the adds
     of the full matrix), which is mirrored to the upper one at the end: `gram` is symmetric, so
     its upper triangle holds nothing the lower one does not. No D × D float64 temporary."""
     n, d = X.shape
     if n == 0:
         return
-    row_sum = X.sum(axis=0, dtype=np.float64)
     shift = (row_sum / n).astype(np.float32)
     shifted = np.empty((min(n, _FLOAT32_SUB_ROWS), d), dtype=np.float32)
     # Fortran order: ssyrk writes its upper triangle in place, which is the lower triangle of the

@@ -151,14 +151,19 @@ def chunk_row_stats(
         raise ValueError("chunk_row_stats: `into` holds statistics of another shape")
     stats.n_rows += n
     X = np.ascontiguousarray(X)
-    _accumulate_sums(X, y_index, stats.feature_sum, stats.class_sums, stats.class_counts)
+    chunk_sum = np.zeros(n_features)
+    _accumulate_sums(X, y_index, chunk_sum, stats.class_sums, stats.class_counts)
     # NaN and inf propagate into the sum, so one check of D values guards the whole chunk.
-    if not np.isfinite(stats.feature_sum).all():
+    if not np.isfinite(chunk_sum).all():
         bad_rows = np.flatnonzero(~np.isfinite(X).all(axis=1)) + row_start
         raise ValueError(f"non-finite feature values in rows {bad_rows[:10].tolist()}")
+    stats.feature_sum += chunk_sum
     if gram:
         labelled = y_index >= 0
-        add_gram(stats.gram, X if labelled.all() else X[labelled], gram_precision)
+        if labelled.all():
+            add_gram(stats.gram, X, gram_precision, row_sum=chunk_sum)
+        else:
+            add_gram(stats.gram, X[labelled], gram_precision)
     return stats
 
 

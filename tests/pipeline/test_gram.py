@@ -78,3 +78,12 @@ def test_no_rows_add_nothing(precision):
 def test_unknown_precision_is_rejected():
     with pytest.raises(ValueError, match="float16"):
         add_gram(np.zeros((9, 9)), rows(), "float16")
+
+
+def test_float32_gram_with_the_callers_row_sums_equals_its_own():
+    """chunk_row_stats passes the row sums it has already taken; the shift is undone with them."""
+    X = rows(offset=5.0)
+    given = np.zeros((9, 9))
+    add_gram(given, X, "float32", row_sum=X.sum(axis=0, dtype=np.float64))
+    np.testing.assert_array_equal(given, gram_of(X, "float32"))
+    np.testing.assert_allclose(centred(given, X), centred(exact_gram(X), X), rtol=1e-5, atol=1e-3)

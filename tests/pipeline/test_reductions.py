@@ -41,6 +41,18 @@ def test_row_stats_of_numpy_equal_brute_force_sums(data):
     assert_stats_close(row_stats(X, y, N_CLASSES, gram=True), brute_force_stats(X, y))
 
 
+@pytest.mark.parametrize("all_labelled", [True, False], ids=["labelled", "with-unlabelled"])
+def test_float32_gram_row_stats_equal_brute_force_sums(data, all_labelled):
+    """The float32 Gram reuses the chunk's row sums when every row is labelled."""
+    X, y = data
+    if all_labelled:
+        X, y = X[y >= 0], y[y >= 0]
+    stats = chunk_row_stats(X, y, N_CLASSES, True, "float32")
+    expected = brute_force_stats(X, y)
+    np.testing.assert_allclose(stats.feature_sum, expected.feature_sum, rtol=1e-12)
+    np.testing.assert_allclose(stats.gram, expected.gram, rtol=1e-5, atol=1e-5 * len(X))
+
+
 def test_unlabelled_rows_count_only_towards_feature_sum(data):
     X, y = data
     stats = row_stats(X, y, N_CLASSES, gram=False)
