@@ -65,4 +65,5 @@ def gather_rows(X: Any, index: np.ndarray) -> np.ndarray:
 
 
 def _rows_of_block(block: np.ndarray, local: list, block_id: tuple = (0,)) -> np.ndarray:
+    """The rows `local[b]` of block b (`map_blocks` passes its `block_id`)."""
     return block[local[block_id[0]]]
