@@ -8,7 +8,7 @@ from sklearn.base import BaseEstimator
 from pipeline._compute import compute
 from pipeline.classify._base import top_k_columns
 from pipeline.metrics import evaluate_top_k, mean_interpolated_average_precision
-from storage import FeatureStore, select_rows
+from storage import FeatureStore
 
 TOP_K = 5
 # MiAP needs every score of every class at once; past this many scores it is left out.
@@ -21,9 +21,7 @@ def evaluate(model: BaseEstimator, store: FeatureStore, split: str | None = "tes
     labelled = labels >= 0
     if not labelled.any():
         raise ValueError(f"store {store.path}: no labelled rows in split {split!r}")
-    X = store.features(split)
-    if not labelled.all():
-        X = select_rows(X, labelled)
+    X = store.features(split, where=None if labelled.all() else labelled)
     y = labels[labelled]
     classes = np.asarray(model.classes_)
     k = min(TOP_K, len(classes))

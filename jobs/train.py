@@ -14,7 +14,7 @@ from pipeline.classify import (
     RidgeClassifier,
     SemiSupervisedEigenSolver,
 )
-from storage import FeatureStore, select_rows
+from storage import FeatureStore
 
 METHODS = ("ridge", "ncm", "ncm-metric", "knn", "ssl")
 # Classes from which ncm-metric validates W by the top-5 error rather than the top-1 error.
@@ -148,7 +148,7 @@ def _train_metric(store, method, split, val_split, metric_dim, max_iter) -> Base
         labels = store.labels(val_split)
         labelled = labels >= 0
         if labelled.any():
-            X_val, y_val = select_rows(store.features(val_split), labelled), labels[labelled]
+            X_val, y_val = store.features(val_split, where=labelled), labels[labelled]
     if method == "ncm-metric" and getattr(store, "encoding", "raw") == "pq":
         codec = store.codec
         return model.fit_codes(store.codes(split), y, codec.codebook, codec.rotation, X_val, y_val)

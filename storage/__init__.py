@@ -5,7 +5,7 @@ Other layers use only the verbs re-exported here; zarr and parquet details stay 
 
 from storage.errors import StoreError
 from storage.ingest import FORMATS, ingest_file
-from storage.store import SCHEMA_VERSION, FeatureStore, create_store, open_store, select_rows
+from storage.store import SCHEMA_VERSION, FeatureStore, create_store, open_store
 
 __all__ = [
     "FORMATS",
@@ -15,5 +15,4 @@ __all__ = [
     "create_store",
     "ingest_file",
     "open_store",
-    "select_rows",
 ]

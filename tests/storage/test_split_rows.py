@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage import create_store
+from storage import StoreError, create_store
 from storage.chunks import ChunkReader, SplitRows
 
 ROWS_PER_CHUNK = 10
@@ -52,3 +52,20 @@ def test_a_read_across_chunks_is_refused(split_store):
         view[8:12]
     with pytest.raises(ValueError, match="mask of shape"):
         SplitRows(ChunkReader(store.path, 45, 6, ROWS_PER_CHUNK), split[:-1] == "train")
+
+
+def test_where_keeps_a_subset_of_the_split_rows(split_store):
+    store, X, split = split_store
+    train = X[split == "train"]
+    where = np.arange(len(train)) % 3 != 1
+    kept = store.features("train", where=where)
+    assert sum(kept.chunks[0]) == where.sum() and len(kept.chunks[0]) == 5
+    np.testing.assert_array_equal(kept.compute(), train[where])
+    test = split == "test"
+    np.testing.assert_array_equal(store.features(where=test).compute(), X[test])
+
+
+def test_where_of_the_wrong_length_is_refused(split_store):
+    store, _, split = split_store
+    with pytest.raises(StoreError, match="one boolean per selected row"):
+        store.features("train", where=np.ones(len(split), dtype=bool))
