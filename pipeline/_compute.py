@@ -56,7 +56,9 @@ def gather_rows(X: Any, index: np.ndarray) -> np.ndarray:
     local = [index[cuts[b] : cuts[b + 1]] - bounds[b] for b in blocks]
     rows = X.blocks[blocks].map_blocks(
         _rows_of_block,
-        local,
+        # One shared key, sent once to each worker: embedded, every task would carry all the
+        # indices (a 131,072-row SGD pool is 1 MB of them).
+        dask.delayed(local, pure=True),
         chunks=(tuple(map(len, local)), *X.chunks[1:]),
         dtype=X.dtype,
         meta=X._meta,

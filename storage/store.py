@@ -153,7 +153,7 @@ class FeatureStore:
         if split is not None:
             # Compared by arrow: a numpy object array of 1M split names took 0.1 s more.
             in_split = pc.equal(self._rows(record, None).column("split"), split)
-            mask = pc.fill_null(in_split, False).to_numpy(zero_copy_only=False).copy()
+            mask = pc.fill_null(in_split, False).to_numpy(zero_copy_only=False)
         if where is not None:
             mask = _subset(np.ones(n, dtype=bool) if mask is None else mask, where, self.path)
         if mask is not None:
@@ -346,12 +346,14 @@ def _provenance(extra: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _subset(mask: np.ndarray, where: Any, path: Path) -> np.ndarray:
-    """`mask` with its True rows narrowed to those where `where` (one value per True row)."""
+    """A copy of `mask` with its True rows narrowed to those where `where` (one value per True
+    row)."""
     where = np.asarray(where)
     if where.dtype != bool or where.shape != (int(mask.sum()),):
         raise StoreError(
             f"store {path}: `where` must be one boolean per selected row ({int(mask.sum())}), "
             f"got {where.dtype} of shape {where.shape}"
         )
-    mask[mask] = where
-    return mask
+    narrowed = mask.copy()
+    narrowed[mask] = where
+    return narrowed

@@ -26,9 +26,9 @@ from pipeline._compute import gather_rows
 from pipeline.classify._base import check_dask_X
 
 # Largest embedded chunk (float32) one task produces: the design's 64–128 MiB chunk size, at its
-# high end because every piece re-reads and filters its whole input chunk and the Gram consumer
-# pays a fixed finish per block: RFF-2000 → ridge at 1M × 512 (bench embed) took 6% less worker
-# CPU than with 64 MiB pieces for +0.12 GiB peak RSS (1.55 GiB).
+# high end because every piece maps and checksums its whole input chunk file and the Gram
+# consumer pays a fixed finish per block: RFF-2000 → ridge at 1M × 512 (bench embed) took 6%
+# less worker CPU than with 64 MiB pieces for +0.12 GiB peak RSS (1.55 GiB).
 _MAX_OUTPUT_CHUNK_BYTES = 128 * 2**20
 
 
