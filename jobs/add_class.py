@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from jobs import models
-from pipeline.classify import NearestClassMean
-from storage import FeatureStore
+from imgscale.jobs import models
+from imgscale.pipeline.classify import NearestClassMean
+from imgscale.storage import FeatureStore
 
 
 def add_class(

@@ -11,32 +11,62 @@ import json
 import sys
 import time
 import traceback
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import click
 
-from jobs import models
-from jobs.cluster import connect
-from jobs.train import EMBEDDINGS, METHODS
-from pipeline.gram import GRAM_PRECISIONS
-
-scheduler_option = click.option(
-    "--scheduler",
-    envvar="DASK_SCHEDULER_ADDRESS",
-    default=None,
-    metavar="ADDRESS",
-    help="Dask scheduler to connect to (default: $DASK_SCHEDULER_ADDRESS, else a LocalCluster).",
+from imgscale.jobs import models
+from imgscale.jobs.cluster import connect
+from imgscale.jobs.options import (
+    json_option,
+    progress_line,
+    scheduler_option,
+    verbose_option,
 )
-json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object only.")
+from imgscale.jobs.train import EMBEDDINGS, METHODS
+from imgscale.pipeline.gram import GRAM_PRECISIONS
+
+CONTRIBUTED_COMMANDS = "imgscale.commands"
 
 
-# main() reads --verbose from argv: the exception it reports has already unwound click's context.
-verbose_option = click.option(
-    "--verbose", is_flag=True, expose_value=False, help="Show the traceback on failure."
-)
+class ImgscaleGroup(click.Group):
+    """The built-in commands plus those other installed parts register under the
+    ``imgscale.commands`` entry-point group (the benchmarks), loaded only when used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        contributed = [ep.name for ep in entry_points(group=CONTRIBUTED_COMMANDS)]
+        return sorted({*super().list_commands(ctx), *contributed})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        command = super().get_command(ctx, name)
+        if command is not None:
+            return command
+        for entry in entry_points(group=CONTRIBUTED_COMMANDS, name=name):
+            try:
+                return entry.load()
+            except ImportError as exc:
+                return _missing_extra(name, exc)
+        return None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _missing_extra(name: str, exc: ImportError) -> click.Command:
+    """A stand-in command that says which extra to install instead of failing on import."""
+    message = (
+        f"`imgscale {name}` needs the '{name}' extra ({exc.name or exc} is not installed): "
+        f"pip install 'imgscale[{name}]'"
+    )
+
+    @click.command(name, context_settings={"ignore_unknown_options": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def unavailable(args) -> None:
+        raise click.ClickException(message)
+
+    unavailable.help = f"(not installed: pip install 'imgscale[{name}]')"
+    return unavailable
+
+
+@click.group(cls=ImgscaleGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="imgscale")
 def cli() -> None:
     """Train image classifiers from feature vectors streamed from zarr stores through Dask."""
@@ -54,7 +84,7 @@ def cli() -> None:
 @verbose_option
 def ingest(src, store, x_key, y_key, ids_key, labels_path, split, batch_id) -> None:
     """Ingest SRC (.npy, .npz, .parquet, idx[.gz], .fvecs, .bvecs) into STORE (create or append)."""
-    from storage import ingest_file
+    from imgscale.storage import ingest_file
 
     started = time.perf_counter()
     feature_store = ingest_file(
@@ -66,7 +96,7 @@ def ingest(src, store, x_key, y_key, ids_key, labels_path, split, batch_id) -> N
         ids_key=ids_key,
         labels_path=labels_path,
         split=split,
-        progress=_progress_line("ingest"),
+        progress=progress_line("ingest"),
     )
     click.echo(
         f"{store}: {feature_store.committed_rows} rows × {feature_store.dim} committed "
@@ -81,7 +111,7 @@ def ingest(src, store, x_key, y_key, ids_key, labels_path, split, batch_id) -> N
 @verbose_option
 def info(store, as_json) -> None:
     """Show a store's rows, dimension, encoding, classes, label counts and size on disk."""
-    from storage import open_store
+    from imgscale.storage import open_store
 
     summary = open_store(store).info()
     if as_json:
@@ -103,8 +133,8 @@ def info(store, as_json) -> None:
 @verbose_option
 def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
     """Product-quantize SRC into a new PQ store DST (M bytes a row), encoded on the cluster."""
-    from jobs.compress import compress as compress_store
-    from storage import open_store
+    from imgscale.jobs.compress import compress as compress_store
+    from imgscale.storage import open_store
 
     source = open_store(src)
     with connect(scheduler, quiet=as_json):
@@ -115,7 +145,7 @@ def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
             rotate=rotate,
             sample=sample,
             seed=seed,
-            progress=None if as_json else _progress_line("encode"),
+            progress=None if as_json else progress_line("encode"),
         )
     if as_json:
         click.echo(json.dumps(summary))
@@ -166,9 +196,9 @@ def train(
     max_iter, gram_precision, scheduler,
 ) -> None:  # fmt: skip
     """Train a classifier on STORE and save it to MODEL (zarr + JSON, no pickle)."""
-    from jobs.train import make_embedding
-    from jobs.train import train as train_model
-    from storage import open_store
+    from imgscale.jobs.train import make_embedding
+    from imgscale.jobs.train import train as train_model
+    from imgscale.storage import open_store
 
     feature_store = open_store(store)
     embedder = None
@@ -212,8 +242,8 @@ def train(
 @verbose_option
 def predict(model, store, out, split, top_k, scheduler) -> None:
     """Write MODEL's predictions for STORE's rows to the parquet file OUT."""
-    from jobs.predict import predict_to_parquet
-    from storage import open_store
+    from imgscale.jobs.predict import predict_to_parquet
+    from imgscale.storage import open_store
 
     fitted, _ = models.load(model)
     with connect(scheduler):
@@ -230,8 +260,8 @@ def predict(model, store, out, split, top_k, scheduler) -> None:
 @verbose_option
 def evaluate(model, store, split, scheduler, as_json) -> None:
     """Per-class rate, top-1/top-5 flat error and MiAP of MODEL on STORE's labelled rows."""
-    from jobs.evaluate import evaluate as evaluate_model
-    from storage import open_store
+    from imgscale.jobs.evaluate import evaluate as evaluate_model
+    from imgscale.storage import open_store
 
     fitted, _ = models.load(model)
     with connect(scheduler, quiet=as_json):
@@ -254,8 +284,8 @@ def evaluate(model, store, split, scheduler, as_json) -> None:
 @verbose_option
 def add_class(model, store, label, split, out, scheduler, as_json) -> None:
     """Add class LABEL to an NCM MODEL from its rows in STORE; W and other classes unchanged."""
-    from jobs.add_class import add_class as add_class_job
-    from storage import open_store
+    from imgscale.jobs.add_class import add_class as add_class_job
+    from imgscale.storage import open_store
 
     with connect(scheduler, quiet=as_json):
         summary = add_class_job(model, open_store(store), label, split=split, out=out)
@@ -275,7 +305,7 @@ def add_class(model, store, label, split, out, scheduler, as_json) -> None:
 @verbose_option
 def demo(workdir, scheduler) -> None:
     """sklearn digits → a store → ridge and NCM on a Dask cluster → a table of results."""
-    from jobs.demo import run_demo
+    from imgscale.jobs.demo import run_demo
 
     click.echo(run_demo(workdir, scheduler))
 
@@ -295,8 +325,8 @@ def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> 
     Each batch of source rows is one committed batch of DST (id rows-START-STOP), so a rerun
     embeds nothing twice and a killed run resumes where it stopped (paper 001 §3).
     """
-    from jobs.embed import embed_new_rows
-    from storage import open_store
+    from imgscale.jobs.embed import embed_new_rows
+    from imgscale.storage import open_store
 
     fitted, _ = models.load(model)
     source = open_store(src)
@@ -334,8 +364,8 @@ def schedule(every, cron, lock, max_runs, command) -> None:
     Example: imgscale schedule --every 10m -- embed MODEL SRC DST. A turn that finds another
     run holding the lock (flock, released when its holders die) is skipped.
     """
-    from jobs.schedule import parse_every
-    from jobs.schedule import schedule as run_schedule
+    from imgscale.jobs.schedule import parse_every
+    from imgscale.jobs.schedule import schedule as run_schedule
 
     if (every is None) == (cron is None):
         raise click.UsageError("give exactly one of --every and --cron")
@@ -353,295 +383,10 @@ def schedule(every, cron, lock, max_runs, command) -> None:
     )
 
 
-@cli.group()
-def bench() -> None:
-    """Benchmarks that print figures and ratios against a peer measured in the same run."""
-
-
-@bench.command("ridge")
-@click.option("--rows", default=1_000_000, show_default=True)
-@click.option("--dim", default=512, show_default=True)
-@click.option("--classes", default=1000, show_default=True)
-@click.option("--workdir", type=click.Path(), help="Where the synthetic store goes (default tmp).")
-@click.option("--skip-peer", is_flag=True, help="Do not run scikit-learn.")
-@scheduler_option
-@json_option
-@verbose_option
-def bench_ridge(rows, dim, classes, workdir, skip_peer, scheduler, as_json) -> None:
-    """Streamed ridge over an 8-value ρ grid vs scikit-learn RidgeClassifier per ρ in memory."""
-    from jobs.bench.ridge import run
-
-    records = run(rows, dim, classes, workdir=workdir, scheduler=scheduler, peer=not skip_peer)
-    _print_records(records, as_json)
-
-
-@bench.command("io")
-@click.option("--size-gib", default=2.0, show_default=True, help="Size of the synthetic array.")
-@click.option("--dim", default=512, show_default=True)
-@click.option("--workdir", type=click.Path(), help="Scratch directory (default tmp).")
-@click.option("--markdown", type=click.Path(dir_okay=False), help="Also write a Markdown table.")
-@click.option(
-    "--matrix/--no-matrix",
-    default=True,
-    show_default=True,
-    help="Measure the codec x chunk x engine matrix of the raw array (the slow part).",
-)
-@click.option("--repeats", default=5, show_default=True, help="Timed runs of each pass (best).")
-@click.option("--pq-m", default=64, show_default=True, help="Codes a row of the PQ code store.")
-@json_option
-@verbose_option
-def bench_io(size_gib, dim, workdir, markdown, matrix, repeats, pq_m, as_json) -> None:
-    """Store read rates by codec, chunk size, sharding and engine; each pass vs the read rate."""
-    from jobs.bench.common import records_markdown
-    from jobs.bench.io import run
-
-    records = run(size_gib, dim, workdir, matrix=matrix, repeats=repeats, pq_m=pq_m)
-    if markdown:
-        Path(markdown).write_text(records_markdown(records, " ".join(["imgscale", *sys.argv[1:]])))
-    _print_records(records, as_json)
-
-
-@bench.command("accuracy")
-@click.option(
-    "--dataset",
-    "datasets",
-    multiple=True,
-    type=click.Choice(["digits", "usps", "mnist", "20news"]),
-    help="Repeat to choose (default: all four). Tables of data sets not run are kept.",
-)
-@click.option("--mnist-rows", default=20_000, show_default=True, help="MNIST train rows used.")
-@click.option("--data-dir", type=click.Path(exists=True), help="Default: ../shared/data.")
-@click.option("--out-dir", default="docs", show_default=True, help="results.md and PNG go here.")
-@json_option
-@verbose_option
-def bench_accuracy(datasets, mnist_rows, data_dir, out_dir, as_json) -> None:
-    """Per-class rate of ridge on raw features vs each embedding, 3/10/30/all labels per class."""
-    from jobs.bench import accuracy
-
-    records = accuracy.run(
-        datasets or accuracy.DATASETS,
-        mnist_rows=mnist_rows,
-        data_dir=Path(data_dir) if data_dir else accuracy.DATA_DIR,
-        log=lambda line: click.echo(line, err=True),
-    )
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["imgscale", *sys.argv[1:]])
-    merged = accuracy.merge_records(out / "accuracy.json", records, command)
-    accuracy.plot(merged, out / "accuracy.png")
-    accuracy.write_section(out / "results.md", "accuracy", accuracy.report(merged, mnist_rows))
-    _print_records(records, as_json)
-
-
-@bench.command("embed")
-@click.option("--rows", default=1_000_000, show_default=True)
-@click.option("--dim", default=512, show_default=True)
-@click.option("--classes", default=100, show_default=True)
-@click.option("--paper-rows", default=331_390, show_default=True, help="0 skips Table 2 sizes.")
-@click.option("--workdir", type=click.Path(), help="Where the synthetic store goes (default tmp).")
-@click.option("--skip-peer", is_flag=True, help="Do not run scikit-learn.")
-@scheduler_option
-@json_option
-@verbose_option
-def bench_embed(rows, dim, classes, paper_rows, workdir, skip_peer, scheduler, as_json) -> None:
-    """RFF-2000 → ridge (8 ρ) from a store vs sklearn RBFSampler + RidgeClassifier in memory."""
-    from jobs.bench.embed import run
-
-    records = run(
-        rows,
-        dim,
-        classes,
-        workdir=workdir,
-        scheduler=scheduler,
-        peer=not skip_peer,
-        paper_rows=paper_rows,
-    )
-    _print_records(records, as_json)
-
-
-@bench.command("ncm")
-@click.option("--rows", default=4_500_000, show_default=True, help="Synthetic store rows.")
-@click.option("--dim", default=512, show_default=True)
-@click.option("--classes", default=10_000, show_default=True)
-@click.option("--queries", default=100_000, show_default=True, help="Rows scored.")
-@click.option("--n-components", default=256, show_default=True, help="d of the projection.")
-@click.option("--pq-m", default=64, show_default=True, help="Sub-quantizers; 0 skips PQ.")
-@click.option("--data-dir", type=click.Path(exists=True), help="MNIST for SGD (../shared/data).")
-@click.option("--workdir", type=click.Path(), help="Where the synthetic stores go (default tmp).")
-@click.option("--real-data", is_flag=True, help="MNIST/USPS error tables instead (results.md).")
-@click.option("--out-dir", default="docs", show_default=True, help="--real-data: results.md, PNG.")
-@scheduler_option
-@json_option
-@verbose_option
-def bench_ncm(
-    rows, dim, classes, queries, n_components, pq_m, data_dir, workdir, real_data, out_dir,
-    scheduler, as_json,
-) -> None:  # fmt: skip
-    """10K-class means from raw and PQ stores, equation-9 scoring vs a plain GEMM, SGD it/s."""
-    from jobs.bench.ncm import DATA_DIR, plot, report, run
-    from jobs.bench.ncm import real_data as run_real_data
-
-    if real_data:
-        from jobs.bench.accuracy import write_section
-
-        result = run_real_data(
-            Path(data_dir) if data_dir else DATA_DIR, lambda line: click.echo(line, err=True)
-        )
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "ncm_metric.json").write_text(json.dumps(result, indent=1))
-        plot(result, out / "ncm_zero_shot.png")
-        command = " ".join(["imgscale", *sys.argv[1:]])
-        write_section(
-            out / "results.md", "ncm-metric", report(result, command, out / "ncm_zero_shot.png")
-        )
-        if as_json:
-            click.echo(json.dumps(result))
-        return
-
-    records = run(
-        rows,
-        dim,
-        classes,
-        queries=queries,
-        n_components=n_components,
-        pq_m=pq_m,
-        data_dir=data_dir,
-        workdir=workdir,
-        scheduler=scheduler,
-        log=None if as_json else lambda line: click.echo(line, err=True),
-    )
-    _print_records(records, as_json)
-
-
-@bench.command("pq")
-@click.option("--rows", default=1_000_000, show_default=True)
-@click.option("--dim", default=512, show_default=True)
-@click.option("--m", "m", default=64, show_default=True, help="Sub-quantizers.")
-@click.option("--mean-classes", default=10_000, show_default=True, help="Classes for means.")
-@click.option("--queries", default=16, show_default=True, help="ADC queries.")
-@click.option("--workdir", type=click.Path(), help="Where the synthetic stores go (default tmp).")
-@scheduler_option
-@json_option
-@verbose_option
-def bench_pq(rows, dim, m, mean_classes, queries, workdir, scheduler, as_json) -> None:
-    """PQ encode, MSE, class means from codes and ADC scan vs faiss, bytes raw vs PQ."""
-    from jobs.bench.pq import run
-
-    records = run(
-        rows,
-        dim,
-        m,
-        mean_classes=mean_classes,
-        queries=queries,
-        workdir=workdir,
-        scheduler=scheduler,
-    )
-    _print_records(records, as_json)
-
-
-@bench.command("ale")
-@click.option("--rows", default=1_500_000, show_default=True)
-@click.option("--dim", default=512, show_default=True)
-@click.option("--classes", default=10, show_default=True)
-@click.option("--n-components", default=500, show_default=True, help="ALE eigenfunctions C_D.")
-@click.option("--incremental-rows", default=100_000, show_default=True)
-@click.option("--batch-rows", default=1000, show_default=True)
-@click.option("--workdir", type=click.Path(), help="Where the synthetic store goes (default tmp).")
-@click.option("--out-dir", type=click.Path(), help="Write the table to OUT_DIR/results.md.")
-@scheduler_option
-@json_option
-@verbose_option
-def bench_ale(
-    rows, dim, classes, n_components, incremental_rows, batch_rows, workdir, out_dir, scheduler,
-    as_json,
-) -> None:  # fmt: skip
-    """ALE fit + embed + equation-3 solve vs the store read pass; incremental rows/s."""
-    from jobs.bench import ale
-    from jobs.bench.accuracy import write_section
-    from jobs.bench.common import records_markdown
-
-    records = ale.run_speed(
-        rows,
-        dim,
-        classes,
-        n_components=n_components,
-        incremental_rows=incremental_rows,
-        batch_rows=batch_rows,
-        workdir=workdir,
-        scheduler=scheduler,
-        log=lambda line: click.echo(line, err=True),
-    )
-    if out_dir:
-        command = " ".join(["imgscale", *sys.argv[1:]])
-        text = "## ALE speed (paper 001 scale)\n\n" + records_markdown(records, command)
-        write_section(Path(out_dir) / "results.md", "ale-speed", text)
-    _print_records(records, as_json)
-
-
-@bench.command("ale-ssl")
-@click.option(
-    "--dataset",
-    "datasets",
-    multiple=True,
-    type=click.Choice(["usps", "mnist"]),
-    help="Repeat to choose (default: both).",
-)
-@click.option("--trials", default=5, show_default=True)
-@click.option("--data-dir", type=click.Path(exists=True), help="Default: ../shared/data.")
-@click.option("--out-dir", default="docs", show_default=True, help="results.md and PNG go here.")
-@json_option
-@verbose_option
-def bench_ale_ssl(datasets, trials, data_dir, out_dir, as_json) -> None:
-    """MiAP and per-class rate of ALE + SSL (equation 3) vs linear ridge, growing labelled sets."""
-    from jobs.bench import ale
-    from jobs.bench.accuracy import DATA_DIR, write_section
-
-    records = ale.run_accuracy(
-        datasets or ("usps", "mnist"),
-        trials=trials,
-        data_dir=Path(data_dir) if data_dir else DATA_DIR,
-        log=lambda line: click.echo(line, err=True),
-    )
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    ale.plot_accuracy(records, out / "ale_ssl.png")
-    command = " ".join(["imgscale", *sys.argv[1:]])
-    text = ale.accuracy_markdown(records, command) + "\n![ALE + SSL vs ridge](ale_ssl.png)\n"
-    write_section(out / "results.md", "ale-ssl", text)
-    _print_records(records, as_json)
-
-
-def _print_records(records: list[dict], as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps({"records": records}))
-        return
-    for r in records:
-        peer = f"  peer {r['peer_value']:.4g}  ratio {r['ratio']:.3f}" if "ratio" in r else ""
-        click.echo(f"{r['name']:<40} {r['value']:>12.4g} {r['unit']:<8}{peer}")
-
-
-def _progress_line(label: str):
-    """A progress callback that redraws one stderr line, throttled to a few updates a second."""
-    last = [0.0]
-
-    def report(done: int, total: int) -> None:
-        now = time.monotonic()
-        if done < total and now - last[0] < 0.5:
-            return
-        last[0] = now
-        percent = 100 * done / total if total else 100
-        end = "\n" if done >= total else ""
-        sys.stderr.write(f"\r{label}: {done}/{total} rows ({percent:.0f}%){end}")
-        sys.stderr.flush()
-
-    return report
-
-
 def main() -> None:
     """Entry point: one-line errors on stderr, tracebacks only with ``--verbose``."""
     try:
-        cli.main(standalone_mode=False)
+        cli.main(prog_name="imgscale", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

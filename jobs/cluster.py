@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import psutil
 from distributed import Client, LocalCluster, progress, wait
 
-from pipeline._compute import use_compute
+from imgscale.pipeline._compute import use_compute
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 PROGRESS_AFTER_SECONDS = 2.0

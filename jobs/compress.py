@@ -24,12 +24,12 @@ from typing import Any
 import dask
 import numpy as np
 
-from pipeline._compute import gather_rows
-from storage import FeatureStore, StoreError
-from storage.layout import read_record, write_record
-from storage.lock import StoreLock
-from storage.pq import DEFAULT_SAMPLE, PQCodec, check_m, create_pq_store, sample_indices
-from storage.writer import CopyWriter, write_row_chunk
+from imgscale.pipeline._compute import gather_rows
+from imgscale.storage import FeatureStore, StoreError
+from imgscale.storage.layout import read_record, write_record
+from imgscale.storage.lock import StoreLock
+from imgscale.storage.pq import DEFAULT_SAMPLE, PQCodec, check_m, create_pq_store, sample_indices
+from imgscale.storage.writer import CopyWriter, write_row_chunk
 
 # Encode tasks in flight when no distributed client is available (plain dask.compute windows).
 _WINDOW = 8

@@ -29,8 +29,8 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline
 
-from pipeline._compute import compute
-from storage import FeatureStore, StoreError, create_store, open_store
+from imgscale.pipeline._compute import compute
+from imgscale.storage import FeatureStore, StoreError, create_store, open_store
 
 # Target bytes of the destination's chunks: a commit rewrites the tail chunk, so chunks of an
 # incrementally written store are kept smaller than the 64 MiB read-optimised default.

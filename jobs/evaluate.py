@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from pipeline._compute import compute
-from pipeline.classify._base import top_k_columns
-from pipeline.metrics import evaluate_top_k, mean_interpolated_average_precision
-from storage import FeatureStore
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.classify._base import top_k_columns
+from imgscale.pipeline.metrics import evaluate_top_k, mean_interpolated_average_precision
+from imgscale.storage import FeatureStore
 
 TOP_K = 5
 # MiAP needs every score of every class at once; past this many scores it is left out.

@@ -15,8 +15,8 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
-from pipeline import embed
-from pipeline.classify import (
+from imgscale.pipeline import embed
+from imgscale.pipeline.classify import (
     EigenvalueRidgeClassifier,
     MetricKNeighborsClassifier,
     MetricNearestClassMean,
@@ -24,8 +24,8 @@ from pipeline.classify import (
     RidgeClassifier,
     SemiSupervisedEigenSolver,
 )
-from storage.errors import StoreError
-from storage.models import SavedStep, load_model, save_model
+from imgscale.storage.errors import StoreError
+from imgscale.storage.models import SavedStep, load_model, save_model
 
 MODEL_CLASSES: dict[str, type[BaseEstimator]] = {
     cls.__name__: cls

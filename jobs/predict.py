@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sklearn.base import BaseEstimator
 
-from pipeline._compute import compute
-from storage import FeatureStore
+from imgscale.pipeline._compute import compute
+from imgscale.storage import FeatureStore
 
 # Blocks computed together per round trip: enough to keep every worker busy.
 BLOCKS_PER_ROUND = 8

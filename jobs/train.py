@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from jobs.models import classifier_pipeline
-from pipeline import embed
-from pipeline.classify import (
+from imgscale.jobs.models import classifier_pipeline
+from imgscale.pipeline import embed
+from imgscale.pipeline.classify import (
     MetricKNeighborsClassifier,
     MetricNearestClassMean,
     NearestClassMean,
     RidgeClassifier,
     SemiSupervisedEigenSolver,
 )
-from storage import FeatureStore
+from imgscale.storage import FeatureStore
 
 METHODS = ("ridge", "ncm", "ncm-metric", "knn", "ssl")
 # Classes from which ncm-metric validates W by the top-5 error rather than the top-1 error.

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline._compute import compute
-from pipeline.reductions import reduce_rows
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.reductions import reduce_rows
 
 
 def per_class_rate(y_true: np.ndarray, y_pred: np.ndarray) -> float:

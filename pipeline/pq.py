@@ -22,8 +22,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from pipeline._compute import compute
-from pipeline.reductions import RowStats, check_class_index, reduce_rows, stats_chains
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.reductions import RowStats, check_class_index, reduce_rows, stats_chains
 
 KSUB = 256
 

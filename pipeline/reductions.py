@@ -27,8 +27,8 @@ from dask._task_spec import Alias, DataNode, List, Task, TaskRef, convert_legacy
 from dask.delayed import Delayed
 from toolz import partition_all
 
-from pipeline._compute import compute
-from pipeline.gram import add_gram
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.gram import add_gram
 
 # numpy arrays larger than this (e.g. labels) are scattered to the workers, not put in the graph.
 _SCATTER_BYTES = 2**20

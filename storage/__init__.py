@@ -3,9 +3,9 @@
 Other layers use only the verbs re-exported here; zarr and parquet details stay inside.
 """
 
-from storage.errors import StoreError
-from storage.ingest import FORMATS, ingest_file
-from storage.store import SCHEMA_VERSION, FeatureStore, create_store, open_store
+from imgscale.storage.errors import StoreError
+from imgscale.storage.ingest import FORMATS, ingest_file
+from imgscale.storage.store import SCHEMA_VERSION, FeatureStore, create_store, open_store
 
 __all__ = [
     "FORMATS",

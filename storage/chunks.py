@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from storage.chunk_io import direct_checksum, read_chunk_file
-from storage.errors import StoreError
-from storage.layout import chunk_file, open_features_array
+from imgscale.storage.chunk_io import direct_checksum, read_chunk_file
+from imgscale.storage.errors import StoreError
+from imgscale.storage.layout import chunk_file, open_features_array
 
 
 class OneChunkReader:

@@ -6,11 +6,11 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from storage.errors import StoreError
-from storage.formats import FORMATS, open_source
-from storage.formats.base import Source
-from storage.layout import default_rows_per_chunk
-from storage.store import FeatureStore, create_store, open_store
+from imgscale.storage.errors import StoreError
+from imgscale.storage.formats import FORMATS, open_source
+from imgscale.storage.formats.base import Source
+from imgscale.storage.layout import default_rows_per_chunk
+from imgscale.storage.store import FeatureStore, create_store, open_store
 
 # A small first file gets chunks of its size rounded up to this many rows.
 SMALL_CHUNK_STEP = 4096

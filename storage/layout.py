@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
-from storage.errors import StoreError
+from imgscale.storage.errors import StoreError
 
 SCHEMA_VERSION = 1
 # PQ stores carry their own version so an imgscale that predates them (and knows only version 1)

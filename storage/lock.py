@@ -6,7 +6,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from storage.layout import LOCK_FILE, PARTIAL_SUFFIX
+from imgscale.storage.layout import LOCK_FILE, PARTIAL_SUFFIX
 
 
 class StoreLock:

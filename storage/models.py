@@ -19,7 +19,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
-from storage.errors import StoreError
+from imgscale.storage.errors import StoreError
 
 MODEL_SCHEMA_VERSION = 1
 

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import zarr
 
-from storage.chunks import OneChunkReader, unreadable_as_store_error
-from storage.errors import StoreError
-from storage.layout import (
+from imgscale.storage.chunks import OneChunkReader, unreadable_as_store_error
+from imgscale.storage.errors import StoreError
+from imgscale.storage.layout import (
     CODEBOOK,
     CODES,
     PQ_SCHEMA_VERSION,
@@ -271,7 +271,7 @@ def create_pq_store(
     ``rows_per_chunk`` defaults to that of a raw store of the same D, so a decoded chunk is the
     usual ~64 MiB of float32 and every estimator sees the same task sizes on either store.
     """
-    from storage.store import FeatureStore, _provenance
+    from imgscale.storage.store import FeatureStore, _provenance
 
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):

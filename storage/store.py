@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import zarr
 from dask.base import tokenize
 
-from storage.chunks import ChunkReader, SplitRows
-from storage.errors import StoreError
-from storage.layout import (
+from imgscale.storage.chunks import ChunkReader, SplitRows
+from imgscale.storage.errors import StoreError
+from imgscale.storage.layout import (
     DEFAULT_CODEC,
     ROWS_SCHEMA,
     SCHEMA_VERSION,
@@ -31,9 +31,9 @@ from storage.layout import (
     write_classes,
     write_record,
 )
-from storage.lock import StoreLock
-from storage.pq import CodesChunkReader, PQCodec, load_codec, pq_info, pq_params
-from storage.writer import BatchWriter
+from imgscale.storage.lock import StoreLock
+from imgscale.storage.pq import CodesChunkReader, PQCodec, load_codec, pq_info, pq_params
+from imgscale.storage.writer import BatchWriter
 
 __all__ = ["SCHEMA_VERSION", "FeatureStore", "create_store", "open_store"]
 

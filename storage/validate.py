@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from storage.errors import StoreError
+from imgscale.storage.errors import StoreError
 
 
 def as_features(X: Any, dim: int, where: str, first_row: int) -> np.ndarray:

@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.errors import StoreError
-from storage.layout import (
+from imgscale.storage.errors import StoreError
+from imgscale.storage.layout import (
     ROWS_DIR,
     ROWS_SCHEMA,
     open_codes_array,
@@ -24,11 +24,11 @@ from storage.layout import (
     write_record,
     write_table_atomic,
 )
-from storage.lock import StoreLock, remove_partials
-from storage.validate import as_codes, as_features, as_labels, as_strings, check_unique_ids
+from imgscale.storage.lock import StoreLock, remove_partials
+from imgscale.storage.validate import as_codes, as_features, as_labels, as_strings, check_unique_ids
 
 if TYPE_CHECKING:
-    from storage.store import FeatureStore
+    from imgscale.storage.store import FeatureStore
 
 
 class _LockedWriter:

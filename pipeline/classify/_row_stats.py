@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.reductions import RowStats
+from imgscale.pipeline.reductions import RowStats
 
 
 def row_stats_attributes(stats: RowStats) -> dict[str, Any]:

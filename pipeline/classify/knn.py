@@ -10,17 +10,17 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
-from pipeline._compute import compute
-from pipeline.classify._base import (
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.classify._base import (
     ProjectionMixin,
     RowClassifierMixin,
     encode_labels,
     unique_labels,
 )
-from pipeline.classify._minibatch import RowSampler
-from pipeline.classify.ncm_metric import initial_projection
-from pipeline.pq import TopK
-from pipeline.reductions import reduce_rows
+from imgscale.pipeline.classify._minibatch import RowSampler
+from imgscale.pipeline.classify.ncm_metric import initial_projection
+from imgscale.pipeline.pq import TopK
+from imgscale.pipeline.reductions import reduce_rows
 
 _QUERY_ROWS = 4096
 

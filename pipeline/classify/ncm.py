@@ -10,9 +10,9 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, grown_classes
-from pipeline.pq import check_codebook, code_row_stats
-from pipeline.reductions import RowStats, row_stats
+from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, grown_classes
+from imgscale.pipeline.pq import check_codebook, code_row_stats
+from imgscale.pipeline.reductions import RowStats, row_stats
 
 
 class NearestClassMean(RowClassifierMixin, BaseEstimator):

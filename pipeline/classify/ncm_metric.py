@@ -9,18 +9,18 @@ import dask.array as da
 import numpy as np
 from sklearn.utils.validation import check_random_state
 
-from pipeline._compute import compute
-from pipeline.classify._base import (
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.classify._base import (
     ProjectionMixin,
     encode_labels,
     encode_labels_lazy,
     grown_classes,
     top_k_columns,
 )
-from pipeline.classify._minibatch import RowSampler, decode_codes
-from pipeline.classify.ncm import NearestClassMean
-from pipeline.pq import check_codebook
-from pipeline.reductions import RowStats
+from imgscale.pipeline.classify._minibatch import RowSampler, decode_codes
+from imgscale.pipeline.classify.ncm import NearestClassMean
+from imgscale.pipeline.pq import check_codebook
+from imgscale.pipeline.reductions import RowStats
 
 # Query rows scored per GEMM: the rows × classes float32 block (40 MiB at 10,000 classes)
 # stays close to the L3 cache for the top-k scan that reads it right after.
@@ -351,7 +351,7 @@ def initial_projection(
     if not 1 <= n_components <= X.shape[1]:
         raise ValueError(f"n_components must be in [1, {X.shape[1]}], got {n_components}")
     # Imported here: pipeline.embed imports pipeline.classify's input checks.
-    from pipeline.embed.pca import PCA
+    from imgscale.pipeline.embed.pca import PCA
 
     W = PCA(n_components=n_components).fit(X).components_.astype(np.float32)
     projected = (X - means[y_index]) @ W.T

@@ -9,17 +9,17 @@ import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator
 
-from pipeline._compute import compute
-from pipeline.classify._base import (
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.classify._base import (
     LinearClassifierMixin,
     checked_grid,
     encode_labels_lazy,
     grown_classes,
     unique_labels,
 )
-from pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
-from pipeline.gram import GRAM_PRECISIONS
-from pipeline.reductions import RowStats, reduce_rows, row_stats
+from imgscale.pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
+from imgscale.pipeline.gram import GRAM_PRECISIONS
+from imgscale.pipeline.reductions import RowStats, reduce_rows, row_stats
 
 RHO_GRID = (0.0002, 0.002, 0.02, 0.2, 2.0, 20.0, 200.0, 2000.0)
 

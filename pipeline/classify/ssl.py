@@ -14,16 +14,16 @@ import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator
 
-from pipeline.classify._base import (
+from imgscale.pipeline.classify._base import (
     LinearClassifierMixin,
     checked_grid,
     encode_labels_lazy,
     grown_classes,
     unique_labels,
 )
-from pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
-from pipeline.classify.ridge import RidgeClassifier, grid_rates
-from pipeline.reductions import RowStats, row_stats
+from imgscale.pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
+from imgscale.pipeline.classify.ridge import RidgeClassifier, grid_rates
+from imgscale.pipeline.reductions import RowStats, row_stats
 
 LAM_GRID = (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
 

@@ -5,16 +5,16 @@ Data-independent: `RandomFourierFeatures`, `SquareRoot`, `HistogramIntersection`
 Separable Laplacian eigenfunctions: `PCALap`, `RPLap` (paper 000 Table 1), `ALE` (paper 001).
 """
 
-from pipeline.embed.add_kpca import AddKPCA
-from pipeline.embed.ale import ALE
-from pipeline.embed.gaussian_random_projection import GaussianRandomProjection
-from pipeline.embed.histogram_intersection import HistogramIntersection
-from pipeline.embed.nystrom import Nystrom
-from pipeline.embed.pca import PCA
-from pipeline.embed.pcalap import PCALap
-from pipeline.embed.random_fourier_features import RandomFourierFeatures
-from pipeline.embed.rplap import RPLap
-from pipeline.embed.square_root import SquareRoot
+from imgscale.pipeline.embed.add_kpca import AddKPCA
+from imgscale.pipeline.embed.ale import ALE
+from imgscale.pipeline.embed.gaussian_random_projection import GaussianRandomProjection
+from imgscale.pipeline.embed.histogram_intersection import HistogramIntersection
+from imgscale.pipeline.embed.nystrom import Nystrom
+from imgscale.pipeline.embed.pca import PCA
+from imgscale.pipeline.embed.pcalap import PCALap
+from imgscale.pipeline.embed.random_fourier_features import RandomFourierFeatures
+from imgscale.pipeline.embed.rplap import RPLap
+from imgscale.pipeline.embed.square_root import SquareRoot
 
 __all__ = [
     "ALE",

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline._compute import compute
-from pipeline.classify._base import top_k_columns
-from pipeline.embed._base import sample_rows
-from pipeline.reductions import reduce_rows
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.classify._base import top_k_columns
+from imgscale.pipeline.embed._base import sample_rows
+from imgscale.pipeline.reductions import reduce_rows
 
 # Rows compared to the queries at a time: a store chunk (32,768 rows at D = 512) in one block
 # bounds the queries × rows float32 scores at 64 MB for 500 queries. One selection per chunk

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.embed.pcalap import PCALap
+from imgscale.pipeline.embed.pcalap import PCALap
 
 
 class ALE(PCALap):

@@ -34,9 +34,9 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
-from pipeline._compute import compute
-from pipeline.embed._base import RowTransformerMixin
-from pipeline.reductions import reduce_rows
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.embed._base import RowTransformerMixin
+from imgscale.pipeline.reductions import reduce_rows
 
 # Rows projected at a time inside a chunk: bounds the rows × k float32 and index temporaries.
 _SUB_ROWS = 4096

@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
-from pipeline.embed._base import RowTransformerMixin
+from imgscale.pipeline.embed._base import RowTransformerMixin
 
 
 class GaussianRandomProjection(RowTransformerMixin, BaseEstimator):

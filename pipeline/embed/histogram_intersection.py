@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from pipeline._compute import compute
-from pipeline.embed._base import RowTransformerMixin, check_non_negative_block
-from pipeline.reductions import reduce_rows
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.embed._base import RowTransformerMixin, check_non_negative_block
+from imgscale.pipeline.reductions import reduce_rows
 
 
 @dataclass

@@ -9,9 +9,9 @@ import scipy.linalg
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
-from pipeline.embed._bandwidth import knn_bandwidth
-from pipeline.embed._base import RowTransformerMixin, sample_rows
-from pipeline.embed._kernels import kernel_matrix
+from imgscale.pipeline.embed._bandwidth import knn_bandwidth
+from imgscale.pipeline.embed._base import RowTransformerMixin, sample_rows
+from imgscale.pipeline.embed._kernels import kernel_matrix
 
 KERNELS = ("gaussian", "intersection")
 

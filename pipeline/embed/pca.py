@@ -9,8 +9,8 @@ import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator
 
-from pipeline.embed._base import RowTransformerMixin
-from pipeline.reductions import RowStats, row_stats
+from imgscale.pipeline.embed._base import RowTransformerMixin
+from imgscale.pipeline.reductions import RowStats, row_stats
 
 
 class PCA(RowTransformerMixin, BaseEstimator):

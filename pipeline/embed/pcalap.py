@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.embed.eigenfunctions import SeparableEigenfunctions
-from pipeline.embed.pca import PCA
+from imgscale.pipeline.embed.eigenfunctions import SeparableEigenfunctions
+from imgscale.pipeline.embed.pca import PCA
 
 
 def pca_rotation(X: Any, n_directions: int | None) -> tuple[np.ndarray, np.ndarray]:

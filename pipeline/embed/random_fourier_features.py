@@ -8,8 +8,8 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
-from pipeline.embed._bandwidth import knn_bandwidth
-from pipeline.embed._base import RowTransformerMixin
+from imgscale.pipeline.embed._bandwidth import knn_bandwidth
+from imgscale.pipeline.embed._base import RowTransformerMixin
 
 
 class RandomFourierFeatures(RowTransformerMixin, BaseEstimator):

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.embed.eigenfunctions import SeparableEigenfunctions
-from pipeline.embed.gaussian_random_projection import GaussianRandomProjection
+from imgscale.pipeline.embed.eigenfunctions import SeparableEigenfunctions
+from imgscale.pipeline.embed.gaussian_random_projection import GaussianRandomProjection
 
 
 def mean_absolute_difference(centres: np.ndarray, empirical: np.ndarray) -> np.ndarray:

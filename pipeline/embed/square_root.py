@@ -8,7 +8,7 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from pipeline.embed._base import RowTransformerMixin, check_non_negative_block
+from imgscale.pipeline.embed._base import RowTransformerMixin, check_non_negative_block
 
 
 class SquareRoot(RowTransformerMixin, BaseEstimator):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage.errors import StoreError
-from storage.formats.base import Block, Source
-from storage.formats.idx import IdxSource
-from storage.formats.numpy_files import NpySource, NpzSource
-from storage.formats.parquet import ParquetSource
-from storage.formats.vecs import BvecsSource, FvecsSource
+from imgscale.storage.errors import StoreError
+from imgscale.storage.formats.base import Block, Source
+from imgscale.storage.formats.idx import IdxSource
+from imgscale.storage.formats.numpy_files import NpySource, NpzSource
+from imgscale.storage.formats.parquet import ParquetSource
+from imgscale.storage.formats.vecs import BvecsSource, FvecsSource
 
 FORMATS = {
     "npy": NpySource,

@@ -9,7 +9,7 @@ from typing import IO, Protocol
 
 import numpy as np
 
-from storage.errors import StoreError
+from imgscale.storage.errors import StoreError
 
 
 @dataclass

@@ -11,8 +11,8 @@ from typing import IO
 
 import numpy as np
 
-from storage.errors import StoreError
-from storage.formats.base import Block, read_exact
+from imgscale.storage.errors import StoreError
+from imgscale.storage.formats.base import Block, read_exact
 
 # IDX type byte -> numpy dtype; multi-byte values are big-endian per the format.
 IDX_DTYPES = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}

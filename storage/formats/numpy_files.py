@@ -11,8 +11,8 @@ from typing import IO
 import numpy as np
 from numpy.lib import format as npformat
 
-from storage.errors import StoreError
-from storage.formats.base import Block, read_exact, resolve_keys
+from imgscale.storage.errors import StoreError
+from imgscale.storage.formats.base import Block, read_exact, resolve_keys
 
 
 class NpySource:

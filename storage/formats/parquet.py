@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.errors import StoreError
-from storage.formats.base import Block, resolve_keys
+from imgscale.storage.errors import StoreError
+from imgscale.storage.formats.base import Block, resolve_keys
 
 
 class ParquetSource:

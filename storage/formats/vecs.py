@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from storage.errors import StoreError
-from storage.formats.base import Block
+from imgscale.storage.errors import StoreError
+from imgscale.storage.formats.base import Block
 
 
 class _VecsSource:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -13,16 +12,10 @@ import pytest
 from distributed import Client
 from sklearn.datasets import load_digits
 
-from storage import create_store, ingest_file, open_store
+from imgscale.storage import create_store, ingest_file, open_store
 
 # The `dask` console script installed beside this interpreter, as a user would run it.
 DASK = str(Path(sys.executable).with_name("dask"))
-# A dask worker puts its local directory first on sys.path and spills to `<that>/storage`, which
-# Python then imports as a namespace package `storage` ahead of an editable install's import
-# hook (a meta-path finder, consulted after sys.path): tasks from `jobs` fail to unpickle and the
-# client waits forever. With the repository root on PYTHONPATH the real (regular) package wins,
-# since a regular package anywhere on sys.path beats namespace portions.
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -30,8 +23,6 @@ def scheduler_address(tmp_path_factory) -> str:
     """Start ``dask scheduler`` and two ``dask worker`` processes; yield the scheduler address."""
     scheduler_file = tmp_path_factory.mktemp("cluster") / "scheduler.json"
     common = ["--no-dashboard"]
-    pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": pythonpath}
     processes = [
         subprocess.Popen(
             [
@@ -67,7 +58,6 @@ def scheduler_address(tmp_path_factory) -> str:
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
-                    env=env,
                 )
             )
         with Client(scheduler_file=str(scheduler_file), timeout="30s") as client:

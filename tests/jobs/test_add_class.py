@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from jobs import models
-from jobs.cli import cli
-from pipeline.classify import MetricNearestClassMean
-from storage import create_store, open_store
-from storage.pq import PQCodec, create_pq_store
+from imgscale.jobs import models
+from imgscale.jobs.cli import cli
+from imgscale.pipeline.classify import MetricNearestClassMean
+from imgscale.storage import create_store, open_store
+from imgscale.storage.pq import PQCodec, create_pq_store
 
 NAMES = [f"c{i}" for i in range(6)]
 

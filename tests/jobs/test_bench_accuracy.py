@@ -7,15 +7,15 @@ import tarfile
 import numpy as np
 from sklearn.datasets import load_digits
 
-from jobs.bench.accuracy import (
+from imgscale.bench.accuracy import (
     dual_ridge_rates,
     markdown,
     merge_records,
     newsgroups_histograms,
     write_section,
 )
-from pipeline.classify import RidgeClassifier
-from pipeline.metrics import per_class_rate
+from imgscale.pipeline.classify import RidgeClassifier
+from imgscale.pipeline.metrics import per_class_rate
 
 
 def test_dual_ridge_equals_ridge_classifier_centred_on_all_rows():

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from jobs.bench.common import PeakRSS
+from imgscale.bench.common import PeakRSS
 
 CHILD = "import numpy, time; a = numpy.ones(300 * 2**20 // 8); time.sleep(2.5)"
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from jobs.cli import cli
-from storage import open_store
+from imgscale.jobs.cli import cli
+from imgscale.storage import open_store
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
 

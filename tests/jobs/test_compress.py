@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from jobs.cli import cli
-from jobs.compress import compress
-from jobs.train import train
-from pipeline.metrics import per_class_rate
-from storage import StoreError, open_store
-from storage.pq import PQCodec
+from imgscale.jobs.cli import cli
+from imgscale.jobs.compress import compress
+from imgscale.jobs.train import train
+from imgscale.pipeline.metrics import per_class_rate
+from imgscale.storage import StoreError, open_store
+from imgscale.storage.pq import PQCodec
 
 
 def _compress(digits_store, dst, m, **kwargs):
@@ -98,7 +98,7 @@ def test_m_not_dividing_d_fails_before_anything_is_written(digits_store, tmp_pat
 
 
 def test_failure_while_encoding_leaves_no_store(digits_store, tmp_path, monkeypatch):
-    import jobs.compress as module
+    import imgscale.jobs.compress as module
 
     calls = []
 

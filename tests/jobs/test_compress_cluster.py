@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from storage import open_store
+from imgscale.storage import open_store
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
 

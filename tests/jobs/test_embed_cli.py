@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from jobs import models
-from jobs.cli import cli
-from jobs.models import ClassifierPipeline
-from pipeline.embed import RandomFourierFeatures
-from storage import open_store
+from imgscale.jobs import models
+from imgscale.jobs.cli import cli
+from imgscale.jobs.models import ClassifierPipeline
+from imgscale.pipeline.embed import RandomFourierFeatures
+from imgscale.storage import open_store
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
 
@@ -74,7 +74,7 @@ def test_an_option_that_does_not_apply_to_the_embedding_is_refused(tmp_path, dig
 
 
 def test_embedded_pipeline_round_trips_through_save_and_load(tmp_path, digits_store):
-    from jobs.train import make_embedding, train
+    from imgscale.jobs.train import make_embedding, train
 
     store = open_store(digits_store)
     fitted = train(store, "ridge", embedding=make_embedding("addkpca", n_components=40))

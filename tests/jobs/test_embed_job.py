@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs import models
-from jobs.embed import embed_new_rows
-from pipeline.embed import ALE
-from storage import create_store, open_store
+from imgscale.jobs import models
+from imgscale.jobs.embed import embed_new_rows
+from imgscale.pipeline.embed import ALE
+from imgscale.storage import create_store, open_store
 from tests.conftest import wait_for_report
 
 ROWS, DIM, BATCH = 1200, 12, 100
@@ -116,10 +116,10 @@ def reference(tmp_path_factory, source, model_path) -> Path:
 # the parent can SIGKILL it at a chosen instant.
 CHILD = """
 import sys, time
-import storage.writer
-from jobs import models
-from jobs.embed import embed_new_rows
-from storage import open_store
+import imgscale.storage.writer
+from imgscale.jobs import models
+from imgscale.jobs.embed import embed_new_rows
+from imgscale.storage import open_store
 
 model_path, src, dst, progress, mode = sys.argv[1:]
 def report(text):
@@ -127,7 +127,7 @@ def report(text):
         f.write(text + "\\n")
 
 if mode == "inside_commit":
-    original = storage.writer.write_record
+    original = imgscale.storage.writer.write_record
     calls = [0]
     def slow_record(path, record):
         calls[0] += 1
@@ -135,7 +135,7 @@ if mode == "inside_commit":
             report("committing")
             time.sleep(60)
         original(path, record)
-    storage.writer.write_record = slow_record
+    imgscale.storage.writer.write_record = slow_record
 
 def on_commit(start, stop):
     report(f"committed {stop}")
@@ -180,8 +180,8 @@ def test_a_sigkilled_run_resumes_to_exactly_the_uninterrupted_result(
 
 
 def test_a_trained_ale_ssl_pipeline_embeds_with_its_ale_step(tmp_path, source):
-    from jobs.train import make_embedding, train
-    from pipeline.classify import SemiSupervisedEigenSolver
+    from imgscale.jobs.train import make_embedding, train
+    from imgscale.pipeline.classify import SemiSupervisedEigenSolver
 
     fitted = train(open_store(source[0]), "ssl", embedding=make_embedding("ale", n_components=8))
     assert isinstance(fitted.steps[-1][1], SemiSupervisedEigenSolver)

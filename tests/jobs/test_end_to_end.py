@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.classify import NearestClassMean, RidgeClassifier
-from pipeline.metrics import per_class_rate, top_k_error
+from imgscale.pipeline.classify import NearestClassMean, RidgeClassifier
+from imgscale.pipeline.metrics import per_class_rate, top_k_error
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
 

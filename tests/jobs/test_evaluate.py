@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from jobs.evaluate import evaluate
-from pipeline.classify import NearestClassMean, RidgeClassifier
-from pipeline.metrics import mean_interpolated_average_precision, per_class_rate
-from storage import create_store
+from imgscale.jobs.evaluate import evaluate
+from imgscale.pipeline.classify import NearestClassMean, RidgeClassifier
+from imgscale.pipeline.metrics import mean_interpolated_average_precision, per_class_rate
+from imgscale.storage import create_store
 
 
 @pytest.mark.parametrize("classes", [2, 10])

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from jobs import models
-from pipeline.classify import MetricKNeighborsClassifier, NearestClassMean, RidgeClassifier
-from storage import StoreError
+from imgscale.jobs import models
+from imgscale.pipeline.classify import MetricKNeighborsClassifier, NearestClassMean, RidgeClassifier
+from imgscale.storage import StoreError
 
 
 @pytest.fixture(scope="module")

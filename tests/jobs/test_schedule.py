@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs import models
-from jobs.schedule import CronSchedule, parse_every, run_once_locked, run_times
-from pipeline.embed import ALE
-from storage import create_store, open_store
+from imgscale.jobs import models
+from imgscale.jobs.schedule import CronSchedule, parse_every, run_once_locked, run_times
+from imgscale.pipeline.embed import ALE
+from imgscale.storage import create_store, open_store
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
 

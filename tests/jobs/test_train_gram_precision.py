@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from jobs import models
-from jobs.cli import cli
-from storage import open_store
+from imgscale.jobs import models
+from imgscale.jobs.cli import cli
+from imgscale.storage import open_store
 
 
 def run(*args) -> Result:

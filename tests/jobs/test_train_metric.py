@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from jobs import models
-from jobs.cli import cli
-from storage import create_store
-from storage.pq import PQCodec, create_pq_store
+from imgscale.jobs import models
+from imgscale.jobs.cli import cli
+from imgscale.storage import create_store
+from imgscale.storage.pq import PQCodec, create_pq_store
 
 N_CLASSES, DIM = 5, 12
 NAMES = [f"c{i}" for i in range(N_CLASSES)]

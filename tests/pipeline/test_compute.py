@@ -4,8 +4,8 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from pipeline._compute import compute, compute_hook, gather_rows, use_compute
-from pipeline.classify import RidgeClassifier
+from imgscale.pipeline._compute import compute, compute_hook, gather_rows, use_compute
+from imgscale.pipeline.classify import RidgeClassifier
 from tests.pipeline.conftest import as_dask
 
 

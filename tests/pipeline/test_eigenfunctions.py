@@ -15,8 +15,8 @@ import scipy.linalg
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from pipeline.embed import ALE, PCALap, RPLap
-from pipeline.embed.eigenfunctions import (
+from imgscale.pipeline.embed import ALE, PCALap, RPLap
+from imgscale.pipeline.embed.eigenfunctions import (
     _SWEEP_ROWS,
     chunk_bin_counts,
     chunk_projected_range,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pipeline.classify._base import encode_labels
+from imgscale.pipeline.classify._base import encode_labels
 
 
 def dict_lookup(y, classes):

@@ -5,7 +5,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from pipeline.classify import NearestClassMean, RidgeClassifier
+from imgscale.pipeline.classify import NearestClassMean, RidgeClassifier
 
 # The check uses labels {-1, 1}; here -1 means "unlabelled" (scikit-learn's semi-supervised
 # convention, design doc), so that problem has one class by construction.

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from pipeline import gram as gram_module
-from pipeline.gram import add_gram
+from imgscale.pipeline import gram as gram_module
+from imgscale.pipeline.gram import add_gram
 
 
 def rows(offset=0.0, n=700, d=9, seed=0):

@@ -4,7 +4,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from pipeline.classify.knn import (
+from imgscale.pipeline.classify.knn import (
     MetricKNeighborsClassifier,
     _vote_scores,
     dynamic_targets,

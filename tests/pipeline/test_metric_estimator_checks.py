@@ -2,7 +2,7 @@
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from pipeline.classify import MetricKNeighborsClassifier, MetricNearestClassMean
+from imgscale.pipeline.classify import MetricKNeighborsClassifier, MetricNearestClassMean
 from tests.pipeline.embed.test_common import FLOAT32_ROUNDING
 from tests.pipeline.test_estimator_checks import UNLABELLED_MINUS_ONE
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, recall_score, top_k_accuracy_score
 
-from pipeline.metrics import (
+from imgscale.pipeline.metrics import (
     class_hit_counts,
     evaluate_top_k,
     interpolated_average_precision,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 
-from pipeline.classify._minibatch import RowSampler
+from imgscale.pipeline.classify._minibatch import RowSampler
 
 
 def _rows_and_labels(n: int = 60):

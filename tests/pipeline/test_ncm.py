@@ -4,7 +4,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from pipeline.classify import NearestClassMean
+from imgscale.pipeline.classify import NearestClassMean
 from tests.pipeline.conftest import N_CLASSES, as_dask
 
 

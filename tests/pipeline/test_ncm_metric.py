@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from pipeline.classify._minibatch import decode_codes
-from pipeline.classify.ncm_metric import MetricNearestClassMean, ncm_objective
-from pipeline.classify.zero_shot import ancestors, map_mean, prior_means
+from imgscale.pipeline.classify._minibatch import decode_codes
+from imgscale.pipeline.classify.ncm_metric import MetricNearestClassMean, ncm_objective
+from imgscale.pipeline.classify.zero_shot import ancestors, map_mean, prior_means
 from tests.pipeline.conftest import as_dask
 
 FAST = {"n_components": 4, "batch_size": 64, "max_iter": 60, "validate_every": 20}

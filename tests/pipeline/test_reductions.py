@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import gram as gram_module
-from pipeline import reductions
-from pipeline._compute import compute
-from pipeline.reductions import RowStats, chunk_row_stats, reduce_rows, row_stats
+from imgscale.pipeline import gram as gram_module
+from imgscale.pipeline import reductions
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.reductions import RowStats, chunk_row_stats, reduce_rows, row_stats
 from tests.pipeline.conftest import N_CLASSES, as_dask
 
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
-from pipeline.classify import RidgeClassifier, ridge
-from pipeline.classify.ridge import RHO_GRID
-from pipeline.metrics import per_class_rate
+from imgscale.pipeline.classify import RidgeClassifier, ridge
+from imgscale.pipeline.classify.ridge import RHO_GRID
+from imgscale.pipeline.metrics import per_class_rate
 from tests.pipeline.conftest import N_CLASSES, as_dask
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from pipeline.classify.ssl import EigenvalueRidgeClassifier, SemiSupervisedEigenSolver
+from imgscale.pipeline.classify.ssl import EigenvalueRidgeClassifier, SemiSupervisedEigenSolver
 
 UNLABELLED_MINUS_ONE = "label -1 means unlabelled, so labels {-1, 1} are one class"
 
@@ -113,7 +113,7 @@ def test_eigenvalue_ridge_equals_the_dense_centred_solve_with_sigma_as_regularis
 
 
 def test_eigenvalue_ridge_without_eigenvalues_is_ordinary_ridge(problem):
-    from pipeline.classify import RidgeClassifier
+    from imgscale.pipeline.classify import RidgeClassifier
 
     U, y, _, _ = problem
     ours = EigenvalueRidgeClassifier(rho=2.0).fit(U, y)

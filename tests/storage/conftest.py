@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage import FeatureStore, create_store
+from imgscale.storage import FeatureStore, create_store
 
 DIM = 6
 ROWS_PER_CHUNK = 10

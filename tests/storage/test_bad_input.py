@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from storage import FeatureStore, StoreError, open_store
+from imgscale.storage import FeatureStore, StoreError, open_store
 from tests.storage.conftest import DIM, random_rows, snapshot
 
 

@@ -7,9 +7,9 @@ import pytest
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
-from storage import create_store
-from storage.chunk_io import direct_checksum, read_chunk_file
-from storage.layout import CODECS
+from imgscale.storage import create_store
+from imgscale.storage.chunk_io import direct_checksum, read_chunk_file
+from imgscale.storage.layout import CODECS
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8])

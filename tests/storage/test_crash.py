@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage import FeatureStore, create_store
+from imgscale.storage import FeatureStore, create_store
 from tests.conftest import wait_for_report
 from tests.storage.conftest import random_rows, snapshot
 
@@ -25,8 +25,8 @@ BLOCKS, BLOCK_ROWS, DIM = 40, 23, 8
 CHILD = f"""
 import sys, time
 import numpy as np
-import storage.writer
-from storage import open_store
+import imgscale.storage.writer
+from imgscale.storage import open_store
 
 store_path, progress, mode = sys.argv[1:]
 def report(text):
@@ -37,7 +37,7 @@ if mode == "pause_before_commit":
     def stalled_commit(path, record):
         report("committing")
         time.sleep(60)
-    storage.writer.write_record = stalled_commit
+    imgscale.storage.writer.write_record = stalled_commit
 
 store = open_store(store_path)
 # Without sleeps the child needs more blocks to still be writing when the kill lands.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import FeatureStore, StoreError
+from imgscale.storage import FeatureStore, StoreError
 
 
 def _chunk(store: FeatureStore, index: int) -> Path:

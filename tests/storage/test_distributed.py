@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from storage import StoreError, create_store
+from imgscale.storage import StoreError, create_store
 from tests.storage.conftest import random_rows
 
 

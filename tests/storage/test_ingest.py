@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage import FORMATS, StoreError, create_store, ingest_file, open_store
+from imgscale.storage import FORMATS, StoreError, create_store, ingest_file, open_store
 from tests.storage.conftest import random_rows, snapshot
 
 N, D = 53, 5

@@ -11,9 +11,9 @@ import faiss
 import numpy as np
 import pytest
 
-from storage import StoreError, open_store
-from storage.pq import KSUB, PQCodec, create_pq_store, random_rotation
-from storage.writer import CopyWriter, write_row_chunk
+from imgscale.storage import StoreError, open_store
+from imgscale.storage.pq import KSUB, PQCodec, create_pq_store, random_rotation
+from imgscale.storage.writer import CopyWriter, write_row_chunk
 
 DIM, M = 16, 4
 
@@ -200,7 +200,7 @@ def test_codebook_mismatching_the_store_dimension_is_refused_at_create(tmp_path,
 
 
 def test_pq_store_has_its_own_schema_version_so_older_readers_refuse_it(pq_store, monkeypatch):
-    import storage.layout as layout
+    import imgscale.storage.layout as layout
 
     store, _ = pq_store
     record = _record(store)["attributes"]["imgscale"]
@@ -221,7 +221,7 @@ def test_pq_record_with_an_older_schema_version_is_refused(pq_store):
 
 
 def test_raw_store_has_no_codes(tmp_path):
-    from storage import create_store
+    from imgscale.storage import create_store
 
     store = create_store(tmp_path / "raw.zarr", DIM)
     with pytest.raises(StoreError, match="has no codes"):

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage import StoreError, create_store
-from storage.chunks import ChunkReader, SplitRows
+from imgscale.storage import StoreError, create_store
+from imgscale.storage.chunks import ChunkReader, SplitRows
 
 ROWS_PER_CHUNK = 10
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from storage import SCHEMA_VERSION, FeatureStore, StoreError, create_store, open_store
+from imgscale.storage import SCHEMA_VERSION, FeatureStore, StoreError, create_store, open_store
 from tests.storage.conftest import DIM, ROWS_PER_CHUNK, random_rows, snapshot
 
 

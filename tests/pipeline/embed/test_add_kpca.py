@@ -1,6 +1,6 @@
 import numpy as np
 
-from pipeline.embed import AddKPCA
+from imgscale.pipeline.embed import AddKPCA
 from tests.pipeline.embed.conftest import match_signs
 
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from pipeline.embed import _bandwidth
-from pipeline.embed._bandwidth import NearestSquaredDistances, chunk_nearest
+from imgscale.pipeline.embed import _bandwidth
+from imgscale.pipeline.embed._bandwidth import NearestSquaredDistances, chunk_nearest
 
 
 def brute_force_nearest(X: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:

@@ -10,8 +10,8 @@ from sklearn.datasets import load_digits
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from pipeline.classify import RidgeClassifier
-from pipeline.embed import (
+from imgscale.pipeline.classify import RidgeClassifier
+from imgscale.pipeline.embed import (
     PCA,
     AddKPCA,
     GaussianRandomProjection,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pipeline.embed import HistogramIntersection, SquareRoot
+from imgscale.pipeline.embed import HistogramIntersection, SquareRoot
 from tests.pipeline.embed.conftest import as_dask
 
 

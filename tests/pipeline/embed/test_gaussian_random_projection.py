@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline.embed import GaussianRandomProjection
+from imgscale.pipeline.embed import GaussianRandomProjection
 
 
 def test_preserves_squared_norms_on_average():

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline.embed import Nystrom
+from imgscale.pipeline.embed import Nystrom
 from tests.pipeline.embed.conftest import match_signs
 
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA as SklearnPCA
 
-from pipeline.embed import PCA
+from imgscale.pipeline.embed import PCA
 from tests.pipeline.embed.conftest import as_dask
 
 

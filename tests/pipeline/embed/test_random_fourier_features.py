@@ -3,11 +3,11 @@ import pytest
 from dask._task_spec import Task
 from sklearn.neighbors import NearestNeighbors
 
-from pipeline._compute import compute
-from pipeline.embed import RandomFourierFeatures
-from pipeline.embed import _base as embed_base
-from pipeline.embed._bandwidth import knn_bandwidth
-from pipeline.reductions import reduce_rows
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.embed import RandomFourierFeatures
+from imgscale.pipeline.embed import _base as embed_base
+from imgscale.pipeline.embed._bandwidth import knn_bandwidth
+from imgscale.pipeline.reductions import reduce_rows
 from tests.pipeline.embed.conftest import as_dask
 
 

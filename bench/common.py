@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from storage import FeatureStore, create_store, open_store
+from imgscale.storage import FeatureStore, create_store, open_store
 
 BLOCK_ROWS = 65_536
 VAL_FRACTION = 0.2

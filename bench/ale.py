@@ -19,16 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.bench.accuracy import DATA_DIR, load_dataset
-from jobs.bench.common import PeakRSS, mixture_store, record
-from jobs.cluster import connect
-from jobs.embed import embed_new_rows
-from pipeline._compute import compute
-from pipeline.classify import RidgeClassifier
-from pipeline.classify.ssl import EigenvalueRidgeClassifier, SemiSupervisedEigenSolver
-from pipeline.embed import ALE
-from pipeline.metrics import mean_interpolated_average_precision, per_class_rate
-from pipeline.reductions import reduce_rows
+from imgscale.bench.accuracy import DATA_DIR, load_dataset
+from imgscale.bench.common import PeakRSS, mixture_store, record
+from imgscale.jobs.cluster import connect
+from imgscale.jobs.embed import embed_new_rows
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.classify import RidgeClassifier
+from imgscale.pipeline.classify.ssl import EigenvalueRidgeClassifier, SemiSupervisedEigenSolver
+from imgscale.pipeline.embed import ALE
+from imgscale.pipeline.metrics import mean_interpolated_average_precision, per_class_rate
+from imgscale.pipeline.reductions import reduce_rows
 
 GIB = 2**30
 

@@ -1,6 +1,6 @@
 """``imgscale bench pq``: PQ compress, class means from codes and ADC search vs faiss, same run.
 
-On the synthetic Gaussian mixture (``jobs.bench.common``), one store of ``rows × dim``:
+On the synthetic Gaussian mixture (``imgscale.bench.common``), one store of ``rows × dim``:
 
 - encode throughput: ``imgscale compress`` on the cluster (read, encode, write, commit) vs faiss
   ``ProductQuantizer.compute_codes`` in this process on the same rows in memory (all threads),
@@ -25,13 +25,13 @@ from pathlib import Path
 import dask
 import numpy as np
 
-from jobs.bench.common import PeakRSS, mixture_blocks, mixture_store, record
-from jobs.cluster import connect
-from jobs.compress import compress
-from pipeline.classify import NearestClassMean
-from pipeline.pq import adc_search, index_pq
-from storage import open_store
-from storage.pq import DEFAULT_SAMPLE, sample_indices
+from imgscale.bench.common import PeakRSS, mixture_blocks, mixture_store, record
+from imgscale.jobs.cluster import connect
+from imgscale.jobs.compress import compress
+from imgscale.pipeline.classify import NearestClassMean
+from imgscale.pipeline.pq import adc_search, index_pq
+from imgscale.storage import open_store
+from imgscale.storage.pq import DEFAULT_SAMPLE, sample_indices
 
 CLUSTERS = 1000
 

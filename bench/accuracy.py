@@ -33,17 +33,17 @@ from pathlib import Path
 import numpy as np
 import scipy.linalg
 
-from jobs.bench.common import record
-from pipeline.classify import RidgeClassifier
-from pipeline.classify.ridge import RHO_GRID
-from pipeline.embed import (
+from imgscale.bench.common import record
+from imgscale.pipeline.classify import RidgeClassifier
+from imgscale.pipeline.classify.ridge import RHO_GRID
+from imgscale.pipeline.embed import (
     AddKPCA,
     HistogramIntersection,
     Nystrom,
     RandomFourierFeatures,
     SquareRoot,
 )
-from pipeline.metrics import per_class_rate
+from imgscale.pipeline.metrics import per_class_rate
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 LABELLED_PER_CLASS = (3, 10, 30)

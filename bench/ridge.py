@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from jobs.bench.common import (
+from imgscale.bench.common import (
     PeakRSS,
     mixture_in_memory,
     peer_note,
@@ -21,9 +21,9 @@ from jobs.bench.common import (
     run_peer,
     timed_mixture_store,
 )
-from jobs.cluster import connect
-from pipeline.classify import RidgeClassifier
-from pipeline.metrics import per_class_rate
+from imgscale.jobs.cluster import connect
+from imgscale.pipeline.classify import RidgeClassifier
+from imgscale.pipeline.metrics import per_class_rate
 
 PEER_MEMORY_CAP = 20 * 2**30
 

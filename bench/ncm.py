@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.bench.common import PeakRSS, mixture_store, record
-from jobs.cluster import connect
-from pipeline.classify import MetricNearestClassMean, NearestClassMean
-from pipeline.classify.ncm_metric import SCORE_ROWS
+from imgscale.bench.common import PeakRSS, mixture_store, record
+from imgscale.jobs.cluster import connect
+from imgscale.pipeline.classify import MetricNearestClassMean, NearestClassMean
+from imgscale.pipeline.classify.ncm_metric import SCORE_ROWS
 
 DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 REPEATS = 3
@@ -72,11 +72,11 @@ def run(
 
 def _pq_means(store, workdir, m, classes, raw_means, scheduler, log) -> list[dict]:
     try:
-        from jobs.compress import compress
+        from imgscale.jobs.compress import compress
     except ImportError:
         log("jobs.compress not available: PQ class means skipped")
         return []
-    from storage import open_store
+    from imgscale.storage import open_store
 
     path = workdir / f"{store.path.stem}-pq{m}.zarr"
     with connect(scheduler, quiet=True):
@@ -190,7 +190,7 @@ def load_digits_npz(data_dir: Path, name: str):
 
 def real_data(data_dir: Path, log: Callable[[str], None], repeats: int = 5) -> dict:
     """Error table, held-out-class and zero-shot results on MNIST and USPS (+ a synthetic tree)."""
-    from pipeline.classify import MetricKNeighborsClassifier, RidgeClassifier
+    from imgscale.pipeline.classify import MetricKNeighborsClassifier, RidgeClassifier
 
     out: dict = {"table": {}, "held_out": {}, "zero_shot": {}, "sgd": {}}
     for name in ("usps", "mnist"):
@@ -273,7 +273,7 @@ def _digit_tree():
 
 def _zero_shot(Xtr, ytr, Xv, yv, Xt, yt, repeats, tree) -> dict:
     """Error on held-out classes vs n images per new class, with and without the prior (Fig. 2)."""
-    from pipeline.classify.zero_shot import prior_means
+    from imgscale.pipeline.classify.zero_shot import prior_means
 
     classes = np.unique(ytr)
     children, parents = tree if tree is not None else _synthetic_tree()

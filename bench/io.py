@@ -35,17 +35,17 @@ import zarr
 from threadpoolctl import threadpool_limits
 from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 
-from jobs.bench.common import mixture_blocks, record
-from jobs.cluster import connect
-from pipeline._compute import compute
-from pipeline.classify.ncm import NearestClassMean
-from pipeline.embed.eigenfunctions import chunk_bin_counts
-from pipeline.reductions import reduce_rows, row_stats
-from storage import FeatureStore, create_store
-from storage.chunk_io import direct_checksum, read_chunk_file
-from storage.chunks import ChunkReader
-from storage.layout import default_rows_per_chunk, read_record
-from storage.pq import CodesChunkReader, PQCodec, create_pq_store
+from imgscale.bench.common import mixture_blocks, record
+from imgscale.jobs.cluster import connect
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.classify.ncm import NearestClassMean
+from imgscale.pipeline.embed.eigenfunctions import chunk_bin_counts
+from imgscale.pipeline.reductions import reduce_rows, row_stats
+from imgscale.storage import FeatureStore, create_store
+from imgscale.storage.chunk_io import direct_checksum, read_chunk_file
+from imgscale.storage.chunks import ChunkReader
+from imgscale.storage.layout import default_rows_per_chunk, read_record
+from imgscale.storage.pq import CodesChunkReader, PQCodec, create_pq_store
 
 MIB = 2**20
 CODEC_CHAINS = {

@@ -37,7 +37,7 @@ import dask.array as da
 import numpy as np
 import psutil
 
-from jobs.bench.common import (
+from imgscale.bench.common import (
     PeakRSS,
     mixture_in_memory,
     peer_note,
@@ -45,12 +45,12 @@ from jobs.bench.common import (
     run_peer,
     timed_mixture_store,
 )
-from jobs.cluster import connect
-from pipeline._compute import compute
-from pipeline.classify import RidgeClassifier
-from pipeline.classify.ridge import RHO_GRID
-from pipeline.embed import AddKPCA, Nystrom, RandomFourierFeatures
-from pipeline.metrics import per_class_rate
+from imgscale.jobs.cluster import connect
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.classify import RidgeClassifier
+from imgscale.pipeline.classify.ridge import RHO_GRID
+from imgscale.pipeline.embed import AddKPCA, Nystrom, RandomFourierFeatures
+from imgscale.pipeline.metrics import per_class_rate
 
 # The peer's address-space cap: 20 GiB, or less if the (shared) machine has less available, so
 # that running out of memory is a reported result and never the OOM killer picking a process.
