@@ -21,6 +21,7 @@ from imgscale.pipeline.classify import (
     MetricKNeighborsClassifier,
     MetricNearestClassMean,
     NearestClassMean,
+    PredictedNeighbourhoodClassifier,
     RidgeClassifier,
     SemiSupervisedEigenSolver,
 )
@@ -34,6 +35,7 @@ MODEL_CLASSES: dict[str, type[BaseEstimator]] = {
         NearestClassMean,
         MetricNearestClassMean,
         MetricKNeighborsClassifier,
+        PredictedNeighbourhoodClassifier,
         SemiSupervisedEigenSolver,
         EigenvalueRidgeClassifier,
         *(getattr(embed, n) for n in embed.__all__),

@@ -1,6 +1,7 @@
 """Classifiers trained by reductions over rows; numpy or row-chunked dask input."""
 
 from imgscale.pipeline.classify.knn import MetricKNeighborsClassifier
+from imgscale.pipeline.classify.local import PredictedNeighbourhoodClassifier
 from imgscale.pipeline.classify.ncm import NearestClassMean
 from imgscale.pipeline.classify.ncm_metric import MetricNearestClassMean
 from imgscale.pipeline.classify.ridge import RidgeClassifier
@@ -11,6 +12,7 @@ __all__ = [
     "MetricKNeighborsClassifier",
     "MetricNearestClassMean",
     "NearestClassMean",
+    "PredictedNeighbourhoodClassifier",
     "RidgeClassifier",
     "SemiSupervisedEigenSolver",
 ]

@@ -1,0 +1,547 @@
+"""Predicted neighbourhoods for lazy local learning (paper 004, Yu & Grauman, NIPS 2014).
+
+A query is classified by a linear classifier trained, at query time, on a *predicted* subset of
+the training rows rather than on its nearest neighbours:
+
+- offline (§3.1) each of N training instances gets a target neighbourhood: for every size k, S
+  label-balanced candidate sets drawn with a probability that falls with distance, a local
+  classifier on each, and the members of the candidate whose Platt posterior for the instance's
+  own label is highest, at the size whose mean posterior is highest;
+- offline (§3.2) the N indicator vectors (M-dimensional, sparse) are compressed by a random
+  D × M sign matrix φ and D ridge regressors learn to map a row to its compressed indicator
+  (one Gram matrix, ρ by generalised cross-validation; Hsu et al. 2009);
+- online (§3.3) a query's compressed indicator is predicted and its M confidences recovered by
+  a sparse-recovery algorithm; for each size k the k/C most confident training rows per label
+  train a local classifier, and the most confident of these classifies the query.
+
+The local classifier is ridge regression on ±1 targets (one-vs-rest for C > 2 labels, as §3.1
+footnote 1 suggests) solved in closed form in whichever of the k × k or d × d forms is smaller,
+with a Platt-scaled posterior (Platt 1999; the Newton method of Lin, Lin & Weng 2007) fitted on
+the neighbourhood's own decision values. The paper trains linear SVMs; a closed-form solve makes
+the N × K × S offline fits cheap and exactly reproducible (the same bits in-process and on a
+cluster), which an iterative SVM solver would not.
+
+The pieces are numpy kernels (`sample_candidates`, `local_posteriors`, `training_neighbourhoods`,
+`recover`, `predict_from_confidences`) wired by `PredictedNeighbourhoodClassifier`; the offline
+fits take a ``mapper`` so the jobs layer can run instance blocks as cluster tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+from sklearn.base import BaseEstimator
+from sklearn.linear_model import orthogonal_mp
+from sklearn.utils.validation import check_is_fitted, check_random_state
+
+from imgscale.pipeline._compute import compute
+from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels, unique_labels
+from imgscale.pipeline.gram import add_gram
+
+NEIGHBOURHOODS = ("predicted", "nearest")
+METRICS = ("euclidean", "learned")
+RECOVERIES = ("omp", "correlation")
+# The ρ of the compressed-target regression is chosen by GCV on this grid times the mean
+# eigenvalue of the centred Gram, so one grid fits features of any scale.
+RELATIVE_RHO_GRID = tuple(10.0**e for e in range(-5, 3))
+# Platt's sigmoid fit: Newton steps, each taking the best of these step lengths (a vectorised
+# backtracking line search: the fits of many neighbourhoods advance together).
+_PLATT_ITERATIONS = 30
+_PLATT_STEPS = 0.5 ** np.arange(8)
+# Instances per offline task (a task then fits 100 × K × S local classifiers).
+INSTANCES_PER_BLOCK = 100
+
+Mapper = Callable[[Callable, tuple, list], list]
+
+
+def run_in_process(fn: Callable, shared: tuple, blocks: list) -> list:
+    """The default mapper: ``[fn(*shared, *block) for block in blocks]``."""
+    return [fn(*shared, *block) for block in blocks]
+
+
+# --------------------------------------------------------------------------------------------
+# Local classifiers (§3.1, §3.3)
+
+
+def _targets(y_set: np.ndarray, n_classes: int) -> np.ndarray:
+    """±1 targets (..., k, C') of class indices: one column (class 1) for two classes."""
+    if n_classes == 2:
+        return np.where(y_set == 1, 1.0, -1.0)[..., None]
+    return np.where(y_set[..., None] == np.arange(n_classes), 1.0, -1.0)
+
+
+def _platt(decisions: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Platt's sigmoid P(positive | f) = 1 / (1 + exp(A f + B)) fitted per leading index.
+
+    `decisions` and `positive` are (..., k); returns A and B of shape (...). The targets are
+    Platt's smoothed (N₊ + 1)/(N₊ + 2) and 1/(N₋ + 2), so separable sets keep a finite fit.
+    """
+    n_pos = positive.sum(axis=-1, keepdims=True)
+    n_neg = positive.shape[-1] - n_pos
+    t = np.where(positive, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
+    f = decisions
+    a = np.zeros(f.shape[:-1])
+    b = np.log((n_neg[..., 0] + 1.0) / (n_pos[..., 0] + 1.0))
+
+    def loss(a, b):
+        z = a[..., None] * f + b[..., None]
+        # −log-likelihood: t·log(1 + e^z) + (1 − t)·log(1 + e^−z), written stably.
+        return (t * np.logaddexp(0, z) + (1 - t) * np.logaddexp(0, -z)).sum(axis=-1)
+
+    current = loss(a, b)
+    for _ in range(_PLATT_ITERATIONS):
+        z = a[..., None] * f + b[..., None]
+        p = 0.5 * (1 - np.tanh(0.5 * z))  # 1 / (1 + e^z), overflow-free
+        g = t - p  # d loss / d z
+        w = p * (1 - p) + 1e-12
+        ga, gb = (g * f).sum(-1), g.sum(-1)
+        haa, hab, hbb = (w * f * f).sum(-1) + 1e-12, (w * f).sum(-1), w.sum(-1) + 1e-12
+        det = haa * hbb - hab * hab
+        da_, db_ = -(hbb * ga - hab * gb) / det, -(haa * gb - hab * ga) / det
+        trials = np.stack([loss(a + s * da_, b + s * db_) for s in _PLATT_STEPS])
+        best = trials.argmin(axis=0)
+        improved = trials.min(axis=0) < current
+        step = np.where(improved, _PLATT_STEPS[best], 0.0)
+        a, b = a + step * da_, b + step * db_
+        current = np.where(improved, trials.min(axis=0), current)
+    return a, b
+
+
+def local_posteriors(
+    X_sets: np.ndarray, y_sets: np.ndarray, n_classes: int, queries: np.ndarray, alpha: float
+) -> np.ndarray:
+    """Posterior (..., C) of each query under a Platt-scaled ridge classifier of its set.
+
+    `X_sets` (..., k, d) and class indices `y_sets` (..., k) are one neighbourhood per leading
+    index and `queries` (..., d) one row each. Ridge on centred rows and ±1 targets with
+    ρ = alpha · tr(X̃X̃ᵀ)/k (scale-free), solved in the dual (k × k) form; the sigmoid of each
+    target column is fitted on the set's own decisions and one-vs-rest posteriors are normalised.
+    """
+    X_sets = np.asarray(X_sets, dtype=np.float64)
+    mean = X_sets.mean(axis=-2, keepdims=True)
+    centred = X_sets - mean
+    kernel = centred @ np.swapaxes(centred, -1, -2)
+    k = kernel.shape[-1]
+    rho = alpha * np.trace(kernel, axis1=-2, axis2=-1) / k + 1e-12
+    targets = _targets(y_sets, n_classes)
+    target_mean = targets.mean(axis=-2, keepdims=True)
+    system = kernel + rho[..., None, None] * np.eye(k)
+    dual = np.linalg.solve(system, targets - target_mean)
+    train_decisions = kernel @ dual + target_mean  # (..., k, C')
+    query_kernel = (centred @ (queries[..., :, None] - np.swapaxes(mean, -1, -2)))[..., 0]
+    query_decisions = np.einsum("...k,...kc->...c", query_kernel, dual) + target_mean[..., 0, :]
+    columns = targets.shape[-1]
+    positives = targets > 0
+    a, b = _platt(np.moveaxis(train_decisions, -1, -2), np.moveaxis(positives, -1, -2))
+    probability = 0.5 * (1 - np.tanh(0.5 * (a * query_decisions + b)))  # (..., C')
+    if columns == 1:
+        return np.concatenate([1 - probability, probability], axis=-1)
+    return probability / np.maximum(probability.sum(axis=-1, keepdims=True), 1e-300)
+
+
+# --------------------------------------------------------------------------------------------
+# Offline: training neighbourhoods (§3.1)
+
+
+def sample_candidates(
+    ranked: Sequence[np.ndarray], per_label: int, n_samples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """`n_samples` label-balanced candidate sets (n_samples, Σ min(per_label, m_c)) of row ids.
+
+    ``ranked[c]`` holds the rows of label c, nearest first. From each, `per_label` rows are drawn
+    without replacement with weight 1/r for the row of rank r: the weight falls with the row's
+    distance normalised to its rank among the label's rows (§3.1: "inversely related to its
+    normalized distance"). Efraimidis & Spirakis' keys: the rows with the smallest r·Eᵣ,
+    Eᵣ ~ Exp(1), are a weighted sample without replacement.
+    """
+    parts = []
+    for rows in ranked:
+        take = min(per_label, len(rows))
+        if take == 0:
+            continue
+        keys = rng.standard_exponential((n_samples, len(rows))) * np.arange(1, len(rows) + 1)
+        picked = np.argpartition(keys, take - 1, axis=1)[:, :take] if take < len(rows) else None
+        parts.append(rows[picked] if picked is not None else np.tile(rows, (n_samples, 1)))
+    return np.concatenate(parts, axis=1)
+
+
+def training_neighbourhoods(
+    X: np.ndarray,
+    y_index: np.ndarray,
+    distance_rows: np.ndarray,
+    n_classes: int,
+    sizes: Sequence[int],
+    n_samples: int,
+    alpha: float,
+    seed: int,
+    instances: np.ndarray,
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Target neighbourhoods of `instances` (row ids of X): members, chosen size, posterior.
+
+    Distances are Euclidean between rows of `distance_rows` (X itself, or X under a learned
+    metric). Each instance's draws come from its own generator seeded by (seed, instance), so
+    the result does not depend on how instances are split into blocks or where blocks run.
+    """
+    sizes = np.asarray(sizes)
+    Q = distance_rows[instances].astype(np.float64)
+    R = distance_rows.astype(np.float64)
+    distances = (R * R).sum(1)[None, :] - 2 * Q @ R.T  # + ‖q‖², constant per row
+    members, chosen, best = [], np.empty(len(instances), np.int64), np.empty(len(instances))
+    for i, instance in enumerate(instances):
+        rng = np.random.default_rng([seed, int(instance)])
+        order = np.argsort(distances[i], kind="stable")
+        order = order[order != instance]
+        ranked = [order[y_index[order] == c] for c in range(n_classes)]
+        posteriors, candidates = [], []
+        for k in sizes:
+            sets = sample_candidates(ranked, int(k) // n_classes, n_samples, rng)
+            query = np.broadcast_to(X[instance], (n_samples, X.shape[1]))
+            p = local_posteriors(X[sets], y_index[sets], n_classes, query, alpha)
+            posteriors.append(p[:, y_index[instance]])
+            candidates.append(sets)
+        size = int(np.argmax([p.mean() for p in posteriors]))
+        sample = int(np.argmax(posteriors[size]))
+        members.append(np.sort(candidates[size][sample]))
+        chosen[i], best[i] = sizes[size], posteriors[size][sample]
+    return members, chosen, best
+
+
+# --------------------------------------------------------------------------------------------
+# Compressed sensing (§3.2)
+
+
+def sensing_signs(n_measurements: int, n_rows: int, seed: int) -> np.ndarray:
+    """Random ±1 signs (D, M) int8; φ = signs/√D satisfies the RIP with high probability."""
+    rng = np.random.default_rng(seed)
+    return np.where(rng.random((n_measurements, n_rows)) < 0.5, -1, 1).astype(np.int8)
+
+
+def compressed_ridge(
+    X: np.ndarray, Z: np.ndarray, relative_grid: Sequence[float] = RELATIVE_RHO_GRID
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Multi-target ridge from rows X (n, d) to targets Z (n, D): (coef (d, D), x̄, z̄, ρ).
+
+    One Gram of the centred rows (`pipeline.gram.add_gram`), one eigendecomposition, and ρ
+    chosen by generalised cross-validation over `relative_grid` times the mean eigenvalue:
+    RSS(ρ) = ‖Z̃‖² − Σᵢ ‖uᵢ‖² (λᵢ + 2ρ)/(λᵢ + ρ)², df(ρ) = Σᵢ λᵢ/(λᵢ + ρ), with U = VᵀX̃ᵀZ̃.
+    """
+    x_mean = X.mean(axis=0, dtype=np.float64)
+    z_mean = Z.mean(axis=0, dtype=np.float64)
+    centred = (X - x_mean).astype(np.float64)
+    gram = np.zeros((X.shape[1], X.shape[1]))
+    add_gram(gram, centred)
+    eigvals, eigvecs = scipy.linalg.eigh(gram, driver="evd")
+    eigvals = eigvals.clip(min=0.0)
+    Zc = Z - z_mean
+    u = eigvecs.T @ (centred.T @ Zc)
+    grid = np.asarray(relative_grid) * max(eigvals.mean(), np.finfo(float).tiny)
+    n = len(X)
+    u2 = (u**2).sum(axis=1)
+    lam, rho = eigvals[None, :], grid[:, None]
+    rss = (Zc**2).sum() - (u2 * (lam + 2 * rho) / (lam + rho) ** 2).sum(axis=1)
+    df = (lam / (lam + rho)).sum(axis=1)
+    with np.errstate(divide="ignore"):
+        gcv = np.where(df < n, (rss / n) / (1 - df / n) ** 2, np.inf)
+    rho = float(grid[np.argmin(gcv)])
+    coef = eigvecs @ (u / (eigvals + rho)[:, None])
+    return coef.astype(np.float32), x_mean, z_mean, rho
+
+
+def recover(
+    measurements: np.ndarray, phi: np.ndarray, sparsity: int, method: str = "omp"
+) -> np.ndarray:
+    """M-dimensional confidences (q, M) of measurements (q, D) = x φᵀ of sparse x.
+
+    ``"omp"``: orthogonal matching pursuit with `sparsity` atoms (scikit-learn's
+    `orthogonal_mp`); entries off its support are 0. ``"correlation"``: φᵀ measurements, the
+    one-step thresholding estimate (every entry non-zero; its ranking is what §3.3 uses).
+    """
+    measurements = np.atleast_2d(measurements).astype(np.float64)
+    if method == "correlation":
+        return measurements @ phi
+    if method != "omp":
+        raise ValueError(f"recovery must be one of {RECOVERIES}, got {method!r}")
+    coef = orthogonal_mp(phi.astype(np.float64), measurements.T, n_nonzero_coefs=sparsity)
+    return np.asarray(coef).reshape(phi.shape[1], -1).T
+
+
+# --------------------------------------------------------------------------------------------
+# Online inference (§3.3)
+
+
+def neighbourhood_for(
+    confidences: np.ndarray, y_index: np.ndarray, n_classes: int, k: int, balanced: bool
+) -> np.ndarray:
+    """Row ids of the size-k neighbourhood: the k/C most confident rows of each label (or the k
+    most confident overall if not `balanced`), among rows of positive confidence."""
+    order = np.argsort(-confidences, kind="stable")
+    order = order[confidences[order] > 0]
+    if not balanced:
+        return order[:k]
+    return np.concatenate([order[y_index[order] == c][: k // n_classes] for c in range(n_classes)])
+
+
+def predict_from_confidences(
+    X: np.ndarray,
+    y_index: np.ndarray,
+    n_classes: int,
+    queries: np.ndarray,
+    confidences: np.ndarray,
+    sizes: Sequence[int],
+    alpha: float,
+    balanced: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Posteriors (q, C) and chosen sizes (q,) of queries with training-row confidences (q, M).
+
+    For each size, the neighbourhood of `neighbourhood_for` trains a local classifier; the one
+    whose posterior for its predicted label is highest answers (§3.3). A neighbourhood holding
+    one label only answers that label with posterior 1, without fitting; one holding no row
+    (no positive confidence) answers nothing, and a query with no answer at any size gets
+    uniform posteriors.
+    """
+    out = np.full((len(queries), n_classes), 1.0 / n_classes)
+    chosen = np.zeros(len(queries), dtype=np.int64)
+    for q, query in enumerate(queries):
+        best = -1.0
+        for k in sizes:
+            rows = neighbourhood_for(confidences[q], y_index, n_classes, int(k), balanced)
+            if len(rows) == 0:
+                continue
+            labels = y_index[rows]
+            if (labels == labels[0]).all():
+                posterior = np.zeros(n_classes)
+                posterior[labels[0]] = 1.0
+            else:
+                posterior = local_posteriors(X[rows], labels, n_classes, query, alpha)
+            if posterior.max() > best:
+                best, out[q], chosen[q] = posterior.max(), posterior, k
+    return out, chosen
+
+
+def _posterior_block(
+    queries: np.ndarray,
+    X: np.ndarray,
+    y_index: np.ndarray,
+    n_classes: int,
+    sizes: tuple,
+    alpha: float,
+    neighbourhood: str,
+    balanced: bool,
+    components: np.ndarray | None,
+    signs: np.ndarray | None,
+    coef: np.ndarray | None,
+    x_mean: np.ndarray | None,
+    z_mean: np.ndarray | None,
+    recovery: str,
+) -> np.ndarray:
+    """float32 posteriors (q, C) of a block of queries: the numpy kernel of the model's scores."""
+    queries = np.asarray(queries, dtype=np.float32)
+    if neighbourhood == "nearest":
+        space = X if components is None else X @ components.T
+        q_space = queries if components is None else queries @ components.T
+        confidences = 2.0 * q_space @ space.T - (space.astype(np.float64) ** 2).sum(axis=1)
+        # −‖q − x‖² + ‖q‖²: the same order; shifted so that every row's confidence is positive.
+        confidences -= confidences.min(axis=1, keepdims=True) - 1.0
+    else:
+        phi = signs.astype(np.float32) / np.sqrt(len(signs))
+        measurements = (queries - x_mean) @ coef + z_mean
+        confidences = recover(measurements, phi, int(max(sizes)), recovery)
+    posteriors, _ = predict_from_confidences(
+        X, y_index, n_classes, queries, confidences, sizes, alpha, balanced
+    )
+    return posteriors.astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
+    """Lazy local learning on predicted neighbourhoods (paper 004 §3), or on nearest ones.
+
+    Parameters
+    ----------
+    n_neighbourhoods : int, default=2000
+        N, training instances given a target neighbourhood (§3.1; §4 uses 2,000).
+    sizes : tuple of int, default=(50, 100, 200, 400)
+        Candidate neighbourhood sizes k₁..k_K (§4: 50 to 500); k/C rows of each label.
+    n_samples : int, default=10
+        S, candidate sets per size and instance (§4 uses 100).
+    compression : float, default=0.15
+        D/M, compressed indicator length over training rows (§4: about 15%).
+    neighbourhood : {"predicted", "nearest"}, default="predicted"
+        "nearest" is the Local baseline of §4: the k nearest rows, k chosen per query as here.
+    balanced : bool, default=True
+        Label-balanced nearest neighbourhoods (Local B; False is Local U). Predicted
+        neighbourhoods are always balanced (§3.3).
+    metric : {"euclidean", "learned"}, default="euclidean"
+        Distances for the candidate sampling and for "nearest": "learned" is those of a
+        `MetricKNeighborsClassifier` fitted on the training rows (Local+ML of §4).
+    metric_dim : int, default=64
+    recovery : {"omp", "correlation"}, default="omp"
+        Sparse recovery of a query's confidences (`recover`).
+    alpha : float, default=1.0
+        Local ridge regularisation relative to the mean squared norm of the centred set.
+    random_state : int, RandomState or None
+
+    Attributes
+    ----------
+    classes_ : ndarray (C,)
+    training_rows_ : ndarray (M, d) float32
+        The training rows local classifiers are drawn from (lazy learning keeps them).
+    training_index_ : ndarray (M,) int64, the class index of each.
+    components_ : ndarray (d', d) float32 or None, the learned metric's projection.
+    neighbourhood_instances_ : ndarray (N,) row ids; neighbourhood_indptr_ (N + 1,) and
+        neighbourhood_members_: their target neighbourhoods (CSR); neighbourhood_sizes_ (N,) k*.
+    sensing_signs_ : ndarray (D, M) int8, φ·√D.
+    regression_coef_ : ndarray (d, D) float32; regression_mean_ (d,), target_mean_ (D,),
+        regression_rho_: the compressed-target ridge.
+    n_features_in_ : int
+
+    References
+    ----------
+    Yu & Grauman, "Predicting useful neighborhoods for lazy local learning", NIPS 2014;
+    Hsu, Kakade, Langford & Zhang, "Multi-label prediction via compressed sensing", NIPS 2009.
+    """
+
+    def __init__(
+        self,
+        n_neighbourhoods: int = 2000,
+        sizes: tuple = (50, 100, 200, 400),
+        n_samples: int = 10,
+        compression: float = 0.15,
+        neighbourhood: str = "predicted",
+        balanced: bool = True,
+        metric: str = "euclidean",
+        metric_dim: int = 64,
+        recovery: str = "omp",
+        alpha: float = 1.0,
+        random_state: Any = None,
+    ):
+        self.n_neighbourhoods = n_neighbourhoods
+        self.sizes = sizes
+        self.n_samples = n_samples
+        self.compression = compression
+        self.neighbourhood = neighbourhood
+        self.balanced = balanced
+        self.metric = metric
+        self.metric_dim = metric_dim
+        self.recovery = recovery
+        self.alpha = alpha
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any, mapper: Mapper | None = None) -> PredictedNeighbourhoodClassifier:
+        """Keep the training rows; for "predicted", find N target neighbourhoods (the N × K × S
+        local fits run as blocks of instances through `mapper`, default in-process) and learn
+        the compressed-sensing regression. X may be a row-chunked dask array: its M rows are
+        brought into memory, as every query may train on any of them."""
+        self._check_params()
+        X, y = self._check_fit_input(X, y, reset=True)
+        X, y = compute(X, y)
+        X, y = np.ascontiguousarray(X, dtype=np.float32), np.asarray(y)
+        classes = unique_labels(y)
+        if len(classes) < 2:
+            raise ValueError(
+                f"y has {len(classes)} class(es) {classes.tolist()}; local learning needs two"
+            )
+        labelled = encode_labels(y, classes) >= 0
+        X, y_index = X[labelled], encode_labels(y[labelled], classes)
+        sizes = tuple(int(k) for k in self.sizes)
+        if min(sizes) < len(classes):
+            raise ValueError(f"sizes {sizes} must be at least the number of classes {len(classes)}")
+        self.classes_ = classes
+        self.training_rows_, self.training_index_ = X, y_index
+        seed = check_random_state(self.random_state).randint(2**31)
+        self.components_ = None
+        if self.metric == "learned":
+            from imgscale.pipeline.classify.knn import MetricKNeighborsClassifier
+
+            knn = MetricKNeighborsClassifier(n_components=self.metric_dim, random_state=seed)
+            self.components_ = knn.fit(X, y_index).components_
+        if self.neighbourhood == "predicted":
+            self._fit_predicted(X, y_index, sizes, seed, mapper or run_in_process)
+        return self
+
+    def _check_params(self) -> None:
+        for name, value, allowed in (
+            ("neighbourhood", self.neighbourhood, NEIGHBOURHOODS),
+            ("metric", self.metric, METRICS),
+            ("recovery", self.recovery, RECOVERIES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        if len(self.sizes) == 0 or min(self.sizes) < 1:
+            raise ValueError(f"sizes must be positive, got {self.sizes}")
+        if not 0 < self.compression <= 1:
+            raise ValueError(f"compression must be in (0, 1], got {self.compression}")
+        if self.n_samples < 1 or self.n_neighbourhoods < 1:
+            raise ValueError("n_samples and n_neighbourhoods must be positive")
+
+    def _fit_predicted(self, X, y_index, sizes, seed, mapper: Mapper) -> None:
+        n_rows = len(X)
+        if self.n_neighbourhoods > n_rows:
+            raise ValueError(
+                f"n_neighbourhoods={self.n_neighbourhoods} exceeds the {n_rows} labelled "
+                "training rows"
+            )
+        rng = np.random.default_rng(seed)
+        instances = np.sort(rng.choice(n_rows, self.n_neighbourhoods, replace=False))
+        distance_rows = X if self.components_ is None else X @ self.components_.T
+        shared = (
+            X, y_index, distance_rows, len(self.classes_), sizes, int(self.n_samples),
+            float(self.alpha), seed,
+        )  # fmt: skip
+        blocks = [
+            (instances[start : start + INSTANCES_PER_BLOCK],)
+            for start in range(0, len(instances), INSTANCES_PER_BLOCK)
+        ]
+        results = mapper(training_neighbourhoods, shared, blocks)
+        members = [m for part, _, _ in results for m in part]
+        self.neighbourhood_instances_ = instances
+        self.neighbourhood_indptr_ = np.concatenate([[0], np.cumsum([len(m) for m in members])])
+        self.neighbourhood_members_ = np.concatenate(members).astype(np.int64)
+        self.neighbourhood_sizes_ = np.concatenate([chosen for _, chosen, _ in results])
+        n_measurements = max(1, round(self.compression * n_rows))
+        self.sensing_signs_ = sensing_signs(n_measurements, n_rows, seed)
+        targets = self.compressed_indicators()
+        coef, x_mean, z_mean, rho = compressed_ridge(X[instances], targets)
+        self.regression_coef_, self.regression_mean_, self.target_mean_ = coef, x_mean, z_mean
+        self.regression_rho_ = rho
+
+    def compressed_indicators(self) -> np.ndarray:
+        """φ y (N, D) of the N target neighbourhoods' indicator vectors y."""
+        check_is_fitted(self, "sensing_signs_")
+        signs = self.sensing_signs_
+        out = np.empty((len(self.neighbourhood_instances_), len(signs)), dtype=np.float32)
+        bounds = self.neighbourhood_indptr_
+        for n in range(len(out)):
+            members = self.neighbourhood_members_[bounds[n] : bounds[n + 1]]
+            out[n] = signs[:, members].sum(axis=1, dtype=np.float32)
+        return out / np.float32(np.sqrt(len(signs)))
+
+    def _score_params(self) -> tuple:
+        check_is_fitted(self, "training_rows_")
+        predicted = self.neighbourhood == "predicted"
+        return (
+            self.training_rows_, self.training_index_, len(self.classes_),
+            tuple(int(k) for k in self.sizes), float(self.alpha), self.neighbourhood,
+            bool(self.balanced), self.components_,
+            self.sensing_signs_ if predicted else None,
+            self.regression_coef_ if predicted else None,
+            self.regression_mean_ if predicted else None,
+            self.target_mean_ if predicted else None,
+            self.recovery,
+        )  # fmt: skip
+
+    _scores = staticmethod(_posterior_block)
+
+    def predict_proba(self, X: Any) -> Any:
+        """Posteriors (n, C) of the most confident local classifier of each row."""
+        X = self._check_predict_input(X)
+        return self._map_rows(X, _proba_block, n_cols=len(self.classes_), dtype=np.float32)
+
+
+def _proba_block(X: np.ndarray, scores: Any, params: tuple) -> np.ndarray:
+    return scores(X, *params)
