@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from imgscale.jobs import models
+from imgscale.jobs import methods, models
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.options import (
     json_option,
@@ -24,8 +24,6 @@ from imgscale.jobs.options import (
     scheduler_option,
     verbose_option,
 )
-from imgscale.jobs.train import EMBEDDINGS, METHODS
-from imgscale.pipeline.gram import GRAM_PRECISIONS
 
 CONTRIBUTED_COMMANDS = "imgscale.commands"
 
@@ -159,61 +157,79 @@ def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
     )
 
 
-@cli.command()
+def method_options(command):
+    """The options every `jobs.methods` entry declares, each once, as flags of ``train``."""
+    for option in reversed(methods.method_options()):
+        kind = click.Choice(option.type) if isinstance(option.type, tuple) else option.type
+        command = click.option(
+            option.flag,
+            option.name,
+            type=kind,
+            default=option.default,
+            show_default=option.default is not None,
+            help=f"{'/'.join(methods.methods_taking(option))}: {option.help}",
+        )(command)
+    return command
+
+
+# click keeps the lines of a paragraph that starts with \b as they are.
+METHOD_LIST = "\b\nMethods:\n" + "\n".join(
+    f"  {m.name:<12} {m.help}" for m in methods.METHODS.values()
+)
+
+
+@cli.command(epilog=METHOD_LIST)
 @click.argument("store", type=click.Path(exists=True))
 @click.argument("model", type=click.Path())
-@click.option("--method", type=click.Choice(METHODS), default="ridge", show_default=True)
+@click.option(
+    "--method",
+    type=click.Choice(list(methods.METHODS)),
+    default="ridge",
+    show_default=True,
+    help="What to train (see Methods below).",
+)
 @click.option("--split", default="train", show_default=True, help="Rows to train on.")
 @click.option(
-    "--val-split", default="val", show_default=True, help="Rows that choose ρ, or W and k."
+    "--val-split", default="val", show_default=True, help="Rows that choose ρ, λ, or W and k."
 )
-@click.option("--rho", type=float, help="Fixed ridge regulariser (default: validated grid).")
 @click.option(
     "--embedding",
-    type=click.Choice(list(EMBEDDINGS)),
+    type=click.Choice(list(methods.EMBEDDINGS)),
     help="Embed rows first (fitted on all SPLIT rows, applied on the fly; paper 000 §3.2).",
 )
 @click.option("--n-components", type=int, help="Embedding dimension (default: paper 000 §4.1).")
 @click.option("--gamma", type=float, help="RFF/Nyström γ (default: 50th-neighbour bandwidth).")
-@click.option(
-    "--metric-dim",
-    default=64,
-    show_default=True,
-    help="ncm-metric/knn: rows of the learned metric W (paper 002 §3).",
-)
-@click.option("--max-iter", type=int, help="ncm-metric/knn: SGD iterations at most.")
-@click.option(
-    "--gram-precision",
-    type=click.Choice(GRAM_PRECISIONS),
-    default="float64",
-    show_default=True,
-    help="ridge: precision of the Gram products, summed in float64 (float32: ~2x faster).",
-)
+@method_options
 @scheduler_option
 @verbose_option
+@click.pass_context
 def train(
-    store, model, method, split, val_split, rho, embedding, n_components, gamma, metric_dim,
-    max_iter, gram_precision, scheduler,
+    ctx, store, model, method, split, val_split, embedding, n_components, gamma, scheduler,
+    **options,
 ) -> None:  # fmt: skip
     """Train a classifier on STORE and save it to MODEL (zarr + JSON, no pickle)."""
     from imgscale.jobs.train import make_embedding
     from imgscale.jobs.train import train as train_model
     from imgscale.storage import open_store
 
+    given = {name: value for name, value in options.items() if _given(ctx, name)}
+    try:
+        methods.resolve_options(methods.METHODS[method], given)
+        if _given(ctx, "val_split"):
+            methods.check_val_split(methods.METHODS[method])
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     feature_store = open_store(store)
     embedder = None
     if embedding is not None:
         embedder = make_embedding(embedding, n_components=n_components, gamma=gamma)
     elif n_components is not None or gamma is not None:
         raise click.UsageError("--n-components and --gamma need --embedding")
-    if gram_precision != "float64" and method != "ridge":
-        raise click.UsageError("--gram-precision applies to --method ridge only")
     started = time.perf_counter()
     with connect(scheduler):
         fitted = train_model(
-            feature_store, method, split=split, val_split=val_split, rho=rho, embedding=embedder,
-            metric_dim=metric_dim, max_iter=max_iter, gram_precision=gram_precision,
-        )  # fmt: skip
+            feature_store, method, split=split, val_split=val_split, embedding=embedder, **given
+        )
         # Saved while connected: a kNN's reference rows are still persisted on the workers.
         models.save(
             fitted,
@@ -226,7 +242,7 @@ def train(
     classifier = fitted.steps[-1][1] if hasattr(fitted, "steps") else fitted
     detail = f", rho={classifier.rho_:g}" if hasattr(classifier, "rho_") else ""
     if hasattr(classifier, "best_iteration_"):
-        detail += f", d={metric_dim}, best W at iteration {classifier.best_iteration_}"
+        detail += f", d={classifier.n_components}, best W at iteration {classifier.best_iteration_}"
     if embedding is not None:
         detail += f", {embedding} embedding to {fitted.steps[0][1].n_components_} dims"
     click.echo(f"{model}: {method}{detail} ({time.perf_counter() - started:.1f} s)", err=True)
@@ -381,6 +397,11 @@ def schedule(every, cron, lock, max_runs, command) -> None:
         f"schedule: {counts['ran']} runs ({counts['failed']} failed), {counts['skipped']} skipped",
         err=True,
     )
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether option ``name`` was given (command line or environment), not defaulted."""
+    return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
 
 
 def main() -> None:

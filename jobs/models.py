@@ -1,7 +1,8 @@
 """Save and load fitted estimators (or pipelines of them) via ``storage.models``, without pickle.
 
 Only classes named in :data:`MODEL_CLASSES` can be loaded: a model file picks a class from this
-allow-list by name and supplies its JSON parameters and numeric arrays, nothing else.
+allow-list by name and supplies its JSON parameters and numeric arrays, nothing else. The
+allow-list is every class the method and embedding tables of `jobs.methods` name.
 """
 
 from __future__ import annotations
@@ -15,32 +16,11 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
-from imgscale.pipeline import embed
-from imgscale.pipeline.classify import (
-    EigenvalueRidgeClassifier,
-    MetricKNeighborsClassifier,
-    MetricNearestClassMean,
-    NearestClassMean,
-    PredictedNeighbourhoodClassifier,
-    RidgeClassifier,
-    SemiSupervisedEigenSolver,
-)
+from imgscale.jobs.methods import model_classes
 from imgscale.storage.errors import StoreError
 from imgscale.storage.models import SavedStep, load_model, save_model
 
-MODEL_CLASSES: dict[str, type[BaseEstimator]] = {
-    cls.__name__: cls
-    for cls in (
-        RidgeClassifier,
-        NearestClassMean,
-        MetricNearestClassMean,
-        MetricKNeighborsClassifier,
-        PredictedNeighbourhoodClassifier,
-        SemiSupervisedEigenSolver,
-        EigenvalueRidgeClassifier,
-        *(getattr(embed, n) for n in embed.__all__),
-    )
-}
+MODEL_CLASSES: dict[str, type[BaseEstimator]] = {cls.__name__: cls for cls in model_classes()}
 
 
 class ClassifierPipeline(Pipeline):

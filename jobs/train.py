@@ -2,39 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 from sklearn.base import BaseEstimator
 
+from imgscale.jobs.methods import EMBEDDINGS, TrainingData, get_method, resolve_options
 from imgscale.jobs.models import classifier_pipeline
-from imgscale.pipeline import embed
-from imgscale.pipeline.classify import (
-    MetricKNeighborsClassifier,
-    MetricNearestClassMean,
-    NearestClassMean,
-    RidgeClassifier,
-    SemiSupervisedEigenSolver,
-)
 from imgscale.storage import FeatureStore
-
-METHODS = ("ridge", "ncm", "ncm-metric", "knn", "ssl")
-# Classes from which ncm-metric validates W by the top-5 error rather than the top-1 error.
-VALIDATE_TOP5_CLASSES = 100
-
-# --embedding name → (class, fixed parameters); --n-components / --gamma apply where the class
-# has that parameter. Defaults follow paper 000 §4.1.
-EMBEDDINGS: dict[str, tuple[type, dict]] = {
-    "rff": (embed.RandomFourierFeatures, {}),
-    "sqrt": (embed.SquareRoot, {}),
-    "hike": (embed.HistogramIntersection, {}),
-    "nystrom": (embed.Nystrom, {"kernel": "gaussian"}),
-    "nystrom-intersection": (embed.Nystrom, {"kernel": "intersection"}),
-    "addkpca": (embed.AddKPCA, {}),
-    "pca": (embed.PCA, {}),
-    "random-projection": (embed.GaussianRandomProjection, {}),
-    "pcalap": (embed.PCALap, {}),
-    "rplap": (embed.RPLap, {}),
-    "ale": (embed.ALE, {}),
-}
 
 
 def make_embedding(
@@ -62,97 +34,35 @@ def train(
     *,
     split: str = "train",
     val_split: str | None = "val",
-    rho: float | None = None,
     embedding: BaseEstimator | None = None,
-    eigenvalues=None,
-    metric_dim: int = 64,
-    max_iter: int | None = None,
-    gram_precision: str = "float64",
+    **options,
 ) -> BaseEstimator:
-    """Fit ``method`` on the rows of ``split`` (its unlabelled rows count for centering only).
+    """Fit ``method`` (a `jobs.methods.METHODS` name) on the rows of ``split``.
 
-    For ridge without a fixed ``rho``, the grid value is chosen on ``val_split`` when the store
-    has such rows, else by generalized cross-validation (paper 000 §4.1 validates on a split).
+    Unlabelled rows of ``split`` count for centering only. ``val_split`` holds the rows that
+    choose a method's regulariser (ρ, λ, W, k; paper 000 §4.1 validates on a split); each method
+    says in `jobs.methods` what it does without them. ``options`` are the method's own (``rho``,
+    ``metric_dim``, ``max_iter``, ``gram_precision``, …); one it does not take is refused.
 
     With an (unfitted) ``embedding``, it is first fitted on every row of ``split``, labelled or
     not (data-dependent embeddings use the unlabelled rows, paper 000 §4.1); the classifier then
     sees the embedded train rows and embedded validation rows, both computed lazily chunk by
     chunk, and the result is a ``ClassifierPipeline`` (embedding, classifier).
-
-    ``ssl`` (paper 001 eq. 3) needs an embedding with eigenvalues (PCALap, RPLap, ALE); its λ is
-    chosen on ``val_split`` like ρ, and a fixed ``rho`` means λ = 1/ρ.
-
-    ``ncm-metric`` and ``knn`` learn a ``metric_dim``-dimensional metric by SGD (paper 002 §3),
-    ``max_iter`` iterations at most (default: the estimator's); the labelled ``val_split`` rows,
-    if any, choose the best W (and k for knn), else a fifth of the train rows at most is held out.
-    On a PQ store ncm-metric takes its class means from the codes and decodes only the rows SGD
-    samples.
-
-    ``gram_precision`` is ridge's `RidgeClassifier.gram_precision` (``"float32"``: float32 Gram
-    products, about twice as fast; see `pipeline.gram`).
     """
-    X, y = store.features(split), store.labels(split)
-    if len(y) == 0:
+    entry = get_method(method)
+    options = resolve_options(entry, options)
+    if len(store.labels(split)) == 0:
         raise ValueError(f"store {store.path}: no rows in split {split!r}")
+    eigenvalues = None
     if embedding is not None:
-        embedding.fit(X)
-        embedded = _EmbeddedStore(store, embedding.transform)
+        embedding.fit(store.features(split))
         # ssl regularises by the embedding's eigenvalues (PCALap, RPLap, ALE: paper 001 eq. 3).
         eigenvalues = getattr(embedding, "eigenvalues_", None)
-        classifier = train(
-            embedded, method, split=split, val_split=val_split, rho=rho, eigenvalues=eigenvalues,
-            metric_dim=metric_dim, max_iter=max_iter, gram_precision=gram_precision,
-        )  # fmt: skip
-        return classifier_pipeline(embedding, classifier)
-    if method in ("ncm-metric", "knn"):
-        return _train_metric(store, method, split, val_split, metric_dim, max_iter)
-    if method == "ncm":
-        if getattr(store, "encoding", "raw") == "pq":
-            # Class means from the codes' centroids: no row is decoded (pipeline/pq.py).
-            codec = store.codec
-            return NearestClassMean().fit_codes(
-                store.codes(split), y, codec.codebook, codec.rotation
-            )
-        return NearestClassMean().fit(X, y)
-    if method == "ssl":
-        if eigenvalues is None:
-            raise ValueError("method 'ssl' needs --embedding pcalap, rplap or ale (eigenvalues)")
-        model = SemiSupervisedEigenSolver(lam=None if rho is None else 1.0 / rho)
-        y_val = store.labels(val_split) if val_split is not None else None
-        if y_val is not None and (y_val >= 0).any():
-            return model.fit(X, y, eigenvalues, X_val=store.features(val_split), y_val=y_val)
-        return model.set_params(lam=model.lam or 100.0).fit(X, y, eigenvalues)
-    if method != "ridge":
-        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
-    model = RidgeClassifier(rho=rho, gram_precision=gram_precision)
-    if rho is None and val_split is not None:
-        y_val = store.labels(val_split)
-        if (y_val >= 0).any():
-            return model.fit(X, y, X_val=store.features(val_split), y_val=y_val)
-    return model.fit(X, y)
-
-
-def _train_metric(store, method, split, val_split, metric_dim, max_iter) -> BaseEstimator:
-    cls = MetricNearestClassMean if method == "ncm-metric" else MetricKNeighborsClassifier
-    y = store.labels(split)
-    params = {"n_components": metric_dim, "random_state": 0}
-    if max_iter is not None:
-        params["max_iter"] = max_iter
-    if method == "ncm-metric":
-        # W is chosen by the top-5 error (§4.1, 1,000 classes); with few classes nearly every
-        # W has a top-5 error of 0, so the top-1 error decides.
-        params["validation_k"] = 5 if len(np.unique(y[y >= 0])) >= VALIDATE_TOP5_CLASSES else 1
-    model = cls(**params)
-    X_val = y_val = None
-    if val_split is not None:
-        labels = store.labels(val_split)
-        labelled = labels >= 0
-        if labelled.any():
-            X_val, y_val = store.features(val_split, where=labelled), labels[labelled]
-    if method == "ncm-metric" and getattr(store, "encoding", "raw") == "pq":
-        codec = store.codec
-        return model.fit_codes(store.codes(split), y, codec.codebook, codec.rotation, X_val, y_val)
-    return model.fit(store.features(split), y, X_val, y_val)
+        store = _EmbeddedStore(store, embedding.transform)
+    if entry.needs_eigenvalues and eigenvalues is None:
+        raise ValueError(f"method {method!r} needs --embedding pcalap, rplap or ale (eigenvalues)")
+    classifier = entry.fit(TrainingData(store, split, val_split, eigenvalues), options)
+    return classifier if embedding is None else classifier_pipeline(embedding, classifier)
 
 
 class _EmbeddedStore:

@@ -1,0 +1,333 @@
+"""The table of training methods and embeddings: every place that lists them reads it.
+
+`imgscale train --method/--embedding` (its choices, its options and its ``--help``),
+`jobs.train.train`, and model loading (`jobs.models.MODEL_CLASSES`, the allow-list of classes a
+model file may name, which `evaluate`, `predict`, `embed` and `add-class` go through) are all
+built from `METHODS` and `EMBEDDINGS` below. Nothing else names a method.
+
+How to add a method
+-------------------
+1. Write the estimator in ``pipeline/classify/<method>.py`` (or ``pipeline/embed/``) and export
+   it from that package's ``__init__``. `evaluate` and `predict` need ``classes_``,
+   ``decision_function(X)`` and ``predict_top_k(X, k)``, lazy on dask input; `jobs.models.save`
+   keeps ``get_params()`` and the fitted attributes ending in ``_`` (numeric arrays or JSON).
+2. Write its fit function in this module, ``_fit_<name>(data: TrainingData, options: dict)``,
+   returning the fitted estimator. `TrainingData` is everything a method may read from the store:
+   ``data.X``/``data.y`` (the train split, lazy; label -1 = unlabelled), ``data.validation()``
+   (the validation split, or None when it has no labelled rows), ``data.codes`` (PQ codes and
+   codec, or None on a raw store) and ``data.eigenvalues`` (those of ``--embedding``, if any).
+   ``options`` maps each `Option` the entry declares to its value (its default if not given).
+3. Append one `Method` to `METHODS`, e.g.::
+
+       N_EXEMPLARS = Option("n_exemplars", int, 100, "exemplars (paper 003 §3.2).")
+
+       Method(
+           "hope",
+           "en-HOPE embedding, then kNN on it (paper 003 §3)",  # a line of `train --help`
+           _fit_hope,
+           estimators=(ExemplarHOPE,),  # every class the fitted model may hold
+           options=(N_EXEMPLARS, MAX_ITER),  # method-specific options it reads
+           uses_validation=True,  # reads the --val-split rows
+       )
+
+   Each `Option` becomes a flag of `imgscale train` (``n_exemplars`` → ``--n-exemplars``);
+   reuse the shared `RHO`, `METRIC_DIM`, `MAX_ITER`, `GRAM_PRECISION` where they mean the same
+   thing, so one flag serves every method that declares it. Giving an option (or
+   ``--val-split``) to a method that does not declare it is refused, never ignored.
+4. Nothing else to edit: ``--method`` choices, ``--help``, `train`, saving and loading pick the
+   entry up. Add a test that trains the method through `imgscale train` and evaluates the
+   reloaded model.
+
+An embedding is one `EMBEDDINGS` entry: its class, the fixed parameters that distinguish the
+entry, and its fitted class joins the allow-list; ``--n-components``/``--gamma`` apply where the
+class has that parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator
+
+from imgscale.pipeline import embed
+from imgscale.pipeline.classify import (
+    EigenvalueRidgeClassifier,
+    MetricKNeighborsClassifier,
+    MetricNearestClassMean,
+    NearestClassMean,
+    RidgeClassifier,
+    SemiSupervisedEigenSolver,
+)
+from imgscale.pipeline.gram import GRAM_PRECISIONS
+
+# Classes from which ncm-metric validates W by the top-5 error rather than the top-1 error.
+VALIDATE_TOP5_CLASSES = 100
+
+
+@dataclass(frozen=True)
+class Option:
+    """A method parameter, given on the command line as ``--name-with-dashes``.
+
+    ``type`` is ``int``, ``float``, ``str``, or a tuple of the accepted strings. ``help`` is
+    one sentence; `imgscale train --help` prefixes the names of the methods that take it.
+    """
+
+    name: str
+    type: Any
+    default: Any
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+RHO = Option(
+    "rho", float, None, "fixed regulariser (ssl: λ = 1/ρ; default: chosen on --val-split)."
+)
+METRIC_DIM = Option("metric_dim", int, 64, "rows of the learned metric W (paper 002 §3).")
+MAX_ITER = Option("max_iter", int, None, "SGD iterations at most.")
+GRAM_PRECISION = Option(
+    "gram_precision",
+    GRAM_PRECISIONS,
+    "float64",
+    "precision of the Gram products, summed in float64 (float32: ~2x faster).",
+)
+
+
+@dataclass(frozen=True)
+class PQCodes:
+    """A PQ store's codes of the train split and the codec that decodes them."""
+
+    codes: Any
+    codebook: np.ndarray
+    rotation: np.ndarray | None
+
+
+class TrainingData:
+    """What a method may read from a store: the train split, the validation split, PQ codes.
+
+    Rows stay lazy (row-chunked dask arrays); only labels are numpy.
+    """
+
+    def __init__(self, store, split: str, val_split: str | None, eigenvalues=None):
+        self._store, self._split, self._val_split = store, split, val_split
+        self.eigenvalues = eigenvalues
+        self.y = store.labels(split)
+
+    @property
+    def X(self):
+        return self._store.features(self._split)
+
+    def validation(self, labelled_only: bool = False) -> tuple[Any, np.ndarray] | None:
+        """(X_val, y_val) of the validation split, or None if it has no labelled rows.
+
+        With ``labelled_only`` the unlabelled validation rows are left out of both.
+        """
+        if self._val_split is None:
+            return None
+        y_val = self._store.labels(self._val_split)
+        labelled = y_val >= 0
+        if not labelled.any():
+            return None
+        if labelled_only:
+            return self._store.features(self._val_split, where=labelled), y_val[labelled]
+        return self._store.features(self._val_split), y_val
+
+    @property
+    def codes(self) -> PQCodes | None:
+        """The train split's PQ codes and codec (class means without decoding), or None."""
+        if getattr(self._store, "encoding", "raw") != "pq":
+            return None
+        codec = self._store.codec
+        return PQCodes(self._store.codes(self._split), codec.codebook, codec.rotation)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One ``--method``: how it is fitted, what it reads, what its saved model may hold."""
+
+    name: str
+    help: str
+    fit: Callable[[TrainingData, dict], BaseEstimator]
+    estimators: tuple[type[BaseEstimator], ...]
+    options: tuple[Option, ...] = ()
+    uses_validation: bool = False
+    needs_eigenvalues: bool = False
+
+
+def _fit_ridge(data: TrainingData, options: dict) -> BaseEstimator:
+    # ρ on the validation split when it has labelled rows, else by GCV (paper 000 §4.1).
+    model = RidgeClassifier(rho=options["rho"], gram_precision=options["gram_precision"])
+    validation = data.validation() if options["rho"] is None else None
+    if validation is not None:
+        X_val, y_val = validation
+        return model.fit(data.X, data.y, X_val=X_val, y_val=y_val)
+    return model.fit(data.X, data.y)
+
+
+def _fit_ncm(data: TrainingData, options: dict) -> BaseEstimator:
+    pq = data.codes
+    if pq is not None:
+        # Class means from the codes' centroids: no row is decoded (pipeline/pq.py).
+        return NearestClassMean().fit_codes(pq.codes, data.y, pq.codebook, pq.rotation)
+    return NearestClassMean().fit(data.X, data.y)
+
+
+def _metric_params(options: dict) -> dict:
+    params = {"n_components": options["metric_dim"], "random_state": 0}
+    if options["max_iter"] is not None:
+        params["max_iter"] = options["max_iter"]
+    return params
+
+
+def _fit_ncm_metric(data: TrainingData, options: dict) -> BaseEstimator:
+    # W by SGD (paper 002 §3), the best W chosen on the labelled validation rows. W is chosen
+    # by the top-5 error (§4.1, 1,000 classes); with few classes nearly every W has a top-5
+    # error of 0, so the top-1 error decides.
+    n_classes = len(np.unique(data.y[data.y >= 0]))
+    validation_k = 5 if n_classes >= VALIDATE_TOP5_CLASSES else 1
+    model = MetricNearestClassMean(**_metric_params(options), validation_k=validation_k)
+    X_val, y_val = data.validation(labelled_only=True) or (None, None)
+    pq = data.codes
+    if pq is not None:
+        # Class means from the codes; SGD decodes only the rows it samples.
+        return model.fit_codes(pq.codes, data.y, pq.codebook, pq.rotation, X_val, y_val)
+    return model.fit(data.X, data.y, X_val, y_val)
+
+
+def _fit_knn(data: TrainingData, options: dict) -> BaseEstimator:
+    # W by SGD with dynamic targets (paper 002 §3); W and k chosen on the labelled val rows.
+    model = MetricKNeighborsClassifier(**_metric_params(options))
+    X_val, y_val = data.validation(labelled_only=True) or (None, None)
+    return model.fit(data.X, data.y, X_val, y_val)
+
+
+def _fit_ssl(data: TrainingData, options: dict) -> BaseEstimator:
+    # Paper 001 eq. 3; λ chosen on the validation split like ρ, a fixed ρ means λ = 1/ρ.
+    model = SemiSupervisedEigenSolver(lam=None if options["rho"] is None else 1.0 / options["rho"])
+    validation = data.validation()
+    if validation is not None:
+        X_val, y_val = validation
+        return model.fit(data.X, data.y, data.eigenvalues, X_val=X_val, y_val=y_val)
+    return model.set_params(lam=model.lam or 100.0).fit(data.X, data.y, data.eigenvalues)
+
+
+METHODS: dict[str, Method] = {
+    method.name: method
+    for method in (
+        Method(
+            "ridge",
+            "ridge regression, ρ on the validation split or by GCV (paper 000 §3.3)",
+            _fit_ridge,
+            estimators=(RidgeClassifier,),
+            options=(RHO, GRAM_PRECISION),
+            uses_validation=True,
+        ),
+        Method(
+            "ncm",
+            "nearest class mean (paper 002 §2)",
+            _fit_ncm,
+            estimators=(NearestClassMean,),
+        ),
+        Method(
+            "ncm-metric",
+            "NCM with a learned low-rank metric W (paper 002 eqs. 6-9)",
+            _fit_ncm_metric,
+            estimators=(MetricNearestClassMean,),
+            options=(METRIC_DIM, MAX_ITER),
+            uses_validation=True,
+        ),
+        Method(
+            "knn",
+            "kNN with a learned metric W (paper 002 eq. 2)",
+            _fit_knn,
+            estimators=(MetricKNeighborsClassifier,),
+            options=(METRIC_DIM, MAX_ITER),
+            uses_validation=True,
+        ),
+        Method(
+            "ssl",
+            "semi-supervised solve on eigenfunctions of --embedding pcalap/rplap/ale "
+            "(paper 001 eq. 3)",
+            _fit_ssl,
+            # The eigenvalue-regularised ridge of the same solve (paper 000 §4.1) is saved
+            # from Python by the ALE benchmark.
+            estimators=(SemiSupervisedEigenSolver, EigenvalueRidgeClassifier),
+            options=(RHO,),
+            uses_validation=True,
+            needs_eigenvalues=True,
+        ),
+    )
+}
+
+
+# --embedding name → (class, fixed parameters); --n-components / --gamma apply where the class
+# has that parameter. Defaults follow paper 000 §4.1.
+EMBEDDINGS: dict[str, tuple[type[BaseEstimator], dict]] = {
+    "rff": (embed.RandomFourierFeatures, {}),
+    "sqrt": (embed.SquareRoot, {}),
+    "hike": (embed.HistogramIntersection, {}),
+    "nystrom": (embed.Nystrom, {"kernel": "gaussian"}),
+    "nystrom-intersection": (embed.Nystrom, {"kernel": "intersection"}),
+    "addkpca": (embed.AddKPCA, {}),
+    "pca": (embed.PCA, {}),
+    "random-projection": (embed.GaussianRandomProjection, {}),
+    "pcalap": (embed.PCALap, {}),
+    "rplap": (embed.RPLap, {}),
+    "ale": (embed.ALE, {}),
+}
+
+
+def get_method(name: str) -> Method:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; expected one of {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def method_options() -> list[Option]:
+    """Every method's options, each once, in table order: the flags of `imgscale train`."""
+    return list({option.name: option for m in METHODS.values() for option in m.options}.values())
+
+
+def resolve_options(method: Method, given: dict[str, Any]) -> dict[str, Any]:
+    """``method``'s options with ``given`` values over the defaults.
+
+    An option the method does not declare is refused (naming the methods that take it), so no
+    value is silently ignored.
+    """
+    declared = {option.name: option for option in method.options}
+    for name in given:
+        if name not in declared:
+            raise ValueError(_not_for(method, name))
+    return {name: given.get(name, option.default) for name, option in declared.items()}
+
+
+def check_val_split(method: Method) -> None:
+    """Refuse an explicit validation split for a method that reads none."""
+    if not method.uses_validation:
+        takers = [m.name for m in METHODS.values() if m.uses_validation]
+        raise ValueError(f"--val-split applies to --method {', '.join(takers)} only")
+
+
+def methods_taking(option: Option) -> list[str]:
+    return [m.name for m in METHODS.values() if option in m.options]
+
+
+def _not_for(method: Method, name: str) -> str:
+    options = {option.name: option for option in method_options()}
+    if name not in options:
+        return f"method {method.name!r} has no option {name!r}"
+    takers = ", ".join(methods_taking(options[name]))
+    return f"{options[name].flag} applies to --method {takers} only"
+
+
+def model_classes() -> Iterable[type[BaseEstimator]]:
+    """Every class a saved model may hold: each method's estimators and each embedding."""
+    for method in METHODS.values():
+        yield from method.estimators
+    for cls, _ in EMBEDDINGS.values():
+        yield cls
