@@ -74,18 +74,29 @@ def cli() -> None:
 @click.argument("src", type=click.Path(exists=True, dir_okay=False))
 @click.argument("store", type=click.Path())
 @click.option("--x-key", help="Array or column holding the features (npz, parquet).")
-@click.option("--y-key", help="Array or column holding integer labels (-1 = unlabelled).")
+@click.option(
+    "--y-key", help="Array or column holding labels: integers (-1 = unlabelled) or class names."
+)
 @click.option("--ids-key", help="Array or column holding row ids (default: BATCH:ROW).")
 @click.option("--labels", "labels_path", type=click.Path(exists=True), help="idx labels file.")
+@click.option(
+    "--class-names",
+    "class_names_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Text file naming integer labels 0, 1, ...: one class name a line.",
+)
 @click.option("--split", default="train", show_default=True, help="Split name for these rows.")
-@click.option("--batch-id", help="Commit id (default: from the file's name, size and mtime).")
+@click.option("--batch-id", help="Commit id (default: a hash of the rows' content).")
 @verbose_option
-def ingest(src, store, x_key, y_key, ids_key, labels_path, split, batch_id) -> None:
-    """Ingest SRC (.npy, .npz, .parquet, idx[.gz], .fvecs, .bvecs) into STORE (create or append)."""
-    from imgscale.storage import ingest_file
+def ingest(src, store, x_key, y_key, ids_key, labels_path, class_names_path, split, batch_id):
+    """Ingest SRC (.npy, .npz, .parquet, idx[.gz], .fvecs, .bvecs) into STORE (create or append).
+
+    Rows already committed (same content, from any file) are skipped.
+    """
+    from imgscale.storage import ingest_file, read_class_names
 
     started = time.perf_counter()
-    feature_store = ingest_file(
+    result = ingest_file(
         src,
         store,
         batch_id=batch_id,
@@ -93,14 +104,37 @@ def ingest(src, store, x_key, y_key, ids_key, labels_path, split, batch_id) -> N
         y_key=y_key,
         ids_key=ids_key,
         labels_path=labels_path,
+        class_names=read_class_names(class_names_path) if class_names_path else None,
         split=split,
         progress=progress_line("ingest"),
     )
+    if result.skipped:
+        click.echo(
+            f"{store}: batch {result.batch_id} already committed ({result.rows} rows), skipped",
+            err=True,
+        )
+        return
     click.echo(
-        f"{store}: {feature_store.committed_rows} rows × {feature_store.dim} committed "
-        f"({time.perf_counter() - started:.1f} s)",
+        f"{store}: batch {result.batch_id} committed ({result.rows} rows; "
+        f"{result.store.committed_rows} rows × {result.store.dim} in the store, "
+        f"{time.perf_counter() - started:.1f} s)",
         err=True,
     )
+
+
+@cli.command("remove-batch")
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("batch_id")
+@verbose_option
+def remove_batch(store, batch_id) -> None:
+    """Remove the last committed batch BATCH_ID from STORE (one atomic commit).
+
+    Batch ids and their splits are listed by `imgscale info STORE --json`.
+    """
+    from imgscale.storage import open_store
+
+    rows = open_store(store).remove_batch(batch_id)
+    click.echo(f"{store}: batch {batch_id} removed ({rows} rows)", err=True)
 
 
 @cli.command()
@@ -108,7 +142,7 @@ def ingest(src, store, x_key, y_key, ids_key, labels_path, split, batch_id) -> N
 @json_option
 @verbose_option
 def info(store, as_json) -> None:
-    """Show a store's rows, dimension, encoding, classes, label counts and size on disk."""
+    """Show a store's rows, dimension, classes, label counts, splits, batches and size on disk."""
     from imgscale.storage import open_store
 
     summary = open_store(store).info()
@@ -116,6 +150,8 @@ def info(store, as_json) -> None:
         click.echo(json.dumps(summary))
         return
     for key, value in summary.items():
+        if key == "batches":
+            value = "; ".join(f"{b['batch_id']} ({b['rows']} rows, {b['split']})" for b in value)
         click.echo(f"{key:>16}: {value}")
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
 
 from imgscale.storage.errors import StoreError
 from imgscale.storage.formats import FORMATS, open_source
@@ -15,7 +20,18 @@ from imgscale.storage.store import FeatureStore, create_store, open_store
 # A small first file gets chunks of its size rounded up to this many rows.
 SMALL_CHUNK_STEP = 4096
 
-__all__ = ["FORMATS", "ingest_file"]
+__all__ = ["FORMATS", "Ingested", "ingest_file"]
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What `ingest_file` did: the store, the batch id, its rows, and whether the batch was
+    already committed (then nothing was written)."""
+
+    store: FeatureStore
+    batch_id: str
+    rows: int
+    skipped: bool
 
 
 def ingest_file(
@@ -31,13 +47,16 @@ def ingest_file(
     block_rows: int | None = None,
     class_names: Sequence[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> FeatureStore:
+) -> Ingested:
     """Append ``src`` to the store at ``store_path``, creating it (dim from the file) if missing.
 
     The whole file is one batch through one writer, so it commits entirely or not at all; a
-    store this call created is removed again if the ingest fails. ``batch_id`` defaults to the
-    file's name, size and mtime, so ingesting the same file twice is a no-op. ``block_rows``
-    (default: the store's rows per chunk) bounds memory.
+    store this call created is removed again if the ingest fails. ``batch_id`` defaults to a
+    hash of the rows' content (features, labels, ids), so ingesting the same rows again, from a
+    touched or copied file too, is a no-op (``skipped``); the same rows under another split are
+    refused. ``block_rows`` (default: the store's rows per chunk) bounds memory.
+    ``class_names`` name the integer labels 0..C-1 (else labels are named by number, and string
+    labels are names themselves).
     """
     src = Path(src)
     store_path = Path(store_path)
@@ -56,8 +75,7 @@ def ingest_file(
                     f"({source.shape[0]},), one per row of {src}"
                 )
         if batch_id is None:
-            stat = src.stat()
-            batch_id = f"{src.name}:{stat.st_size}:{stat.st_mtime_ns}"
+            batch_id = content_batch_id(source, labels, block_rows or BLOCK_ROWS_FOR_HASH)
         created = not _is_store(store_path)
         pre_existing_dir = store_path.is_dir()
         if created:
@@ -70,10 +88,13 @@ def ingest_file(
             )
         else:
             store = open_store(store_path)
+            committed = _committed_rows_of(store, batch_id, split)
+            if committed is not None:
+                return Ingested(store, batch_id, committed, skipped=True)
             if class_names:
                 store.set_class_names(class_names)
         try:
-            _stream(source, labels, store, batch_id, split, block_rows, progress)
+            rows = _stream(source, labels, store, batch_id, split, block_rows, progress)
         except BaseException:
             if created:
                 shutil.rmtree(store_path, ignore_errors=True)
@@ -84,7 +105,51 @@ def ingest_file(
         source.close()
         if labels is not None:
             labels.close()
-    return store
+    return Ingested(store, batch_id, rows, skipped=False)
+
+
+# Rows hashed at a time when the caller does not bound the blocks.
+BLOCK_ROWS_FOR_HASH = 65_536
+
+
+def content_batch_id(source: Source, labels: Source | None, block_rows: int) -> str:
+    """A batch id from the rows' content: BLAKE2b over features, labels and ids as read.
+
+    One extra read of the file, so the id is known before anything is written (the default row
+    ids derive from it); the file's name and times do not enter.
+    """
+    digest = hashlib.blake2b(digest_size=8)
+    label_blocks = labels.blocks(block_rows) if labels is not None else None
+    for block in source.blocks(block_rows):
+        y = next(label_blocks).X if label_blocks is not None else block.labels
+        for part in (block.X, y, block.ids):
+            if part is None:
+                digest.update(b"-")
+                continue
+            part = np.ascontiguousarray(part)
+            digest.update(f"{part.dtype.str}{part.shape}".encode())
+            if part.dtype.kind == "O":
+                digest.update("\0".join(map(str, part.tolist())).encode())
+            else:
+                digest.update(part.data)
+    return f"content-{digest.hexdigest()}"
+
+
+def _committed_rows_of(store: FeatureStore, batch_id: str, split: str) -> int | None:
+    """Rows of ``batch_id`` if already committed under ``split`` (None if not committed); a
+    StoreError if it was committed under other splits."""
+    if not store.has_batch(batch_id):
+        return None
+    rows = store.rows()
+    rows = rows.filter(pc.equal(rows.column("batch_id"), batch_id))
+    splits = sorted(set(rows.column("split").to_pylist()))
+    if splits != [split]:
+        raise StoreError(
+            f"store {store.path}: batch {batch_id!r} is already committed ({rows.num_rows} rows) "
+            f"as split {', '.join(map(repr, splits))}, not {split!r}; to change its split, run "
+            f"`imgscale remove-batch {store.path} {batch_id}` and ingest it again"
+        )
+    return rows.num_rows
 
 
 def _is_store(path: Path) -> bool:
@@ -100,14 +165,14 @@ def _stream(
     split: str,
     block_rows: int | None,
     progress: Callable[[int, int], None] | None,
-) -> None:
+) -> int:
     block_rows = block_rows or store.rows_per_chunk
     total = source.shape[0]
     label_blocks = labels.blocks(block_rows) if labels is not None else None
     done = 0
     with store.writer(batch_id) as w:
-        if w.already_committed:
-            return
+        if w.already_committed:  # committed by another process since we looked
+            return _committed_rows_of(store, batch_id, split) or 0
         for block in source.blocks(block_rows):
             y = next(label_blocks).X if label_blocks is not None else block.labels
             try:
@@ -118,6 +183,7 @@ def _stream(
             done += len(block.X)
             if progress is not None:
                 progress(done, total)
+    return done
 
 
 def _rows_per_chunk_for(shape: tuple[int, int]) -> int:

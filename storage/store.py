@@ -33,7 +33,7 @@ from imgscale.storage.layout import (
 )
 from imgscale.storage.lock import StoreLock
 from imgscale.storage.pq import CodesChunkReader, PQCodec, load_codec, pq_info, pq_params
-from imgscale.storage.writer import BatchWriter
+from imgscale.storage.writer import BatchWriter, remove_last_batch
 
 __all__ = ["SCHEMA_VERSION", "FeatureStore", "create_store", "open_store"]
 
@@ -95,6 +95,30 @@ class FeatureStore:
 
     def has_batch(self, batch_id: str) -> bool:
         return any(b["batch_id"] == batch_id for b in read_record(self.path)["batches"])
+
+    def remove_batch(self, batch_id: str) -> int:
+        """Remove the last committed batch (crash-safe, one commit); returns its rows."""
+        removed = remove_last_batch(self, batch_id)
+        self._rows_cache.clear()
+        self._ids_seen.clear()
+        self._ids_files.clear()
+        return removed
+
+    def split_counts(self) -> dict[str, int]:
+        """Rows per split name, in order of first appearance."""
+        splits = self.rows().column("split").value_counts().to_pylist()
+        return {s["values"]: s["counts"] for s in splits}
+
+    def require_split(self, split: str | None) -> None:
+        """StoreError naming the available splits unless ``split`` (if given) has rows."""
+        if split is None:
+            return
+        counts = self.split_counts()
+        if split not in counts:
+            raise StoreError(
+                f"store {self.path}: no split {split!r}; it has "
+                + (", ".join(f"{name!r} ({n} rows)" for name, n in counts.items()) or "no rows")
+            )
 
     def writer(self, batch_id: str) -> BatchWriter:
         """Context manager streaming one batch in many blocks; commits once at a clean exit."""
@@ -240,7 +264,8 @@ class FeatureStore:
         """Summary for `imgscale info`: flat, JSON-ready, keys stable."""
         record = read_record(self.path)
         names = self.class_names
-        labels = self._rows(record, None).column("label").to_numpy()
+        rows = self._rows(record, None)
+        labels = rows.column("label").to_numpy()
         values, counts = np.unique(labels, return_counts=True)
         label_counts = {
             _label_key(int(v), names): int(c) for v, c in zip(values, counts, strict=True)
@@ -254,7 +279,8 @@ class FeatureStore:
             "bytes_on_disk": sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file()),
             "rows_per_chunk": record["rows_per_chunk"],
             "schema_version": record["schema_version"],
-            "batches": len(record["batches"]),
+            "splits": self.split_counts(),
+            "batches": _batches(record, rows),
         }
         if record["encoding"] == "pq":
             summary.update(pq_info(self.path, record, summary["bytes_on_disk"]))
@@ -274,6 +300,22 @@ class FeatureStore:
         reader = ChunkReader(self.path, n, self.dim, self.rows_per_chunk)
         for index in range(math.ceil(n / self.rows_per_chunk)):
             reader.read_chunk(index)
+
+
+def _batches(record: dict[str, Any], rows: pa.Table) -> list[dict[str, Any]]:
+    """Each committed batch: its id, rows and split (splits joined by "," if it has several)."""
+    out = []
+    for batch in record["batches"]:
+        splits = rows.column("split").slice(batch["start"], batch["stop"] - batch["start"])
+        names = pc.unique(splits).to_pylist()
+        out.append(
+            {
+                "batch_id": batch["batch_id"],
+                "rows": batch["stop"] - batch["start"],
+                "split": ",".join(names),
+            }
+        )
+    return out
 
 
 def _label_key(label: int, names: list[str]) -> str:

@@ -40,26 +40,6 @@ def as_features(X: Any, dim: int, where: str, first_row: int) -> np.ndarray:
     return X
 
 
-def as_labels(labels: Any, n: int, n_classes: int, where: str, first_row: int) -> np.ndarray:
-    """int32 labels, -1 meaning unlabelled; with class names known, each must name a class."""
-    if labels is None:
-        return np.full(n, -1, np.int32)
-    labels = np.asarray(labels)
-    if labels.dtype.kind not in "iu":
-        raise StoreError(f"{where}: labels have dtype {labels.dtype}; expected integers")
-    if labels.shape != (n,):
-        raise StoreError(f"{where}: labels have shape {labels.shape}; expected ({n},), one per row")
-    top = n_classes - 1 if n_classes else np.iinfo(np.int32).max
-    bad = (labels < -1) | (labels > top)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise StoreError(
-            f"{where}: {int(bad.sum())} labels out of range (first {labels[i]} at row "
-            f"{first_row + i}); expected -1 (unlabelled) to {top}"
-        )
-    return labels.astype(np.int32)
-
-
 def as_strings(values: Any, n: int, what: str, where: str) -> list[str]:
     """A per-row list of str; a single str is repeated for every row."""
     if isinstance(values, str):
@@ -70,6 +50,8 @@ def as_strings(values: Any, n: int, what: str, where: str) -> list[str]:
     out = array.tolist()
     if not all(isinstance(v, str) for v in out):
         raise StoreError(f"{where}: {what} have dtype {array.dtype}; expected strings")
+    if "" in out:
+        raise StoreError(f"{where}: empty {what[:-1]} at row {out.index('')}; expected non-empty")
     return out
 
 

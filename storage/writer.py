@@ -4,6 +4,7 @@ another store's batches written chunk by chunk by many processes (`CopyWriter`);
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -12,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from imgscale.storage.classes import ClassTable
 from imgscale.storage.errors import StoreError
 from imgscale.storage.layout import (
     ROWS_DIR,
@@ -21,11 +23,12 @@ from imgscale.storage.layout import (
     read_classes,
     read_record,
     rows_file_name,
+    write_classes,
     write_record,
     write_table_atomic,
 )
 from imgscale.storage.lock import StoreLock, remove_partials
-from imgscale.storage.validate import as_codes, as_features, as_labels, as_strings, check_unique_ids
+from imgscale.storage.validate import as_codes, as_features, as_strings, check_unique_ids
 
 if TYPE_CHECKING:
     from imgscale.storage.store import FeatureStore
@@ -33,7 +36,12 @@ if TYPE_CHECKING:
 
 class _LockedWriter:
     """A writer that holds the store's writer lock from ``__enter__`` to ``__exit__``: `_begin`
-    runs under it (a failing one releases it) and `_finish` commits at a clean exit."""
+    runs under it (a failing one releases it) and `_finish` commits at a clean exit.
+
+    Whatever fails, nothing is left behind: row chunks past the committed rows and uncommitted
+    rows files are removed on the way out (and by the next writer, should this one be killed),
+    and a full disk is reported as one line naming the store.
+    """
 
     def __init__(self, store: FeatureStore) -> None:
         self.store = store
@@ -57,8 +65,20 @@ class _LockedWriter:
         try:
             if exc_type is None:
                 self._finish()
+        except BaseException as failure:
+            exc = failure
+            raise
         finally:
-            self._lock.release()
+            try:
+                if exc is not None:
+                    remove_uncommitted(self.store.path)
+            finally:
+                self._lock.release()
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                raise StoreError(
+                    f"store {self.store.path}: no space left on device; nothing was committed "
+                    "and the rows written so far were removed"
+                ) from exc
 
     def _begin(self) -> None:
         raise NotImplementedError
@@ -101,15 +121,14 @@ class BatchWriter(_LockedWriter):
         self.already_committed = any(b["batch_id"] == self.batch_id for b in record["batches"])
         if self.already_committed:
             return
-        remove_partials(path)
-        _remove_orphan_rows_files(path, record)
+        remove_uncommitted(path, record)
         self.start = record["committed_rows"]
         self.rows_written = 0  # rows accepted into this batch so far
         self._flushed = self.start  # rows [start, _flushed) are in zarr
         self._pending: list[np.ndarray] = []
         self._pending_rows = 0
         self._meta: list[pa.RecordBatch] = []
-        self._n_classes = len(read_classes(path))
+        self._classes = ClassTable(read_classes(path))
         self._is_pq, self._array = _open_rows_array(path, record)
         self._committed_ids = self.store.committed_ids()
         self._batch_ids: set[str] = set()
@@ -142,7 +161,7 @@ class BatchWriter(_LockedWriter):
         else:
             X = as_features(X, self.store.dim, where, first)
         n = X.shape[0]
-        labels = as_labels(labels, n, self._n_classes, where, first)
+        labels = self._classes.encode(labels, n, where, first)
         if ids is None:
             ids = [f"{self.batch_id}:{i}" for i in range(self.rows_written, self.rows_written + n)]
         else:
@@ -196,6 +215,9 @@ class BatchWriter(_LockedWriter):
     def _commit(self) -> None:
         record = read_record(self.store.path)
         table = pa.Table.from_batches(self._meta, ROWS_SCHEMA)
+        if self._classes.added:
+            where = f"store {self.store.path}, batch {self.batch_id!r}"
+            write_classes(self.store.path, self._classes.final_names(where))
         _add_batch(self.store.path, record, self.batch_id, self.start, table)
         write_record(self.store.path, record)
 
@@ -221,12 +243,19 @@ def _open_rows_array(path: Path, record: dict[str, Any]) -> tuple[bool, Any]:
     return is_pq, open_codes_array(path, "r+") if is_pq else open_features_array(path, "r+")
 
 
-def _remove_orphan_rows_files(path: Path, record: dict[str, Any]) -> None:
-    """Rows files no batch names were written by a writer that died before its commit."""
+def remove_uncommitted(path: Path, record: dict[str, Any] | None = None) -> None:
+    """Remove what a writer that failed or died before its commit left behind: tmp files, rows
+    files no batch names, and row chunks wholly past the committed rows (the row array shrinks
+    to the committed rows, which drops their chunk files). Only safe while holding the lock."""
+    record = read_record(path) if record is None else record
+    remove_partials(path)
     named = {b["rows_file"] for b in record["batches"]}
     for file in (path / ROWS_DIR).glob("*.parquet"):
         if f"{ROWS_DIR}/{file.name}" not in named:
             file.unlink(missing_ok=True)
+    _, array = _open_rows_array(path, record)
+    if array.shape[0] > record["committed_rows"]:
+        array.resize((record["committed_rows"], array.shape[1]))
 
 
 class CopyWriter(_LockedWriter):
@@ -269,8 +298,7 @@ class CopyWriter(_LockedWriter):
                 f"store {path}: {self.start} committed rows end inside a chunk of {rpc} rows; "
                 "expected a chunk boundary for chunk-parallel writes"
             )
-        remove_partials(path)
-        _remove_orphan_rows_files(path, record)
+        remove_uncommitted(path, record)
         _, array = _open_rows_array(path, record)
         array.resize((self.start + n, array.shape[1]))
         self.first_chunk = self.start // rpc
@@ -300,6 +328,36 @@ class CopyWriter(_LockedWriter):
             table = self.rows.slice(start, stop - start)
             _add_batch(self.store.path, record, batch["batch_id"], self.start + start, table)
         write_record(self.store.path, record)
+
+
+def remove_last_batch(store: FeatureStore, batch_id: str) -> int:
+    """Remove the store's last committed batch ``batch_id``; returns its rows.
+
+    One atomic rewrite of the commit record (the committed rows end where the batch started),
+    under the writer lock, then its rows file and row chunks are removed: readers see the store
+    with the batch or without it, and a process killed after the commit leaves files the next
+    writer removes. Only the last batch can go, because rows are addressed by position.
+    """
+    with StoreLock(store.path):
+        record = read_record(store.path)
+        ids = [b["batch_id"] for b in record["batches"]]
+        if batch_id not in ids:
+            raise StoreError(
+                f"store {store.path}: no batch {batch_id!r}; it has {ids[-10:]} "
+                "(see `imgscale info --json`)"
+            )
+        position = ids.index(batch_id)
+        later = ids[position + 1 :]
+        if later:
+            raise StoreError(
+                f"store {store.path}: batch {batch_id!r} is followed by {len(later)} batches "
+                f"({later[:5]}); expected the last batch (remove those first, newest first)"
+            )
+        batch = record["batches"].pop()
+        record["committed_rows"] = batch["start"]
+        write_record(store.path, record)
+        remove_uncommitted(store.path, record)
+    return batch["stop"] - batch["start"]
 
 
 def write_row_chunk(path: Path, chunk_index: int, block: np.ndarray) -> None:

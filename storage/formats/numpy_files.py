@@ -22,11 +22,20 @@ class NpySource:
 
     def __init__(self, path: Path, **_keys: str | None) -> None:
         self.path = path
+        with open(path, "rb") as f:
+            magic = f.read(len(npformat.MAGIC_PREFIX))
+        if magic != npformat.MAGIC_PREFIX:
+            raise StoreError(
+                f"{path}: starts with {magic!r}, not the .npy magic {npformat.MAGIC_PREFIX!r}; "
+                "expected a .npy file written by numpy.save"
+            )
         try:
             # Never allow_pickle: loading must not execute code from the file.
             self._array = np.load(path, mmap_mode="r", allow_pickle=False)
         except ValueError as e:
-            raise StoreError(f"{path}: cannot load ({e}); expected a numeric .npy array") from e
+            raise StoreError(
+                f"{path}: not a numeric .npy array ({e}); expected numbers, not objects"
+            ) from e
         if self._array.ndim not in (1, 2):
             raise StoreError(f"{path}: array of shape {self._array.shape}; expected 1-D or 2-D")
         self.shape = self._array.shape

@@ -48,6 +48,18 @@ class ParquetSource:
             raise StoreError(
                 f"{path}: column {x_key!r} has type {x_type}; expected fixed_size_list<float>"
             )
+        if y_key is not None:
+            y_type = schema.field(y_key).type
+            if not (pa.types.is_integer(y_type) or _is_text(y_type)):
+                raise StoreError(
+                    f"{path}: label column {y_key!r} has type {y_type}; expected integers "
+                    "(-1 = unlabelled) or strings (class names)"
+                )
+        if ids_key is not None and not _is_text(schema.field(ids_key).type):
+            raise StoreError(
+                f"{path}: id column {ids_key!r} has type {schema.field(ids_key).type}; "
+                "expected strings"
+            )
         self._keys = (x_key, y_key, ids_key)
         self.shape = (self._file.metadata.num_rows, x_type.list_size)
 
@@ -63,10 +75,14 @@ class ParquetSource:
             X = batch.column(x_key).flatten().to_numpy(zero_copy_only=False)
             yield Block(
                 X.reshape(batch.num_rows, self.shape[1]),
-                None if y_key is None else batch.column(y_key).to_numpy(),
+                None if y_key is None else batch.column(y_key).to_numpy(zero_copy_only=False),
                 None if ids_key is None else np.asarray(batch.column(ids_key).to_pylist()),
             )
             start += batch.num_rows
 
     def close(self) -> None:
         self._file.close()
+
+
+def _is_text(type_: pa.DataType) -> bool:
+    return pa.types.is_string(type_) or pa.types.is_large_string(type_)

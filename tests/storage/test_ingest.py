@@ -38,7 +38,7 @@ def _write_vecs(path: Path, X: np.ndarray, value_dtype: str) -> None:
 def test_npy_round_trips(tmp_path: Path) -> None:
     X = random_rows(N, 0, dim=D)
     np.save(tmp_path / "x.npy", X)
-    store = ingest_file(tmp_path / "x.npy", tmp_path / "s.zarr", block_rows=7)
+    store = ingest_file(tmp_path / "x.npy", tmp_path / "s.zarr", block_rows=7).store
     np.testing.assert_array_equal(store.features().compute(), X)
     assert set(store.labels()) == {-1}
 
@@ -53,7 +53,7 @@ def test_npz_compressed_streams_in_blocks_with_labels_and_ids(tmp_path: Path) ->
         tmp_path / "s.zarr",
         block_rows=4,
         progress=lambda done, total: seen.append((done, total)),
-    )
+    ).store
     np.testing.assert_array_equal(store.features().compute(), X.astype(np.float32))
     np.testing.assert_array_equal(store.labels(), _labels())
     assert list(store.ids()) == list(ids)
@@ -63,7 +63,9 @@ def test_npz_compressed_streams_in_blocks_with_labels_and_ids(tmp_path: Path) ->
 def test_npz_uses_the_single_2d_array_and_explicit_keys(tmp_path: Path) -> None:
     X = random_rows(N, 2, dim=D)
     np.savez(tmp_path / "x.npz", feats=X, target=_labels())
-    store = ingest_file(tmp_path / "x.npz", tmp_path / "s.zarr", y_key="target", block_rows=10)
+    store = ingest_file(
+        tmp_path / "x.npz", tmp_path / "s.zarr", y_key="target", block_rows=10
+    ).store
     np.testing.assert_array_equal(store.features().compute(), X)
     np.testing.assert_array_equal(store.labels(), _labels())
 
@@ -80,7 +82,7 @@ def test_parquet_round_trips(tmp_path: Path) -> None:
     features = pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), D)
     table = pa.table({"id": [f"p{i}" for i in range(N)], "vec": features, "label": _labels()})
     pq.write_table(table, tmp_path / "x.parquet", row_group_size=16)
-    store = ingest_file(tmp_path / "x.parquet", tmp_path / "s.zarr", block_rows=9)
+    store = ingest_file(tmp_path / "x.parquet", tmp_path / "s.zarr", block_rows=9).store
     np.testing.assert_array_equal(store.features().compute(), X)
     np.testing.assert_array_equal(store.labels(), _labels())
     assert store.ids()[-1] == f"p{N - 1}"
@@ -98,7 +100,7 @@ def test_idx_images_with_idx_labels_round_trip(tmp_path: Path, compress: bool) -
         labels_path=tmp_path / f"train-labels-idx1-ubyte{suffix}",
         block_rows=8,
         class_names=["zero", "one", "two"],
-    )
+    ).store
     np.testing.assert_array_equal(store.features().compute(), images.reshape(N, 12))
     np.testing.assert_array_equal(store.labels(), _labels())
     assert store.class_names == ["zero", "one", "two"]
@@ -116,14 +118,14 @@ def test_idx_labels_of_another_length_are_refused(tmp_path: Path) -> None:
 def test_fvecs_round_trips(tmp_path: Path) -> None:
     X = random_rows(N, 5, dim=D)
     _write_vecs(tmp_path / "x.fvecs", X, "<f4")
-    store = ingest_file(tmp_path / "x.fvecs", tmp_path / "s.zarr", block_rows=10)
+    store = ingest_file(tmp_path / "x.fvecs", tmp_path / "s.zarr", block_rows=10).store
     np.testing.assert_array_equal(store.features().compute(), X)
 
 
 def test_bvecs_round_trip_as_unchanged_byte_values(tmp_path: Path) -> None:
     X = np.random.default_rng(6).integers(0, 256, size=(N, D), dtype=np.uint8)
     _write_vecs(tmp_path / "x.bvecs", X, "u1")
-    store = ingest_file(tmp_path / "x.bvecs", tmp_path / "s.zarr", block_rows=10)
+    store = ingest_file(tmp_path / "x.bvecs", tmp_path / "s.zarr", block_rows=10).store
     np.testing.assert_array_equal(store.features().compute(), X.astype(np.float32))
 
 
@@ -151,7 +153,7 @@ def test_truncated_fvecs_is_refused(tmp_path: Path) -> None:
 
 def test_reingesting_the_same_file_is_a_no_op(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", random_rows(N, 0, dim=D))
-    store = ingest_file(tmp_path / "x.npy", tmp_path / "s.zarr")
+    store = ingest_file(tmp_path / "x.npy", tmp_path / "s.zarr").store
     before = snapshot(store)
     ingest_file(tmp_path / "x.npy", tmp_path / "s.zarr")
     assert snapshot(store) == before
@@ -187,14 +189,14 @@ def test_unknown_extension_lists_supported_formats(tmp_path: Path) -> None:
 
 def test_npy_object_array_is_refused_without_unpickling(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", np.array([[1, "a"]], dtype=object), allow_pickle=True)
-    with pytest.raises(StoreError, match="cannot load"):
+    with pytest.raises(StoreError, match=r"not a numeric \.npy array"):
         ingest_file(tmp_path / "x.npy", tmp_path / "s.zarr")
 
 
 def test_a_small_first_file_gets_chunks_of_its_size_not_64_mib(tmp_path: Path) -> None:
     X = np.ones((1000, 64), np.float32)
     np.save(tmp_path / "x.npy", X)
-    store = ingest_file(tmp_path / "x.npy", tmp_path / "s.zarr")
+    store = ingest_file(tmp_path / "x.npy", tmp_path / "s.zarr").store
     assert store.rows_per_chunk == 4096  # 1000 rows rounded up to the 4096-row step
     assert store.info()["bytes_on_disk"] < 2 * 4096 * 64 * 4
     np.testing.assert_array_equal(store.features().compute(), X)

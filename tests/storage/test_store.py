@@ -205,18 +205,21 @@ def test_class_names_can_only_be_extended(store: FeatureStore) -> None:
 
 def test_info_counts_labels_by_class_name(store: FeatureStore) -> None:
     info = store.info()
-    assert info["rows"] == 25 and info["dim"] == DIM and info["batches"] == 1
+    assert info["rows"] == 25 and info["dim"] == DIM
+    assert info["batches"] == [{"batch_id": "b0", "rows": 25, "split": "train"}]
+    assert info["splits"] == {"train": 25}
     assert info["classes"] == ["cat", "dog"]
     assert info["label_counts"] == {"unlabelled": 9, "cat": 8, "dog": 8}
     assert info["bytes_on_disk"] > 0
     assert json.loads(json.dumps(info)) == info
 
 
-def test_info_without_class_names_uses_label_numbers(tmp_path: Path) -> None:
+def test_integer_labels_without_class_names_name_classes_by_number(tmp_path: Path) -> None:
     s = create_store(tmp_path / "s.zarr", 2)
-    s.append("b", random_rows(4, 0, dim=2), labels=[3, 3, -1, 7])
-    assert s.info()["classes"] == [3, 7]
-    assert s.info()["label_counts"] == {"unlabelled": 1, "3": 2, "7": 1}
+    s.append("b", random_rows(5, 0, dim=2), labels=[2, 2, -1, 0, 1])
+    assert s.class_names == ["0", "1", "2"]
+    assert s.info()["classes"] == ["0", "1", "2"]
+    assert s.info()["label_counts"] == {"unlabelled": 1, "0": 1, "1": 1, "2": 2}
 
 
 def test_empty_store_reads_as_zero_rows(tmp_path: Path) -> None:
