@@ -4,6 +4,11 @@ A model is an ordered list of steps (one estimator, or the steps of a pipeline).
 stored as its class name, its constructor parameters and its fitted state; loading reads arrays and
 JSON and never executes anything from the file. Mapping class names back to classes is the caller's
 job (``jobs.models``), so this module stays free of ``pipeline`` imports.
+
+A model is verified as it loads: the JSON lists every array with its shape and dtype, every chunk
+must be present (zarr would read a missing one as its fill value) and carries a crc32c that is
+checked on read, so a damaged model file is refused with one line naming the model and the array
+instead of answering with wrong weights.
 """
 
 from __future__ import annotations
@@ -18,10 +23,14 @@ from pathlib import Path
 import dask.array as da
 import numpy as np
 import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from imgscale.storage.errors import StoreError
 
-MODEL_SCHEMA_VERSION = 1
+# Version 2 lists each step's arrays and checksums every chunk; version 1 models did neither.
+MODEL_SCHEMA_VERSION = 2
+# zstd, then the checksum last so damage to the stored bytes is caught before decompression.
+MODEL_CODECS = (ZstdCodec(level=1), Crc32cCodec())
 
 
 @dataclass
@@ -50,7 +59,15 @@ def save_model(path: str | os.PathLike, steps: list[SavedStep], provenance: dict
         root.attrs["imgscale_model"] = {
             "schema_version": MODEL_SCHEMA_VERSION,
             "steps": [
-                {"kind": s.kind, "params": _jsonable(s.params), "scalars": _jsonable(s.scalars)}
+                {
+                    "kind": s.kind,
+                    "params": _jsonable(s.params),
+                    "scalars": _jsonable(s.scalars),
+                    "arrays": {
+                        name: {"shape": list(value.shape), "dtype": np.dtype(value.dtype).str}
+                        for name, value in s.arrays.items()
+                    },
+                }
                 for s in steps
             ],
             "provenance": _jsonable(provenance),
@@ -65,11 +82,13 @@ def _write_array(group: zarr.Group, name: str, value: np.ndarray | da.Array) -> 
     """A numpy array is written by this process; a dask array's blocks by the workers holding
     them (e.g. a kNN's reference rows), so no n-sized array passes through the client."""
     if not isinstance(value, da.Array):
-        group.create_array(name, data=np.ascontiguousarray(value))
+        group.create_array(name, data=np.ascontiguousarray(value), compressors=MODEL_CODECS)
         return
     rows = max(value.chunks[0], default=0) or 1
     chunks = (rows, *value.shape[1:])
-    array = group.create_array(name, shape=value.shape, dtype=value.dtype, chunks=chunks)
+    array = group.create_array(
+        name, shape=value.shape, dtype=value.dtype, chunks=chunks, compressors=MODEL_CODECS
+    )
     # One writer per zarr chunk: the dask blocks are cut on the zarr chunk boundaries.
     da.store(value.rechunk(chunks), array, lock=False)
 
@@ -85,14 +104,43 @@ def load_model(path: str | os.PathLike) -> tuple[list[SavedStep], dict]:
     if meta.get("schema_version") != MODEL_SCHEMA_VERSION:
         raise StoreError(
             f"model {path}: schema version {meta.get('schema_version')!r}; "
-            f"expected {MODEL_SCHEMA_VERSION}"
+            f"expected {MODEL_SCHEMA_VERSION} (train it again with this imgscale)"
         )
     steps = []
     for i, step in enumerate(meta["steps"]):
-        group = root[f"step{i}"]
-        arrays = {name: np.asarray(array[...]) for name, array in group.arrays()}
+        arrays = {
+            name: _read_array(root, path, f"step{i}/{name}", expected)
+            for name, expected in step["arrays"].items()
+        }
         steps.append(SavedStep(step["kind"], step["params"], arrays, step["scalars"]))
     return steps, meta["provenance"]
+
+
+def _read_array(root: zarr.Group, path: Path, key: str, expected: dict) -> np.ndarray:
+    """The array ``key``, after checking it is the one the model's JSON lists: its shape and
+    dtype, every chunk present, every chunk's crc32c."""
+    shape, dtype = tuple(expected["shape"]), np.dtype(expected["dtype"])
+    what = f"model {path}: array {key}"
+    try:
+        array = root[key]
+    except KeyError:
+        raise StoreError(f"{what} is missing; expected {dtype} of shape {shape}") from None
+    if not isinstance(array, zarr.Array) or array.shape != shape or array.dtype != dtype:
+        found = (
+            f"{array.dtype} of shape {array.shape}" if isinstance(array, zarr.Array) else "a group"
+        )
+        raise StoreError(f"{what} is {found}; expected {dtype} of shape {shape}")
+    if array.nchunks_initialized != array.nchunks:
+        raise StoreError(
+            f"{what} has {array.nchunks_initialized} of its {array.nchunks} chunks; expected all "
+            "(a chunk file was deleted)"
+        )
+    try:
+        return np.asarray(array[...])
+    except Exception as exc:  # zarr raises whatever its codecs raise on damaged bytes
+        raise StoreError(
+            f"{what} is damaged ({exc}); expected chunks matching their crc32c"
+        ) from exc
 
 
 def _jsonable(value):
