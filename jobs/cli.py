@@ -325,6 +325,35 @@ def evaluate(model, store, split, scheduler, as_json) -> None:
         click.echo(f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}")
 
 
+@cli.command()
+@click.argument("model", type=click.Path(exists=True))
+@click.argument("store", type=click.Path(exists=True))
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--split", default="test", show_default=True, help="Rows to plot.")
+@click.option(
+    "--max-points", default=5000, show_default=True, help="Rows sampled when the split is larger."
+)
+@scheduler_option
+@json_option
+@verbose_option
+def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
+    """A PNG scatter of MODEL's 2-D embedding of STORE's rows by class, exemplars circled."""
+    from imgscale.jobs.plot import plot_embedding
+    from imgscale.storage import open_store
+
+    fitted, _ = models.load(model)
+    with connect(scheduler, quiet=as_json):
+        drawn = plot_embedding(fitted, open_store(store), out, split=split, max_points=max_points)
+    if as_json:
+        click.echo(json.dumps(drawn))
+        return
+    click.echo(
+        f"{out}: {drawn['points']} rows of {drawn['classes']} classes, "
+        f"{drawn['exemplars']} exemplars",
+        err=True,
+    )
+
+
 @cli.command("add-class")
 @click.argument("model", type=click.Path(exists=True))
 @click.argument("store", type=click.Path(exists=True))
