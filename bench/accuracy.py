@@ -34,6 +34,7 @@ import numpy as np
 import scipy.linalg
 
 from imgscale.bench.common import record
+from imgscale.bench.registry import Context, benchmark
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.classify.ridge import RHO_GRID
 from imgscale.pipeline.embed import (
@@ -45,7 +46,6 @@ from imgscale.pipeline.embed import (
 )
 from imgscale.pipeline.metrics import per_class_rate
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 LABELLED_PER_CLASS = (3, 10, 30)
 TRIALS = 5
 RFF_DIM = 2000
@@ -59,7 +59,7 @@ NEWSGROUPS_VOCABULARY = 1000
 
 
 def load_dataset(
-    name: str, mnist_rows: int | None, seed: int = 0, data_dir: Path = DATA_DIR
+    name: str, mnist_rows: int | None, seed: int = 0, data_dir: Path | None = None
 ) -> dict[str, np.ndarray]:
     """Train/val/test float32 rows and int labels (val = 20% of the train rows).
 
@@ -77,6 +77,8 @@ def load_dataset(
         tr, va, te = np.split(order, [n_train, n_train + n_val])
         return {"X_train": X[tr], "y_train": y[tr], "X_val": X[va], "y_val": y[va],
                 "X_test": X[te], "y_test": y[te]}  # fmt: skip
+    if data_dir is None:
+        raise ValueError(f"data set {name!r} needs the data folder (--data-dir or IMGSCALE_DATA)")
     if name == "20news":
         X_train, y_train, X_test, y_test = newsgroups_histograms(Path(data_dir) / NEWSGROUPS_FILE)
     else:
@@ -210,7 +212,7 @@ def _sample_labelled(y: np.ndarray, per_class: int, rng: np.random.Generator) ->
     )
 
 
-def run_dataset(name: str, mnist_rows: int | None, data_dir: Path = DATA_DIR, log=print):
+def run_dataset(name: str, mnist_rows: int | None, data_dir: Path | None, log=print):
     """Records (mean and std of the test per-class rate) for every embedding and regime."""
     data = load_dataset(name, mnist_rows, data_dir=data_dir)
     X_train, y_train = data["X_train"], data["y_train"]
@@ -291,7 +293,7 @@ def _record(dataset, embedding, dim, labelled, rates, **extra) -> dict:
 def run(
     datasets=DATASETS,
     mnist_rows: int | None = 20_000,
-    data_dir: Path = DATA_DIR,
+    data_dir: Path | None = None,
     log=print,
 ) -> list[dict]:
     records = []
@@ -436,3 +438,28 @@ def write_section(path: Path, name: str, text: str) -> None:
     else:
         new = old.rstrip("\n") + "\n\n" + block
     path.write_text(new)
+
+
+_FILES = {"usps": "usps.npz", "mnist": "mnist.npz", "20news": NEWSGROUPS_FILE}
+
+
+@benchmark(
+    "accuracy",
+    "paper 000 section 4.1: per-class rate of ridge on raw features vs RFF, Nystrom, SQRT, HIKE, "
+    "AddKPCA and scikit-learn's RBFSampler, 3/10/30/all labelled rows per class",
+    needs=("usps.npz, mnist.npz, 20news-bydate.tar.gz (small and up; tiny uses sklearn's digits)",),
+)
+def suite(ctx: Context) -> list[dict]:
+    datasets, mnist_rows = ctx.pick(
+        tiny=(("digits",), 2_000),
+        small=(("digits", "usps"), 10_000),
+        medium=(DATASETS, 20_000),
+        large=(DATASETS, 20_000),
+    )
+    data_dir = None
+    for name in datasets:
+        if name in _FILES:
+            data_dir = ctx.data(_FILES[name]).parent
+    records = run(datasets, mnist_rows, data_dir=data_dir, log=ctx.log)
+    plot(records, ctx.plot("rates"))
+    return records

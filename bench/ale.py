@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from imgscale.bench.accuracy import DATA_DIR, load_dataset
+from imgscale.bench.accuracy import load_dataset
 from imgscale.bench.common import PeakRSS, mixture_store, record
+from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.embed import embed_new_rows
 from imgscale.pipeline._compute import compute
@@ -147,7 +148,7 @@ def run_accuracy(
     *,
     per_class: tuple[int, ...] = LABELLED_PER_CLASS,
     trials: int = TRIALS,
-    data_dir: Path = DATA_DIR,
+    data_dir: Path,
     log: Callable[[str], None] = print,
 ) -> list[dict]:
     """Per (dataset, method, labelled per class): test MiAP and mean per-class rate, mean ± std
@@ -309,3 +310,21 @@ def plot_accuracy(records: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+@benchmark(
+    "ale",
+    "ALE fit + embed + equation-3 solve on a store vs the store's read pass (paper 001 scale); "
+    "incremental embedding rows/s",
+)
+def suite(ctx: Context) -> list[dict]:
+    rows, dim, n_components, incremental = ctx.pick(
+        tiny=(4_000, 32, 40, 2_000),
+        small=(200_000, 512, 500, 20_000),
+        medium=(1_500_000, 512, 500, 100_000),
+        large=(1_500_000, 512, 500, 100_000),
+    )
+    return run_speed(
+        rows, dim, 10, n_components=n_components, incremental_rows=incremental,
+        workdir=ctx.scratch("ale"), scheduler=ctx.scheduler, log=ctx.log,
+    )  # fmt: skip

@@ -45,6 +45,7 @@ from imgscale.bench.common import (
     run_peer,
     timed_mixture_store,
 )
+from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify import RidgeClassifier
@@ -250,3 +251,25 @@ def _peer_fit(rows: int, dim: int, classes: int, gamma: float) -> dict:
         seconds += time.perf_counter() - started
         best = max(best, per_class_rate(y[val], predicted))
     return {"seconds": seconds, "rate": best}
+
+
+@benchmark(
+    "embed",
+    "RFF-2000 -> ridge from a store vs scikit-learn RBFSampler + RidgeClassifier in memory; "
+    "Nystrom/AddKPCA at paper 000 Table 2 sizes",
+)
+def suite(ctx: Context) -> list[dict]:
+    rows, dim, classes, paper_rows = ctx.pick(
+        tiny=(4_000, 32, 10, 0),
+        small=(200_000, 512, 100, 0),
+        medium=(1_000_000, 512, 100, PAPER_ROWS),
+        large=(1_000_000, 512, 100, PAPER_ROWS),
+    )
+    return run(
+        rows,
+        dim,
+        classes,
+        workdir=ctx.scratch("embed"),
+        scheduler=ctx.scheduler,
+        paper_rows=paper_rows,
+    )

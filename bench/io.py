@@ -36,6 +36,7 @@ from threadpoolctl import threadpool_limits
 from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 
 from imgscale.bench.common import mixture_blocks, record
+from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify.ncm import NearestClassMean
@@ -585,3 +586,15 @@ def _pq_store_passes(
         ),
     }
     return out + _timed_passes(passes, reader, n, codec.m, repeats, {}, prefix)
+
+
+@benchmark(
+    "io",
+    "store read rates through the store's API and Dask (1 and 2 workers) vs np.fromfile and "
+    "plain processes; each streaming pass vs the read-only pass; PQ code store",
+)
+def suite(ctx: Context) -> list[dict]:
+    size_gib, repeats, pq_m = ctx.pick(
+        tiny=(0.02, 1, 8), small=(1.0, 3, 64), medium=(4.0, 5, 64), large=(4.0, 5, 64)
+    )
+    return run(size_gib, 512, ctx.scratch("io"), matrix=False, repeats=repeats, pq_m=pq_m)

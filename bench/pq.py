@@ -26,6 +26,7 @@ import dask
 import numpy as np
 
 from imgscale.bench.common import PeakRSS, mixture_blocks, mixture_store, record
+from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.compress import compress
 from imgscale.pipeline.classify import NearestClassMean
@@ -194,3 +195,20 @@ def _mse(X: np.ndarray, Xhat: np.ndarray, block: int = 65_536) -> float:
         d = X[start : start + block] - Xhat[start : start + block]
         total += float(np.einsum("nd,nd->", d, d, dtype=np.float64))
     return total / len(X)
+
+
+@benchmark(
+    "pq",
+    "PQ encode, MSE, class means from codes and ADC scan vs faiss; bytes raw vs PQ",
+)
+def suite(ctx: Context) -> list[dict]:
+    rows, dim, m, mean_classes = ctx.pick(
+        tiny=(8_000, 32, 8, 20),
+        small=(200_000, 512, 64, 1000),
+        medium=(1_000_000, 512, 64, 10_000),
+        large=(1_000_000, 512, 64, 10_000),
+    )
+    return run(
+        rows, dim, m, mean_classes=mean_classes, workdir=ctx.scratch("pq"),
+        scheduler=ctx.scheduler,
+    )  # fmt: skip

@@ -21,6 +21,7 @@ from imgscale.bench.common import (
     run_peer,
     timed_mixture_store,
 )
+from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.metrics import per_class_rate
@@ -101,3 +102,18 @@ def _peer_fit(rows: int, dim: int, classes: int, rho_grid: list[float]) -> dict:
         seconds += time.perf_counter() - started
         best = max(best, per_class_rate(y[val], predicted))
     return {"seconds": seconds, "rate": best}
+
+
+@benchmark(
+    "ridge",
+    "streamed ridge over the 8-value rho grid from a store vs scikit-learn RidgeClassifier "
+    "per rho in memory",
+)
+def suite(ctx: Context) -> list[dict]:
+    rows, dim, classes = ctx.pick(
+        tiny=(4_000, 32, 10),
+        small=(200_000, 512, 100),
+        medium=(1_000_000, 512, 1000),
+        large=(1_000_000, 512, 1000),
+    )
+    return run(rows, dim, classes, workdir=ctx.scratch("ridge"), scheduler=ctx.scheduler)

@@ -1,0 +1,113 @@
+"""The benchmarks `imgscale bench` knows, and what each one is handed when it runs.
+
+A benchmark is a function ``suite(ctx: Context) -> list[dict]`` in a module of this package,
+decorated with :func:`benchmark`; it returns records made by :func:`imgscale.bench.common.record`
+(ours beside a peer measured in the same run, or beside a machine limit in ``ctx.limits``) and
+may draw PNG plots into ``ctx.plot(name)``. To register a new one, e.g. ``bench/hope.py``::
+
+    @benchmark("hope", "en-HOPE (paper 003) vs kNN ...", needs=("mnist.npz", "usps.npz"))
+    def suite(ctx: Context) -> list[dict]:
+        rows = ctx.pick(tiny=2_000, small=20_000, medium=60_000, large=60_000)
+        ...
+
+and add the module's name to :data:`MODULES` (one line). ``imgscale bench --list`` shows it, and
+``imgscale bench hope --scale tiny`` runs it. Sizes come from ``ctx.pick``, one per scale: tiny is
+a toy that CI runs end to end in seconds, small finishes the whole suite in minutes, medium is the
+size of the published figures, large goes past the machine's memory where that means something.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCALES = ("tiny", "small", "medium", "large")
+
+# The modules that define benchmarks, in the order the suite runs them.
+MODULES = ("io", "ridge", "embed", "pq", "ale", "ncm", "accuracy")
+
+
+class Skipped(Exception):
+    """A benchmark cannot run here (missing data, no permission); the message says why."""
+
+
+@dataclass
+class Context:
+    """What a benchmark is handed: the scale, where things go, and the machine's limits."""
+
+    scale: str
+    out: Path
+    workdir: Path
+    data_dir: Path | None = None
+    scheduler: str | None = None
+    limits: dict[str, float] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+    benchmark: str = ""
+
+    def pick(self, **by_scale):
+        """The value given for this run's scale (every scale must be given)."""
+        missing = set(SCALES) - set(by_scale)
+        if missing:
+            raise TypeError(f"pick() needs a value for every scale; missing {sorted(missing)}")
+        return by_scale[self.scale]
+
+    def data(self, filename: str) -> Path:
+        """``DATA_DIR/filename``; :class:`Skipped` saying what is missing if it is not there."""
+        if self.data_dir is None:
+            raise Skipped(f"needs {filename}: pass --data-dir or set IMGSCALE_DATA")
+        path = self.data_dir / filename
+        if not path.exists():
+            raise Skipped(f"needs {path}, which does not exist")
+        return path
+
+    def plot(self, name: str) -> Path:
+        """Where the benchmark's plot ``name`` goes: ``OUT/<benchmark>-<name>.png``."""
+        return self.out / f"{self.benchmark}-{name}.png"
+
+    def scratch(self, name: str) -> Path:
+        """A folder for this benchmark's stores, shared by runs with the same work dir."""
+        path = self.workdir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    summary: str
+    run: Callable[[Context], list[dict]]
+    needs: tuple[str, ...] = ()
+    """Data files (under the data dir) and anything else the benchmark needs, for --list."""
+
+
+_REGISTERED: dict[str, Benchmark] = {}
+
+
+def benchmark(name: str, summary: str, *, needs: tuple[str, ...] = ()) -> Callable:
+    """Register ``suite(ctx) -> records`` under ``name`` (see the module docstring)."""
+
+    def register(function: Callable[[Context], list[dict]]) -> Callable[[Context], list[dict]]:
+        if name in _REGISTERED and _REGISTERED[name].run is not function:
+            raise ValueError(f"benchmark {name!r} is registered twice")
+        _REGISTERED[name] = Benchmark(name, summary, function, needs)
+        return function
+
+    return register
+
+
+def benchmarks() -> dict[str, Benchmark]:
+    """Every registered benchmark by name, in :data:`MODULES` order."""
+    for module in MODULES:
+        importlib.import_module(f"imgscale.bench.{module}")
+    order = {f"imgscale.bench.{module}": i for i, module in enumerate(MODULES)}
+    ranked = sorted(_REGISTERED.values(), key=lambda b: order.get(b.run.__module__, len(order)))
+    return {b.name: b for b in ranked}
+
+
+def data_dir(option: str | os.PathLike | None) -> Path | None:
+    """The data folder: ``--data-dir``, else ``$IMGSCALE_DATA``, else none."""
+    value = option or os.environ.get("IMGSCALE_DATA")
+    return Path(value) if value else None

@@ -1,0 +1,82 @@
+"""The Markdown report of one suite run, and the ratio plot every benchmark with a peer gets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def number(value: float | None) -> str:
+    """A figure with four significant digits; blank when absent."""
+    if value is None or value != value:  # None or NaN
+        return ""
+    return f"{value:.4g}"
+
+
+def table(table_rows: list[dict]) -> str:
+    """figure | value | unit | peer | peer value | ratio, one line per row."""
+    lines = [
+        "| figure | value | unit | peer | peer value | ratio |",
+        "|---|---:|---|---|---:|---:|",
+    ]
+    for r in table_rows:
+        ratio = f"{r['ratio']:.3f}" if r.get("ratio") is not None else ""
+        lines.append(
+            f"| {r['name']} | {number(r['value'])} | {r['unit']} | {r.get('peer') or ''} "
+            f"| {number(r.get('peer_value'))} | {ratio} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def ratio_plot(table_rows: list[dict], path: Path, title: str) -> bool:
+    """A bar per figure that has a peer or limit: ours over it, with the parity line; False (and
+    no file) when no figure has one."""
+    rated = [r for r in table_rows if r.get("ratio") is not None and r["ratio"] == r["ratio"]]
+    if not rated:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rated) + 1.2))
+    names = [r["name"] for r in rated]
+    ax.barh(range(len(rated)), [r["ratio"] for r in rated], color="tab:blue")
+    ax.axvline(1.0, color="black", linewidth=1, linestyle="--", label="parity with peer/limit")
+    ax.set_yticks(range(len(rated)), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ours / peer or limit (same run)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def markdown(runs: list[dict], limits: list[dict], header: dict[str, str], out: Path) -> str:
+    """The report: the run's provenance, the machine limits, then each benchmark's table, plots
+    and Dask performance report (``runs``: dicts with name, summary, rows, plots, html, status)."""
+    lines = [
+        f"# imgscale benchmarks, scale {header['scale']}",
+        "",
+        f"Machine: {header['machine']}. imgscale {header['version']} at commit "
+        f"{header['commit'] or 'unknown'}, {header['time']}.",
+        f"Command: `{header['command']}`",
+        "",
+        "Every ratio is ours over a peer or a machine limit measured in the same run.",
+        "",
+        "## Machine limits",
+        "",
+        table(limits),
+    ]
+    for run in runs:
+        lines += [f"## {run['name']}: {run['summary']}", ""]
+        if run["status"] != "ok":
+            lines += [f"**{run['status']}**: {run['reason']}", ""]
+            continue
+        lines += [table(run["rows"])]
+        for plot in run["plots"]:
+            lines += [f"![{plot.stem}]({plot.relative_to(out)})", ""]
+        if run.get("html"):
+            lines += [f"Dask performance report: [{run['html'].name}]({run['html'].name})", ""]
+    return "\n".join(lines)
