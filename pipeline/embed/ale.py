@@ -24,7 +24,8 @@ class ALE(PCALap):
     n_bins : int, default=50
         B (paper 001 §3).
     bandwidth : float, default=0.2
-        ω as a fraction of the mean distance between two bin centres (Fergus et al.).
+        Fergus et al.'s SIGMA in units of the rows' RMS distance from their mean; one ω for
+        every direction (`PCALap._bandwidths`).
     epsilon : float, default=0.1
         Constant added to the normalised histogram before it becomes P (Fergus et al.).
 

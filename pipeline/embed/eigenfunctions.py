@@ -394,10 +394,7 @@ class SeparableEigenfunctions(RowTransformerMixin, BaseEstimator):
         raise NotImplementedError
 
     def _bandwidths(self, centres: np.ndarray, empirical: np.ndarray) -> np.ndarray:
-        """Fergus et al.'s rule: `bandwidth` × the mean distance between two bin centres."""
-        n_bins = centres.shape[1]
-        # Mean |bᵢ − bⱼ| over all B² pairs of equally spaced centres: width · (B² − 1) / 3B.
-        return self.bandwidth * self.bin_width_ * (n_bins**2 - 1) / (3 * n_bins)
+        raise NotImplementedError
 
     def _n_eigenfunctions(self, k: int, n_bins: int) -> int:
         wanted = 2 * k if self.n_components is None else int(self.n_components)

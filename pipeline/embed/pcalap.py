@@ -10,13 +10,17 @@ from imgscale.pipeline.embed.eigenfunctions import SeparableEigenfunctions
 from imgscale.pipeline.embed.pca import PCA
 
 
-def pca_rotation(X: Any, n_directions: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """(D, k) PCA directions and the (k,) offset μR, from PCA's one streaming pass."""
+def pca_rotation(X: Any, n_directions: int | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """(D, k) PCA directions, the (k,) offset μR and the rows' total variance (the trace of
+    their covariance, all D directions), from PCA's one streaming pass."""
     n_features = X.shape[1]
     k = n_features if n_directions is None else min(int(n_directions), n_features)
     pca = PCA(n_components=k).fit(X)
     projection = np.ascontiguousarray(pca.components_.T)
-    return projection, (pca.mean_ @ projection.astype(np.float64)).astype(np.float32)
+    n = pca.n_rows_
+    total_variance = (np.trace(pca.gram_) - n * pca.mean_ @ pca.mean_) / (n - 1)
+    offset = (pca.mean_ @ projection.astype(np.float64)).astype(np.float32)
+    return projection, offset, max(float(total_variance), 0.0)
 
 
 class PCALap(SeparableEigenfunctions):
@@ -36,8 +40,9 @@ class PCALap(SeparableEigenfunctions):
     n_bins : int, default=50
         B, histogram bins per direction (paper 000 Table 1: q = 50).
     bandwidth : float, default=0.2
-        ω as a fraction of the mean distance between two bin centres of a direction (0.2 as in
-        Fergus et al.'s code, paper 000 §4.1).
+        Fergus et al.'s SIGMA (0.2 in their code, paper 000 §4.1) in units of the rows' RMS
+        distance from their mean: every direction's Gaussian affinity has ω = √2 · bandwidth ·
+        rms_radius_ (`_bandwidths`).
     epsilon : float, default=0.1
         Constant added to the normalised histogram before it becomes P (Fergus et al.: no bin
         of zero density).
@@ -50,8 +55,10 @@ class PCALap(SeparableEigenfunctions):
         Bin edges: bin j of direction m is bin_low_[m] + [j, j + 1)·bin_width_[m].
     bin_counts_ : ndarray of shape (k, n_bins), int64
         Histograms of all rows seen, that `partial_fit` adds to; n_rows_ is their total.
+    rms_radius_ : float
+        √(total variance) of the first fit's rows: their RMS distance from their mean.
     bandwidths_ : ndarray of shape (k,)
-        ω of each direction in projected units.
+        ω of each direction in projected units (the same for all).
     eigenvalues_ : ndarray of shape (n_components_,)
         σ of the kept eigenfunctions, ascending (Σ of paper 001 eq. 3).
     dims_ : ndarray of shape (n_components_,), int64
@@ -83,4 +90,20 @@ class PCALap(SeparableEigenfunctions):
         self.epsilon = epsilon
 
     def _fit_rotation(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        return pca_rotation(X, self.n_directions)
+        projection, offset, total_variance = pca_rotation(X, self.n_directions)
+        self.rms_radius_ = float(np.sqrt(total_variance))
+        return projection, offset
+
+    def _bandwidths(self, centres: np.ndarray, empirical: np.ndarray) -> np.ndarray:
+        """One ω for every direction: √2 · `bandwidth` · the rows' RMS distance from their mean.
+
+        Fergus et al.'s code builds each direction's affinity exp(−(Δ/√2)²/2·SIGMA²) from
+        bin-centre distances Δ in the data's own units, with the same SIGMA = 0.2 for every
+        direction, on rows of about unit norm (paper 001's L2-normalised VLAD): eigenvalues then
+        compare across directions, so the C_D smallest come mostly from the widest directions,
+        several from each, and a direction much narrower than ω offers none (σ → 1). Scaling
+        SIGMA by the RMS radius keeps that for rows of any scale (pixels in [0, 1] or [0, 255]).
+        """
+        # Radius 0: every row the same, every direction one bin; any ω gives the same result.
+        radius = self.rms_radius_ if self.rms_radius_ > 0 else 1.0
+        return np.full(len(centres), np.sqrt(2) * self.bandwidth * radius)

@@ -81,19 +81,25 @@ def test_1d_eigenfunctions_are_the_exact_eigenvectors_of_the_discretised_graph()
         assert abs(correlation) == pytest.approx(1, abs=1e-8)
 
 
+def _exact_random_walk_eigenvectors(X: np.ndarray, bandwidth: float, k: int):
+    """The k smallest eigenpairs of (D − W)f = σDf, W the Gaussian kernel of the rows."""
+    X = X.astype(np.float64)
+    squared = ((X[:, None, :] - X[None, :, :]) ** 2).sum(axis=2)
+    W = np.exp(-0.5 * squared / bandwidth**2)
+    D = np.diag(W.sum(axis=1))
+    return scipy.linalg.eigh(D - W, D, subset_by_index=(0, k - 1))
+
+
 def test_separable_approximation_spans_the_exact_laplacian_eigenvectors_of_product_data():
     # Agreement measure: principal angles between the span of the first k approximate
     # eigenvectors (interpolated eigenfunctions) and the span of the first k exact non-constant
-    # eigenvectors of the n × n random-walk Laplacian (Gaussian kernel with the model's own
-    # per-direction bandwidths, in the PCA-rotated frame). Random k-dim subspaces sit at ≈ 89°.
-    # Measured (seeds 0–2): first eigenvector 1.9–2.8°; k = 3 largest angle 16–22°, the rest ≤ 7°.
+    # eigenvectors of the n × n random-walk Laplacian of the rows (Gaussian kernel with the
+    # model's ω, the same in every direction). Random k-dim subspaces sit at ≈ 89°.
+    # Measured (seeds 0–2): first eigenvector 1.4–2.1°; k = 3 largest angle 11–20°, the rest ≤ 4°;
+    # eigenvalues within 5% of the exact ones.
     X = _product_density_rows(1200, seed=0)
     model = ALE(n_components=3, n_bins=50, epsilon=0.0).fit(X)
-    S = (X @ model.components_.T - model.offset_).astype(np.float64) / model.bandwidths_
-    squared = ((S[:, None, :] - S[None, :, :]) ** 2).sum(axis=2)
-    W = np.exp(-0.5 * squared)
-    D = np.diag(W.sum(axis=1))
-    exact_sigma, exact = scipy.linalg.eigh(D - W, D, subset_by_index=(0, 3))
+    exact_sigma, exact = _exact_random_walk_eigenvectors(X, model.bandwidths_[0], 4)
     U = model.transform(X).astype(np.float64)
 
     angles = [
@@ -103,6 +109,34 @@ def test_separable_approximation_spans_the_exact_laplacian_eigenvectors_of_produ
     assert angles[1].max() < 30 and np.median(angles[1]) < 10
     np.testing.assert_allclose(model.eigenvalues_, exact_sigma[1:], rtol=0.1)
     assert list(model.dims_) == [0, 0, 1]  # two along the uniform direction, one along the other
+
+
+def test_a_narrow_direction_offers_no_eigenfunction_before_the_exact_laplacian_has_one():
+    # Uniform on [−2, 2] × N(0, 0.3²), rotated: the exact random-walk Laplacian's four smallest
+    # non-constant eigenvectors all vary along the wide direction only, so one ω shared by both
+    # directions must keep four eigenfunctions of it. Measured (seeds 0–2): eigenvalues within
+    # 2.7% of the exact ones, principal angles ≤ 11°. A bandwidth relative to each direction's
+    # own range made both look alike: the narrow direction's first eigenfunction came third
+    # (87–89° from the exact span) and the eigenvalues were 35–61% low.
+    rng = np.random.default_rng(0)
+    independent = np.column_stack([rng.uniform(-2, 2, 1200), 0.3 * rng.standard_normal(1200)])
+    X = (independent @ np.linalg.qr(rng.standard_normal((2, 2)))[0]).astype(np.float32)
+    model = ALE(n_components=4, epsilon=0.0).fit(X)
+    exact_sigma, exact = _exact_random_walk_eigenvectors(X, model.bandwidths_[0], 5)
+
+    assert list(model.dims_) == [0, 0, 0, 0]
+    np.testing.assert_allclose(model.eigenvalues_, exact_sigma[1:], rtol=0.05)
+    angles = scipy.linalg.subspace_angles(model.transform(X).astype(np.float64), exact[:, 1:])
+    assert np.degrees(angles).max() < 15
+
+
+def test_the_bandwidth_is_one_omega_in_units_of_the_rows_rms_radius(rows):
+    model = ALE(n_components=4).fit(rows)
+    radius = np.sqrt(np.var(rows.astype(np.float64), axis=0, ddof=1).sum())
+    np.testing.assert_allclose(model.rms_radius_, radius, rtol=1e-6)
+    np.testing.assert_allclose(model.bandwidths_, np.sqrt(2) * 0.2 * radius, rtol=1e-6)
+    scaled = ALE(n_components=4).fit(100 * rows)  # the same eigenvalues at any scale of the rows
+    np.testing.assert_allclose(scaled.eigenvalues_, model.eigenvalues_, rtol=1e-4)
 
 
 def test_streamed_bin_counts_equal_numpy_histograms_of_the_projections(rows):
