@@ -315,7 +315,9 @@ class CopyWriter(_LockedWriter):
         if committed and pc.any(pc.is_in(rows.column("id"), pa.array(sorted(committed)))).as_py():
             raise StoreError(f"{self.where}: ids already in the store")
         labels = pc.min_max(rows.column("label")).as_py()
-        top = len(read_classes(self.store.path)) - 1
+        # Without class names any non-negative label is a class, as BatchWriter accepts them.
+        n_classes = len(read_classes(self.store.path))
+        top = n_classes - 1 if n_classes else np.iinfo(np.int32).max
         if labels["min"] < -1 or labels["max"] > top:
             raise StoreError(f"{self.where}: labels span {labels}; expected -1 to {top}")
         self.rows = rows

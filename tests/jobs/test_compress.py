@@ -17,7 +17,7 @@ from imgscale.jobs.cli import cli
 from imgscale.jobs.compress import compress
 from imgscale.jobs.train import train
 from imgscale.pipeline.metrics import per_class_rate
-from imgscale.storage import StoreError, open_store
+from imgscale.storage import StoreError, create_store, open_store
 from imgscale.storage.pq import PQCodec
 
 
@@ -146,3 +146,12 @@ def test_a_given_codec_is_used_instead_of_training(digits_store, pq32, tmp_path)
     with pytest.raises(StoreError, match="M=32; expected D=64, M=16"):
         compress(digits_store, tmp_path / "other.zarr", 16, codec=store.codec)
     assert not (tmp_path / "other.zarr").exists()
+
+
+def test_a_store_without_class_names_compresses_with_its_integer_labels(tmp_path):
+    rng = np.random.default_rng(0)
+    store = create_store(tmp_path / "unnamed.zarr", 8, rows_per_chunk=64)
+    labels = rng.integers(-1, 5, 300)
+    store.append("b", rng.standard_normal((300, 8)).astype(np.float32), labels)
+    _compress(store, tmp_path / "pq.zarr", 4)
+    np.testing.assert_array_equal(open_store(tmp_path / "pq.zarr").labels(), labels)
