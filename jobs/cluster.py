@@ -61,13 +61,19 @@ def _local_cluster(n_workers: int | None) -> LocalCluster:
 
 def _compute_with_progress(client: Client, collections: tuple, quiet: bool) -> tuple:
     futures = client.compute(list(collections))
-    # A redrawn bar is for people watching a terminal; in a log file it is thousands of lines.
-    if not quiet and sys.stderr.isatty():
-        try:
-            wait(futures, timeout=PROGRESS_AFTER_SECONDS)
-        except TimeoutError:
-            # distributed draws its text bar on stdout; stdout is reserved for --json output.
-            with contextlib.redirect_stdout(sys.stderr):
-                progress(futures)
-                print()
-    return tuple(client.gather(futures))
+    try:
+        # A redrawn bar is for people watching a terminal; in a log file it is thousands of lines.
+        if not quiet and sys.stderr.isatty():
+            try:
+                wait(futures, timeout=PROGRESS_AFTER_SECONDS)
+            except TimeoutError:
+                # distributed draws its text bar on stdout; stdout is reserved for --json output.
+                with contextlib.redirect_stdout(sys.stderr):
+                    progress(futures)
+                    print()
+        return tuple(client.gather(futures))
+    except BaseException:
+        # Ctrl-C, SIGTERM (jobs/runs.py) or a failed task: a shared cluster must not go on
+        # computing what nobody will gather.
+        client.cancel(futures)
+        raise

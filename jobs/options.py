@@ -8,6 +8,8 @@ import time
 
 import click
 
+from imgscale.jobs.runs import report_progress
+
 scheduler_option = click.option(
     "--scheduler",
     envvar="DASK_SCHEDULER_ADDRESS",
@@ -33,11 +35,15 @@ def print_records(records: list[dict], as_json: bool) -> None:
         click.echo(f"{r['name']:<40} {r['value']:>12.4g} {r['unit']:<8}{peer}")
 
 
-def progress_line(label: str):
-    """A progress callback that redraws one stderr line, throttled to a few updates a second."""
+def progress_line(label: str, *, quiet: bool = False):
+    """A progress callback that redraws one stderr line, throttled to a few updates a second
+    (``quiet``: no line), and gives the run ledger the rows done of pass ``label``."""
     last = [0.0]
 
     def report(done: int, total: int) -> None:
+        report_progress(done, total, label)
+        if quiet:
+            return
         now = time.monotonic()
         if done < total and now - last[0] < 0.5:
             return

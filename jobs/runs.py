@@ -1,0 +1,302 @@
+"""Every computing command, run from the CLI or a job spec, is recorded in the run ledger.
+
+`RecordedCommand` wraps a click command: before it starts, a ``running`` record (the resolved
+parameters, the exact command line that reruns it, versions, git commit, scheduler) goes into
+the ledger; a thread refreshes its heartbeat and progress every few seconds, so `imgscale runs`
+in another terminal shows rows done; at the end the outcome (``ok``, ``failed`` with the
+one-line error, or ``cancelled`` on Ctrl-C or SIGTERM) and the figures the command reported.
+A process killed outright leaves ``running``, which the next writer of the ledger turns into
+``lost`` (storage/ledger.py).
+
+SIGTERM is turned into the same KeyboardInterrupt as Ctrl-C, so both unwind through the code
+that already keeps stores consistent on any exception: uncommitted rows are never visible,
+models and outputs are written beside their target and renamed, and `jobs.cluster` cancels the
+cluster tasks of the computation in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import importlib.metadata
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from imgscale.storage import Ledger
+
+LEDGER_ENV = "IMGSCALE_LEDGER"
+HEARTBEAT_SECONDS = 2.0
+# Parameters that change only what is printed, never what is computed: not part of a record.
+_OUTPUT_ONLY = ("as_json",)
+
+ledger_option = click.option(
+    "--ledger",
+    "ledger",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=f"Run ledger file (default: ${LEDGER_ENV}, else one per user).",
+)
+
+
+def ledger_path(option: str | os.PathLike | None = None) -> Path:
+    """``--ledger``, else ``$IMGSCALE_LEDGER``, else ``$XDG_STATE_HOME/imgscale/ledger.sqlite``
+    (``~/.local/state`` without it): a per-user file on a local disk, as SQLite needs."""
+    if option:
+        return Path(option)
+    if os.environ.get(LEDGER_ENV):
+        return Path(os.environ[LEDGER_ENV])
+    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(state) / "imgscale" / "ledger.sqlite"
+
+
+class ActiveRun:
+    """The record of the command running in this process; progress is written by the heartbeat."""
+
+    def __init__(self, run_id: str, ledger: Ledger) -> None:
+        self.run_id, self.ledger = run_id, ledger
+        self.rows_done: int | None = None
+        self.rows_total: int | None = None
+        self.current_pass: str | None = None
+        self.figures: dict[str, Any] = {}
+
+    def progress(self, done: int, total: int | None, current_pass: str) -> None:
+        self.rows_done, self.rows_total, self.current_pass = done, total, current_pass
+
+    def beat(self) -> None:
+        self.ledger.beat(
+            self.run_id,
+            rows_done=self.rows_done,
+            rows_total=self.rows_total,
+            **{"pass": self.current_pass},
+        )
+
+
+_current: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("run", default=None)
+
+
+@dataclasses.dataclass
+class SpecOrigin:
+    """Set by `imgscale run` around the jobs of a spec: the spec file, the ids of the runs so far,
+    and the address of the LocalCluster it started for them (gone by the time of a rerun)."""
+
+    spec_file: str
+    run_ids: list[str]
+    local_scheduler: str | None = None
+
+
+spec_origin: contextvars.ContextVar[SpecOrigin | None] = contextvars.ContextVar(
+    "spec_origin", default=None
+)
+
+
+def report_progress(done: int, total: int | None, current_pass: str) -> None:
+    """Rows done of the current pass, shown by `imgscale runs` while the command runs."""
+    run = _current.get()
+    if run is not None:
+        run.progress(done, total, current_pass)
+
+
+def report(figures: dict[str, Any]) -> None:
+    """Figures the command reported (rates, errors, rows); scalars only, as JSON keeps them."""
+    run = _current.get()
+    if run is not None:
+        run.figures.update(
+            {k: v for k, v in figures.items() if isinstance(v, str | int | float | bool | None)}
+        )
+
+
+class RecordedCommand(click.Command):
+    """A click command that records each invocation in the run ledger (adds ``--ledger``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        ledger_option(self)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        ledger = Ledger(ledger_path(ctx.params.pop("ledger")))
+        params = resolved_params(self, ctx.params)
+        rerun = params
+        origin = spec_origin.get()
+        if origin and origin.local_scheduler and params.get("scheduler") == origin.local_scheduler:
+            # The rerun starts its own LocalCluster, as the spec's run did.
+            rerun = {k: v for k, v in params.items() if k != "scheduler"}
+        with recorded_run(self.name, params, command_line(self, rerun), ledger):
+            return super().invoke(ctx)
+
+
+def resolved_params(command: click.Command, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with local paths made absolute, so the record means the same from anywhere."""
+    resolved = {}
+    for param in command.params:
+        if param.name not in params or param.name in _OUTPUT_ONLY:
+            continue
+        value = params[param.name]
+        if isinstance(param.type, click.Path) and isinstance(value, str) and "://" not in value:
+            value = os.path.abspath(os.path.expanduser(value))
+        resolved[param.name] = value
+    return resolved
+
+
+def command_line(command: click.Command, params: dict[str, Any]) -> list[str]:
+    """The ``imgscale`` argv that runs ``command`` with ``params`` (every value explicit, so a
+    later change of a default does not change what the rerun computes)."""
+    argv = ["imgscale", command.name]
+    for param in command.params:
+        value = params.get(param.name)
+        if value is None or param.name in _OUTPUT_ONLY or param.name == "ledger":
+            continue
+        if isinstance(param, click.Argument):
+            argv += [str(v) for v in value] if param.nargs == -1 else [str(value)]
+            continue
+        flag = max(param.opts, key=len)
+        if getattr(param, "is_flag", False):
+            argv += [flag] if value else []
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+@contextlib.contextmanager
+def recorded_run(
+    kind: str, params: dict[str, Any], argv: list[str], ledger: Ledger
+) -> Iterator[ActiveRun]:
+    """Record one run of ``kind`` from start to outcome; Ctrl-C and SIGTERM cancel it."""
+    run = ActiveRun(uuid.uuid4().hex[:12], ledger)
+    origin = spec_origin.get()
+    ledger.start(
+        {
+            "run_id": run.run_id,
+            "kind": kind,
+            "cwd": os.getcwd(),
+            "spec": params,
+            "spec_file": origin.spec_file if origin else None,
+            "command": argv,
+            "scheduler": params.get("scheduler") or os.environ.get("DASK_SCHEDULER_ADDRESS"),
+            "versions": versions(),
+            "git_commit": git_commit(),
+        }
+    )
+    if origin:
+        origin.run_ids.append(run.run_id)
+    token = _current.set(run)
+    stop = threading.Event()
+    heart = threading.Thread(target=_heartbeat, args=(run, stop), daemon=True)
+    heart.start()
+    cancelled_by: list[str] = []
+    try:
+        with _sigterm_interrupts(cancelled_by):
+            yield run
+    except KeyboardInterrupt:
+        _finish(run, stop, heart, "cancelled", f"cancelled by {(cancelled_by or ['SIGINT'])[0]}")
+        raise
+    except click.exceptions.Exit as exc:
+        outcome = "ok" if exc.exit_code == 0 else "failed"
+        _finish(run, stop, heart, outcome, None if outcome == "ok" else f"exit {exc.exit_code}")
+        raise
+    except BaseException as exc:
+        _finish(run, stop, heart, "failed", one_line(exc))
+        raise
+    else:
+        _finish(run, stop, heart, "ok", None)
+    finally:
+        _current.reset(token)
+
+
+def one_line(exc: BaseException) -> str:
+    """The one-line message the CLI prints for ``exc``."""
+    text = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+    return text.splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def _finish(run: ActiveRun, stop, heart, outcome: str, error: str | None) -> None:
+    stop.set()
+    heart.join()
+    rows = run.figures.get("rows", run.rows_done)
+    run.ledger.finish(
+        run.run_id,
+        outcome,
+        rows=rows if isinstance(rows, int) else None,
+        rows_done=run.rows_done,
+        rows_total=run.rows_total,
+        figures=run.figures,
+        error=error,
+    )
+
+
+def _heartbeat(run: ActiveRun, stop: threading.Event) -> None:
+    while not stop.wait(HEARTBEAT_SECONDS):
+        # A ledger busy for a minute must not kill the job it records: the next beat retries.
+        with contextlib.suppress(Exception):
+            run.beat()
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts(received: list[str]) -> Iterator[None]:
+    """Within the block, SIGTERM raises KeyboardInterrupt in the main thread, as Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame) -> None:
+        received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def versions() -> dict[str, str]:
+    """Python's, imgscale's and each of its installed dependencies' versions."""
+    found = {"python": sys.version.split()[0], "imgscale": _version("imgscale")}
+    for requirement in importlib.metadata.requires("imgscale") or []:
+        if "extra ==" in requirement:
+            continue
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)
+        found[name] = _version(name)
+    return found
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout imgscale runs from (``+dirty`` with local changes), or None
+    for an installed copy."""
+    source = Path(__file__).resolve().parent.parent
+    if not (source / "pyproject.toml").is_file():
+        return None
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True,
+            timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def shell_command(argv: list[str]) -> str:
+    return shlex.join(argv)
