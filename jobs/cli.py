@@ -24,6 +24,8 @@ from imgscale.jobs.options import (
     scheduler_option,
     verbose_option,
 )
+from imgscale.jobs.runs import RecordedCommand, report, report_progress
+from imgscale.jobs.submit import run, runs
 
 CONTRIBUTED_COMMANDS = "imgscale.commands"
 
@@ -70,7 +72,7 @@ def cli() -> None:
     """Train image classifiers from feature vectors streamed from zarr stores through Dask."""
 
 
-@cli.command()
+@cli.command(cls=RecordedCommand)
 @click.argument("src", type=click.Path(exists=True, dir_okay=False))
 @click.argument("store", type=click.Path())
 @click.option("--x-key", help="Array or column holding the features (npz, parquet).")
@@ -108,6 +110,7 @@ def ingest(src, store, x_key, y_key, ids_key, labels_path, class_names_path, spl
         split=split,
         progress=progress_line("ingest"),
     )
+    report({"rows": result.rows, "skipped": result.skipped, "batch_id": result.batch_id})
     if result.skipped:
         click.echo(
             f"{store}: batch {result.batch_id} already committed ({result.rows} rows), skipped",
@@ -155,7 +158,7 @@ def info(store, as_json) -> None:
         click.echo(f"{key:>16}: {value}")
 
 
-@cli.command()
+@cli.command(cls=RecordedCommand)
 @click.argument("src", type=click.Path(exists=True))
 @click.argument("dst", type=click.Path())
 @click.option("--m", "m", default=64, show_default=True, help="Sub-quantizers (must divide D).")
@@ -179,8 +182,9 @@ def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
             rotate=rotate,
             sample=sample,
             seed=seed,
-            progress=None if as_json else progress_line("encode"),
+            progress=progress_line("encode", quiet=as_json),
         )
+    report(summary)
     if as_json:
         click.echo(json.dumps(summary))
         return
@@ -214,7 +218,7 @@ METHOD_LIST = "\b\nMethods:\n" + "\n".join(
 )
 
 
-@cli.command(epilog=METHOD_LIST)
+@cli.command(cls=RecordedCommand, epilog=METHOD_LIST)
 @click.argument("store", type=click.Path(exists=True))
 @click.argument("model", type=click.Path())
 @click.option(
@@ -276,6 +280,7 @@ def train(
             committed_rows=feature_store.committed_rows,
         )
     classifier = fitted.steps[-1][1] if hasattr(fitted, "steps") else fitted
+    report({"rows": len(feature_store.labels(split)), "rho": getattr(classifier, "rho_", None)})
     detail = f", rho={classifier.rho_:g}" if hasattr(classifier, "rho_") else ""
     if hasattr(classifier, "best_iteration_"):
         detail += f", d={classifier.n_components}, best W at iteration {classifier.best_iteration_}"
@@ -284,7 +289,7 @@ def train(
     click.echo(f"{model}: {method}{detail} ({time.perf_counter() - started:.1f} s)", err=True)
 
 
-@cli.command()
+@cli.command(cls=RecordedCommand)
 @click.argument("model", type=click.Path(exists=True))
 @click.argument("store", type=click.Path(exists=True))
 @click.argument("out", type=click.Path())
@@ -300,10 +305,11 @@ def predict(model, store, out, split, top_k, scheduler) -> None:
     fitted, _ = models.load(model)
     with connect(scheduler):
         rows = predict_to_parquet(fitted, open_store(store), out, split=split, k=top_k)
+    report({"rows": rows})
     click.echo(f"{out}: {rows} rows", err=True)
 
 
-@cli.command()
+@cli.command(cls=RecordedCommand)
 @click.argument("model", type=click.Path(exists=True))
 @click.argument("store", type=click.Path(exists=True))
 @click.option("--split", default="test", show_default=True)
@@ -318,6 +324,7 @@ def evaluate(model, store, split, scheduler, as_json) -> None:
     fitted, _ = models.load(model)
     with connect(scheduler, quiet=as_json):
         result = evaluate_model(fitted, open_store(store), split)
+    report(result)
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -354,7 +361,7 @@ def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
     )
 
 
-@cli.command("add-class")
+@cli.command("add-class", cls=RecordedCommand)
 @click.argument("model", type=click.Path(exists=True))
 @click.argument("store", type=click.Path(exists=True))
 @click.option("--label", required=True, help="Class name in STORE whose rows give the mean.")
@@ -370,6 +377,7 @@ def add_class(model, store, label, split, out, scheduler, as_json) -> None:
 
     with connect(scheduler, quiet=as_json):
         summary = add_class_job(model, open_store(store), label, split=split, out=out)
+    report(summary)
     if as_json:
         click.echo(json.dumps(summary))
         return
@@ -391,7 +399,7 @@ def demo(workdir, scheduler) -> None:
     click.echo(run_demo(workdir, scheduler))
 
 
-@cli.command("embed")
+@cli.command("embed", cls=RecordedCommand)
 @click.argument("model", type=click.Path(exists=True))
 @click.argument("src", type=click.Path(exists=True))
 @click.argument("dst", type=click.Path())
@@ -419,7 +427,9 @@ def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> 
             batch_rows=batch_rows,
             max_rows=max_rows,
             provenance={"model": str(Path(model).resolve())},
+            on_commit=lambda start, stop: report_progress(stop, source.committed_rows, "embed"),
         )
+    report(summary)
     if as_json:
         click.echo(json.dumps(summary))
         return
@@ -467,6 +477,10 @@ def schedule(every, cron, lock, max_runs, command) -> None:
 def _given(ctx: click.Context, name: str) -> bool:
     """Whether option ``name`` was given (command line or environment), not defaulted."""
     return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
+
+
+cli.add_command(run)
+cli.add_command(runs)
 
 
 def main() -> None:

@@ -127,13 +127,19 @@ class RecordedCommand(click.Command):
     def invoke(self, ctx: click.Context) -> Any:
         ledger = Ledger(ledger_path(ctx.params.pop("ledger")))
         params = resolved_params(self, ctx.params)
-        rerun = params
+        # The rerun gives what this run was given; defaults are those of the recorded version
+        # (and some commands refuse an option given for a method it does not apply to).
+        rerun = {k: v for k, v in params.items() if _given(ctx, k)}
         origin = spec_origin.get()
         if origin and origin.local_scheduler and params.get("scheduler") == origin.local_scheduler:
             # The rerun starts its own LocalCluster, as the spec's run did.
-            rerun = {k: v for k, v in params.items() if k != "scheduler"}
+            del rerun["scheduler"]
         with recorded_run(self.name, params, command_line(self, rerun), ledger):
             return super().invoke(ctx)
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
 
 
 def resolved_params(command: click.Command, params: dict[str, Any]) -> dict[str, Any]:
@@ -150,8 +156,7 @@ def resolved_params(command: click.Command, params: dict[str, Any]) -> dict[str,
 
 
 def command_line(command: click.Command, params: dict[str, Any]) -> list[str]:
-    """The ``imgscale`` argv that runs ``command`` with ``params`` (every value explicit, so a
-    later change of a default does not change what the rerun computes)."""
+    """The ``imgscale`` argv that runs ``command`` with ``params``."""
     argv = ["imgscale", command.name]
     for param in command.params:
         value = params.get(param.name)

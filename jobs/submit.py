@@ -1,0 +1,188 @@
+"""``imgscale run SPEC`` submits the jobs of a spec; ``imgscale runs`` lists the run ledger."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+
+from imgscale.jobs.cluster import connect
+from imgscale.jobs.options import json_option, scheduler_option, verbose_option
+from imgscale.jobs.runs import (
+    SpecOrigin,
+    command_line,
+    ledger_option,
+    ledger_path,
+    one_line,
+    spec_origin,
+)
+from imgscale.jobs.schedule import parse_every
+from imgscale.jobs.spec import SpecError, load_spec
+from imgscale.storage import Ledger
+
+
+@click.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Check the spec and print its commands only.")
+@scheduler_option
+@ledger_option
+@verbose_option
+@click.pass_context
+def run(ctx: click.Context, spec: str, dry_run: bool, scheduler: str | None, ledger) -> None:
+    """Run the job, or the jobs in order, of the TOML file SPEC (see examples/).
+
+    The whole spec is checked first and every problem is printed, one line each; nothing runs
+    unless there are none. Each job is recorded in the run ledger like the same command typed
+    by hand. --scheduler (or $DASK_SCHEDULER_ADDRESS) overrides the spec's scheduler; without
+    any, one LocalCluster serves every job.
+    """
+    root = ctx.find_root().command
+    try:
+        jobs = load_spec(spec, root)
+    except SpecError as e:
+        for problem in e.problems:
+            click.echo(f"imgscale: error: {problem}", err=True)
+        raise click.ClickException(str(e)) from e
+    plans = [(job, _with_scheduler(job, scheduler)) for job in jobs]
+    if dry_run:
+        for job, params in plans:
+            click.echo(shlex.join(command_line(job.command, params)))
+        click.echo(f"{spec}: {len(jobs)} jobs checked; nothing was run", err=True)
+        return
+    origin = SpecOrigin(str(Path(spec).resolve()), [])
+    token = spec_origin.set(origin)
+    try:
+        with contextlib.ExitStack() as stack:
+            if any(_needs_cluster(job, params) for job, params in plans):
+                origin.local_scheduler = stack.enter_context(connect(None)).scheduler.address
+                plans = [(job, _with_scheduler(job, origin.local_scheduler)) for job, _ in plans]
+            for job, params in plans:
+                argv = command_line(job.command, params)
+                click.echo(f"job {job.number}/{len(jobs)}: {shlex.join(argv)}", err=True)
+                if ledger:
+                    argv += ["--ledger", ledger]
+                try:
+                    root.main(args=argv[1:], prog_name="imgscale", standalone_mode=False)
+                except Exception as e:
+                    raise click.ClickException(
+                        f"job {job.number} ({job.kind}) failed: {one_line(e)}"
+                    ) from e
+    finally:
+        spec_origin.reset(token)
+    click.echo(f"{spec}: {len(jobs)} jobs ok (runs {', '.join(origin.run_ids)})", err=True)
+
+
+def _with_scheduler(job, scheduler: str | None) -> dict[str, Any]:
+    if scheduler is None or not any(p.name == "scheduler" for p in job.command.params):
+        return job.params
+    return {**job.params, "scheduler": scheduler}
+
+
+def _needs_cluster(job, params: dict[str, Any]) -> bool:
+    return any(p.name == "scheduler" for p in job.command.params) and not params.get("scheduler")
+
+
+@click.group(invoke_without_command=True)
+@click.option("--since", help="Runs started in the last 90m, 2h, 1d, or since an ISO time.")
+@click.option("--kind", help="Only runs of this command (ingest, train, ...).")
+@json_option
+@ledger_option
+@verbose_option
+@click.pass_context
+def runs(ctx: click.Context, since: str | None, kind: str | None, as_json: bool, ledger) -> None:
+    """List the runs in the ledger, oldest first, with the progress of running ones.
+
+    With --json: a list of objects (run_id, kind, outcome, started, ended, seconds, rows,
+    rows_done, rows_total, current_pass, error). `imgscale runs show RUN_ID` shows one run.
+    """
+    ctx.obj = ledger
+    if ctx.invoked_subcommand is not None:
+        return
+    book = Ledger(ledger_path(ledger))
+    records = []
+    if book.path.exists():
+        book.mark_lost()
+        records = book.runs(since=None if since is None else _since(since), kind=kind)
+    listing = [_summary(r) for r in records]
+    if as_json:
+        click.echo(json.dumps(listing))
+        return
+    if not listing:
+        click.echo(f"no runs in {book.path}", err=True)
+    for r in listing:
+        if r["outcome"] == "running":
+            total = "?" if r["rows_total"] is None else r["rows_total"]
+            detail = f"{r['current_pass'] or 'starting'}: {r['rows_done'] or 0}/{total} rows"
+        else:
+            rows = "" if r["rows"] is None else f"{r['rows']} rows"
+            detail = f"{rows}  {r['error'] or ''}".strip()
+        seconds = "" if r["seconds"] is None else f"{r['seconds']:.0f} s"
+        click.echo(
+            f"{r['run_id']}  {r['kind']:<9} {r['outcome']:<9} {r['started']}  {seconds:>7}  "
+            f"{detail}"
+        )
+
+
+@runs.command("show")
+@click.argument("run_id")
+@json_option
+@ledger_option
+@verbose_option
+@click.pass_context
+def show(ctx: click.Context, run_id: str, as_json: bool, ledger) -> None:
+    """Show run RUN_ID (or a unique prefix of it) in full, with the command that reruns it."""
+    record = Ledger(ledger_path(ledger or ctx.obj)).get(run_id)
+    record["rerun"] = shlex.join(record["command"])
+    if as_json:
+        click.echo(json.dumps(record))
+        return
+    for key in ("run_id", "kind", "outcome", "error", "started", "ended", "rows", "scheduler"):
+        click.echo(f"{key:>12}: {record[key]}")
+    if record["outcome"] == "running":
+        click.echo(
+            f"{'progress':>12}: {record['pass']}: {record['rows_done']}/{record['rows_total']}"
+        )
+    click.echo(f"{'host':>12}: {record['host']} (pid {record['pid']}, in {record['cwd']})")
+    if record["spec_file"]:
+        click.echo(f"{'spec file':>12}: {record['spec_file']}")
+    click.echo(f"{'git commit':>12}: {record['git_commit'] or 'not run from a checkout'}")
+    for section in ("spec", "figures", "versions"):
+        for key, value in (record[section] or {}).items():
+            click.echo(f"{section:>12}: {key} = {value}")
+    click.echo(f"{'rerun':>12}: {record['rerun']}")
+
+
+def _summary(record: dict[str, Any]) -> dict[str, Any]:
+    seconds = None
+    if record["ended"]:
+        delta = dt.datetime.fromisoformat(record["ended"]) - dt.datetime.fromisoformat(
+            record["started"]
+        )
+        seconds = delta.total_seconds()
+    keys = ("run_id", "kind", "outcome", "started", "ended", "rows", "rows_done", "rows_total")
+    return {
+        **{k: record[k] for k in keys},
+        "seconds": seconds,
+        "current_pass": record["pass"],
+        "error": record["error"],
+    }
+
+
+def _since(text: str) -> str:
+    """``--since`` as the ISO UTC time the ledger stores: a duration back from now, or a time
+    (local time when it names no zone)."""
+    try:
+        start = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=parse_every(text))
+    except ValueError:
+        try:
+            start = dt.datetime.fromisoformat(text).astimezone(dt.UTC)
+        except ValueError:
+            raise click.BadParameter(
+                f"{text!r}: expected a duration (90m, 2h, 1d) or an ISO time", param_hint="--since"
+            ) from None
+    return start.isoformat(timespec="seconds")
