@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from imgscale.jobs import methods, models
-from imgscale.jobs.cluster import connect
+from imgscale.jobs.cluster import connect, shared_path
 from imgscale.jobs.options import (
     json_option,
     progress_line,
@@ -173,8 +173,9 @@ def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
     from imgscale.jobs.compress import compress as compress_store
     from imgscale.storage import open_store
 
-    source = open_store(src)
-    with connect(scheduler, quiet=as_json):
+    source = open_store(shared_path(src))
+    dst = shared_path(dst)
+    with connect(scheduler, quiet=as_json, shared_paths=[source.path, dst.parent]):
         summary = compress_store(
             source,
             dst,
@@ -259,14 +260,14 @@ def train(
             methods.check_val_split(methods.METHODS[method])
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    feature_store = open_store(store)
+    feature_store = open_store(shared_path(store))
     embedder = None
     if embedding is not None:
         embedder = make_embedding(embedding, n_components=n_components, gamma=gamma)
     elif n_components is not None or gamma is not None:
         raise click.UsageError("--n-components and --gamma need --embedding")
     started = time.perf_counter()
-    with connect(scheduler):
+    with connect(scheduler, shared_paths=[feature_store.path]):
         fitted = train_model(
             feature_store, method, split=split, val_split=val_split, embedding=embedder, **given
         )
@@ -303,8 +304,9 @@ def predict(model, store, out, split, top_k, scheduler) -> None:
     from imgscale.storage import open_store
 
     fitted, _ = models.load(model)
-    with connect(scheduler):
-        rows = predict_to_parquet(fitted, open_store(store), out, split=split, k=top_k)
+    feature_store = open_store(shared_path(store))
+    with connect(scheduler, shared_paths=[feature_store.path]):
+        rows = predict_to_parquet(fitted, feature_store, out, split=split, k=top_k)
     report({"rows": rows})
     click.echo(f"{out}: {rows} rows", err=True)
 
@@ -322,8 +324,9 @@ def evaluate(model, store, split, scheduler, as_json) -> None:
     from imgscale.storage import open_store
 
     fitted, _ = models.load(model)
-    with connect(scheduler, quiet=as_json):
-        result = evaluate_model(fitted, open_store(store), split)
+    feature_store = open_store(shared_path(store))
+    with connect(scheduler, quiet=as_json, shared_paths=[feature_store.path]):
+        result = evaluate_model(fitted, feature_store, split)
     report(result)
     if as_json:
         click.echo(json.dumps(result))
@@ -349,8 +352,9 @@ def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
     from imgscale.storage import open_store
 
     fitted, _ = models.load(model)
-    with connect(scheduler, quiet=as_json):
-        drawn = plot_embedding(fitted, open_store(store), out, split=split, max_points=max_points)
+    feature_store = open_store(shared_path(store))
+    with connect(scheduler, quiet=as_json, shared_paths=[feature_store.path]):
+        drawn = plot_embedding(fitted, feature_store, out, split=split, max_points=max_points)
     if as_json:
         click.echo(json.dumps(drawn))
         return
@@ -375,8 +379,9 @@ def add_class(model, store, label, split, out, scheduler, as_json) -> None:
     from imgscale.jobs.add_class import add_class as add_class_job
     from imgscale.storage import open_store
 
-    with connect(scheduler, quiet=as_json):
-        summary = add_class_job(model, open_store(store), label, split=split, out=out)
+    feature_store = open_store(shared_path(store))
+    with connect(scheduler, quiet=as_json, shared_paths=[feature_store.path]):
+        summary = add_class_job(model, feature_store, label, split=split, out=out)
     report(summary)
     if as_json:
         click.echo(json.dumps(summary))
@@ -418,8 +423,8 @@ def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> 
     from imgscale.storage import open_store
 
     fitted, _ = models.load(model)
-    source = open_store(src)
-    with connect(scheduler, quiet=as_json):
+    source = open_store(shared_path(src))
+    with connect(scheduler, quiet=as_json, shared_paths=[source.path]):
         summary = embed_new_rows(
             fitted,
             source,

@@ -1,65 +1,183 @@
-"""Connect to a Dask cluster, or start a LocalCluster sized to this machine for one command."""
+"""Connect to a Dask cluster, or start a LocalCluster sized to this machine for one command.
+
+Cluster failures reach the user as one line (:class:`ClusterError`): a scheduler that refuses
+the connection within :data:`PROBE_SECONDS`, a scheduler lost mid-job as soon as the client
+notices, a store that the workers cannot see before anything is submitted. Dask's own log
+records stay in the workers' logs (``Client.get_worker_logs``, the dashboard) instead of
+being printed on the user's terminal.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from concurrent.futures import CancelledError
+from pathlib import Path
 
+import dask.config
 import psutil
 from distributed import Client, LocalCluster, progress, wait
+from distributed.comm import parse_address
+from distributed.comm.addressing import parse_host_port
+from distributed.utils import silence_logging_cmgr
 
 from imgscale.pipeline._compute import use_compute
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 PROGRESS_AFTER_SECONDS = 2.0
+# A refused connection is known at once; a silent host (dropped packets) is given this long.
+PROBE_SECONDS = 2.5
+# The Dask handshake once the port answers (TLS included).
+HANDSHAKE_SECONDS = 20
+# The Dask configuration keys that --tls-ca-file, --tls-cert and --tls-key set for the client.
+TLS_KEYS = {
+    "tls_ca_file": "distributed.comm.tls.ca-file",
+    "tls_cert": "distributed.comm.tls.client.cert",
+    "tls_key": "distributed.comm.tls.client.key",
+}
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be reached, was lost mid-job, or cannot see the job's files."""
 
 
 @contextlib.contextmanager
 def connect(
-    scheduler: str | None = None, *, quiet: bool = False, n_workers: int | None = None
+    scheduler: str | None = None,
+    *,
+    quiet: bool = False,
+    n_workers: int | None = None,
+    shared_paths: Iterable[str | os.PathLike] = (),
 ) -> Iterator[Client]:
     """Yield a client for ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``), else a new LocalCluster
     of ``n_workers`` single-threaded workers (default: one per core).
 
-    While the client is open, every ``pipeline`` computation runs on it and shows a progress bar
-    on stderr once it has taken longer than a couple of seconds.
+    ``shared_paths`` (absolute) must exist on every worker of a given scheduler: workers read
+    and write stores themselves, so a path only the client sees would fail mid-job.
+    While the client is open, every ``pipeline`` computation runs on it, shows a progress bar
+    on stderr once it has taken longer than a couple of seconds, and raises
+    :class:`ClusterError` if the scheduler is lost.
     """
     address = scheduler or os.environ.get(SCHEDULER_ENV)
     with contextlib.ExitStack() as stack:
+        # Dask's connection and task-failure records (tracebacks) are not for the terminal:
+        # imgscale reports the failure once, in one line.
+        stack.enter_context(silence_logging_cmgr(logging.CRITICAL))
         if address:
-            client = stack.enter_context(Client(address, timeout="30s"))
+            client = stack.enter_context(_remote_client(address))
+            _check_shared_paths(client, shared_paths)
         else:
+            if tls_configured():
+                raise ClusterError(
+                    "--tls-ca-file/--tls-cert/--tls-key are for a scheduler given with "
+                    "--scheduler tls://HOST:PORT; without --scheduler imgscale starts a local "
+                    "cluster on 127.0.0.1"
+                )
             cluster = stack.enter_context(_local_cluster(n_workers))
             client = stack.enter_context(Client(cluster))
+            address = client.scheduler.address
         if not quiet:
             workers = len(client.scheduler_info(n_workers=-1)["workers"])
-            origin = "connected to" if address else "started a LocalCluster at"
+            origin = "connected to" if scheduler or os.environ.get(SCHEDULER_ENV) else "started"
             print(
-                f"dask: {origin} {client.scheduler.address}, {workers} workers, "
-                f"dashboard {client.dashboard_link}",
+                f"dask: {origin} {address}, {workers} workers, dashboard {client.dashboard_link}",
                 file=sys.stderr,
             )
-        stack.enter_context(use_compute(lambda *c: _compute_with_progress(client, c, quiet)))
+        stack.enter_context(
+            use_compute(lambda *c: _compute_with_progress(client, address, c, quiet))
+        )
         yield client
 
 
+def tls_configured() -> bool:
+    """Whether a client certificate or CA file is set (by the --tls-* options or Dask config)."""
+    return any(dask.config.get(key, None) for key in TLS_KEYS.values())
+
+
+@contextlib.contextmanager
+def _remote_client(address: str) -> Iterator[Client]:
+    protocol, location = parse_address(address)
+    if tls_configured() and protocol != "tls":
+        raise ClusterError(
+            f"scheduler address {address} is not tls://: the TLS certificate options need "
+            "a scheduler started with --tls-cert (tls://HOST:PORT)"
+        )
+    if protocol in ("tcp", "tls"):
+        _probe(address, *parse_host_port(location))
+    try:
+        client = Client(address, timeout=f"{HANDSHAKE_SECONDS}s")
+    except (OSError, TimeoutError, TypeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ClusterError(f"could not connect to the scheduler at {address}: {first}") from exc
+    with client:
+        yield client
+
+
+def _probe(address: str, host: str, port: int | None) -> None:
+    """Fail at once on a refused connection or an unknown host (Dask retries for its timeout)."""
+    if port is None:
+        raise ClusterError(f"scheduler address {address} has no port (expected HOST:PORT)")
+    try:
+        socket.create_connection((host, port), timeout=PROBE_SECONDS).close()
+    except socket.gaierror as exc:
+        raise ClusterError(f"no Dask scheduler at {address}: unknown host {host!r}") from exc
+    except TimeoutError as exc:
+        raise ClusterError(
+            f"no Dask scheduler at {address}: no answer within {PROBE_SECONDS:g} s"
+        ) from exc
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ClusterError(f"no Dask scheduler at {address}: {reason.lower()}") from exc
+
+
+def _check_shared_paths(client: Client, paths: Iterable[str | os.PathLike]) -> None:
+    paths = [str(p) for p in paths]
+    if not paths:
+        return
+    seen = client.run(_existing, paths)
+    for worker, present in sorted(seen.items()):
+        missing = [p for p, ok in zip(paths, present, strict=True) if not ok]
+        if missing:
+            raise ClusterError(
+                f"{missing[0]} does not exist on worker {worker}: stores must be on a file "
+                "system every worker mounts at the same path"
+            )
+
+
+def _existing(paths: list[str]) -> list[bool]:
+    return [os.path.exists(p) for p in paths]
+
+
+def shared_path(path: str | os.PathLike) -> Path:
+    """``path`` made absolute: workers do not share the client's working directory."""
+    return Path(path).absolute()
+
+
 def _local_cluster(n_workers: int | None) -> LocalCluster:
-    """Single-threaded worker processes, one per core by default: tasks are BLAS or IO bound."""
+    """Single-threaded worker processes, one per core by default: tasks are BLAS or IO bound.
+
+    Scheduler, workers and dashboard listen on 127.0.0.1 only: anyone who can reach a
+    scheduler can run code on its workers.
+    """
     n_workers = n_workers or psutil.cpu_count(logical=False) or os.cpu_count() or 1
     memory = psutil.virtual_memory().total
     return LocalCluster(
         n_workers=n_workers,
         threads_per_worker=1,
+        host="127.0.0.1",
         memory_limit=int(0.8 * memory / n_workers),
-        dashboard_address=":0",
-        silence_logs=logging.ERROR,
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.CRITICAL,
     )
 
 
-def _compute_with_progress(client: Client, collections: tuple, quiet: bool) -> tuple:
+def _compute_with_progress(client: Client, address: str, collections: tuple, quiet: bool) -> tuple:
+    if client.status != "running":
+        raise _lost(address)
     futures = client.compute(list(collections))
     try:
         # A redrawn bar is for people watching a terminal; in a log file it is thousands of lines.
@@ -72,8 +190,15 @@ def _compute_with_progress(client: Client, collections: tuple, quiet: bool) -> t
                     progress(futures)
                     print()
         return tuple(client.gather(futures))
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, CancelledError) and client.status != "running":
+            # The client cancelled every future the moment it lost the scheduler.
+            raise _lost(address) from exc
         # Ctrl-C, SIGTERM (jobs/runs.py) or a failed task: a shared cluster must not go on
         # computing what nobody will gather.
         client.cancel(futures)
         raise
+
+
+def _lost(address: str) -> ClusterError:
+    return ClusterError(f"lost the scheduler at {address} mid-job; nothing was written")

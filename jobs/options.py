@@ -5,18 +5,57 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import click
 
 from imgscale.jobs.runs import report_progress
 
-scheduler_option = click.option(
-    "--scheduler",
-    envvar="DASK_SCHEDULER_ADDRESS",
-    default=None,
-    metavar="ADDRESS",
-    help="Dask scheduler to connect to (default: $DASK_SCHEDULER_ADDRESS, else a LocalCluster).",
+
+def _set_tls_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Put a --tls-* file into Dask's configuration, where the client's Security reads it."""
+    if value is not None:
+        import dask.config
+
+        from imgscale.jobs.cluster import TLS_KEYS
+
+        # Set for this command only: undone when click closes the command's context.
+        ctx.with_resource(dask.config.set({TLS_KEYS[param.name]: str(Path(value).absolute())}))
+
+
+def _tls_option(flag: str, what: str) -> Callable:
+    return click.option(
+        flag,
+        type=click.Path(exists=True, dir_okay=False),
+        expose_value=False,
+        callback=_set_tls_config,
+        help=f"{what} for a tls:// scheduler (as `dask worker` takes it; or Dask's config).",
+    )
+
+
+_scheduler_options = (
+    click.option(
+        "--scheduler",
+        envvar="DASK_SCHEDULER_ADDRESS",
+        default=None,
+        metavar="ADDRESS",
+        help="Dask scheduler to connect to (default: $DASK_SCHEDULER_ADDRESS, else a "
+        "LocalCluster on 127.0.0.1).",
+    ),
+    _tls_option("--tls-ca-file", "CA certificate (PEM)"),
+    _tls_option("--tls-cert", "Client certificate (PEM)"),
+    _tls_option("--tls-key", "Client private key (PEM)"),
 )
+
+
+def scheduler_option(command: Callable) -> Callable:
+    """--scheduler ADDRESS and the --tls-ca-file/--tls-cert/--tls-key files that secure it."""
+    for option in reversed(_scheduler_options):
+        command = option(command)
+    return command
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object only.")
 
 

@@ -1,0 +1,177 @@
+"""Real `dask scheduler` / `dask worker` processes on 127.0.0.1 that a test may kill, a store
+big enough that a kill lands mid-pass, and the installed `imgscale` command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from distributed import Client
+from distributed.security import Security
+
+from imgscale.storage import create_store
+
+BIN = Path(sys.executable).parent
+DASK = str(BIN / "dask")
+IMGSCALE = str(BIN / "imgscale")
+MAKE_CERTS = Path(__file__).parents[2] / "deploy" / "tls" / "make-certs"
+
+
+class Cluster:
+    """A scheduler and workers as separate processes; their logs are files in ``root``."""
+
+    def __init__(self, root: Path, *, workers: int = 2, certs: Path | None = None) -> None:
+        self.root = root
+        self.certs = certs
+        self.scheduler_file = root / "scheduler.json"
+        self.scheduler = self._start("scheduler", ["--host", "127.0.0.1", "--port", "0"])
+        self.workers: list[subprocess.Popen] = []
+        _wait_for(self.scheduler_file.exists, "scheduler file", self.scheduler)
+        for i in range(workers):
+            args = ["--nthreads", "1", "--host", "127.0.0.1"]
+            self.workers.append(self._start(f"worker-{i}", args))
+        with self.client() as client:
+            client.wait_for_workers(workers, timeout=120)
+            self.address = client.scheduler.address
+
+    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
+        role = name.split("-")[0]
+        tls = []
+        if self.certs is not None:
+            tls = self.tls_args(role)
+            if role == "scheduler":
+                tls += ["--protocol", "tls"]
+        command = [DASK, role, *args, "--scheduler-file", str(self.scheduler_file)]
+        with open(self.root / f"{name}.log", "wb") as log:  # the child keeps its own copy
+            return subprocess.Popen(
+                [*command, "--no-dashboard", *tls], stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def tls_args(self, role: str) -> list[str]:
+        return [
+            "--tls-ca-file", str(self.certs / "ca.crt"),
+            "--tls-cert", str(self.certs / f"{role}.crt"),
+            "--tls-key", str(self.certs / f"{role}.key"),
+        ]  # fmt: skip
+
+    def client(self) -> Client:
+        security = None
+        if self.certs is not None:
+            security = Security(
+                tls_ca_file=str(self.certs / "ca.crt"),
+                tls_client_cert=str(self.certs / "client.crt"),
+                tls_client_key=str(self.certs / "client.key"),
+                require_encryption=True,
+            )
+        return Client(scheduler_file=str(self.scheduler_file), timeout="30s", security=security)
+
+    def wait_until_processing(self, timeout: float = 60) -> str:
+        """Wait until some worker is running a task; return that worker's address."""
+        with self.client() as client:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                busy = client.run_on_scheduler(
+                    lambda dask_scheduler: [
+                        w.address for w in dask_scheduler.workers.values() if w.processing
+                    ]
+                )
+                if busy:
+                    return busy[0]
+                time.sleep(0.05)
+        raise AssertionError("no worker started a task")
+
+    def worker_process(self, address: str) -> subprocess.Popen:
+        """The `dask worker` process (a nanny) whose worker listens at ``address``."""
+        with self.client() as client:
+            pids = client.run(os.getppid, workers=[address])
+        (pid,) = pids.values()
+        for process in self.workers:
+            if process.pid == pid:
+                return process
+        raise AssertionError(f"worker {address} is not one of ours")
+
+    def stop(self) -> None:
+        for process in [*self.workers, self.scheduler]:
+            if process.poll() is None:
+                process.terminate()
+        for process in [*self.workers, self.scheduler]:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_for(condition, what: str, process: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, f"{what}: the process exited with {process.returncode}"
+        assert time.monotonic() < deadline, f"{what} did not appear within {timeout} s"
+        time.sleep(0.05)
+
+
+def kill_process_tree(process: subprocess.Popen) -> None:
+    """SIGKILL a `dask worker` nanny and the worker process it started."""
+    import psutil
+
+    children = psutil.Process(process.pid).children(recursive=True)
+    for child in children:
+        child.send_signal(signal.SIGKILL)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path) -> Iterator[Cluster]:
+    root = tmp_path / "cluster"
+    root.mkdir()
+    started = Cluster(root)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tls") / "certs"
+    subprocess.run([str(MAKE_CERTS), str(out)], check=True, capture_output=True)
+    return out
+
+
+def imgscale(*args, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [IMGSCALE, *map(str, args)], capture_output=True, text=True, timeout=timeout, **kwargs
+    )
+
+
+def random_store(path: Path, rows: int, dim: int, classes: int, *, rows_per_chunk: int) -> Path:
+    """Gaussian class clusters with 80% train and 20% val rows (fixed seed)."""
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(classes, dim)).astype(np.float32)
+    labels = rng.integers(0, classes, rows)
+    X = centres[labels] + rng.normal(scale=2.0, size=(rows, dim)).astype(np.float32)
+    split = np.where(np.arange(rows) % 5 == 4, "val", "train")
+    store = create_store(
+        path, dim, class_names=[str(c) for c in range(classes)], rows_per_chunk=rows_per_chunk
+    )
+    store.append("all", X, labels, split=split)
+    return path
+
+
+def zarr_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array under the zarr group at ``path``, by its path in the group."""
+    group = zarr.open_group(path, mode="r")
+    return {name: array[...] for name, array in group.arrays()} | {
+        f"{name}/{sub}": value
+        for name, child in group.groups()
+        for sub, value in zarr_arrays(Path(path) / name).items()
+    }
