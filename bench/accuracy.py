@@ -1,26 +1,28 @@
 """``imgscale bench accuracy``: paper 000's labelled-per-class protocol on real digits data.
 
-For each data set (MNIST, USPS from ``../shared/data``, scikit-learn's digits) and each embedding
-(raw features, RFF, Nyström, SQRT, HIKE, AddKPCA, plus scikit-learn's ``RBFSampler`` with the
-same d and γ as a peer), the per-class classification rate of ridge on the test rows:
+For each data set (MNIST, USPS, 20 Newsgroups from the data folder, scikit-learn's digits) and
+each embedding (raw features, RFF, Nyström, SQRT, HIKE, AddKPCA, plus scikit-learn's
+``RBFSampler`` with the same d and γ as a peer), the per-class rate of ridge on the test rows:
 
 - **split** (§4.1): the official train/test split (digits: a random 60/20/20 split); a random 20%
   of the train rows is held out as the labelled validation set that chooses ρ on the grid.
 - **embedding**: fitted once per data set on *all* the remaining training rows (as unlabelled
   data; §4.2's semi-supervised setting); every trial reuses it, so the spread across trials
   is that of the labelled sample.
-- **few labels**: 3, 10, 30 labelled rows per class drawn at random from the training rows,
-  5 trials, mean ± std. Ridge is centred on the mean of all training rows (§3.3) and solved in
-  its dual form Xᵀ(XXᵀ + ρI)⁻¹Y, the same W as ``RidgeClassifier`` at l ≪ d.
+- **labelled sets**: 3 … 30 and 100 … 3000 labelled rows per class (as many as the smallest
+  class allows) drawn at random from the training rows, repeated trials, mean ± std; the trials
+  are independent tasks, run in parallel on the Dask cluster (``cluster_mapper``). Ridge is
+  centred on the mean of all training rows (§3.3) and, while there are fewer labelled rows than
+  dimensions, solved in its dual form Xᵀ(XXᵀ + ρI)⁻¹Y, the same W as ``RidgeClassifier``.
 - **many labels**: every training row labelled, ``pipeline.classify.RidgeClassifier`` with ρ
   validated on the grid (one trial: nothing is random but the embedding).
 - The peer ``RBFSampler(γ/2, d)`` + scikit-learn ``RidgeClassifier(alpha=ρ)`` (its own
   intercept) with ρ chosen on the same grid and validation rows. scikit-learn's RBF kernel is
   exp(−g‖x−y‖²), ours exp(−γ‖x−y‖²/2), hence g = γ/2.
 
-Runs in one process on numpy (the data sets fit in memory); MNIST's train rows are subsampled
-(``mnist_rows``) to keep the 6,272-D HIKE many-label fit feasible on 2 cores. 20 Newsgroups
-(raw text) is vectorised to bag-of-words histograms (`newsgroups_histograms`).
+The embeddings are fitted in this process on numpy (the data sets fit in memory); MNIST's train
+rows are subsampled (``mnist_rows``) to keep the 6,272-D HIKE many-label fit feasible on 2
+cores. 20 Newsgroups (raw text) is vectorised to bag-of-words histograms (`newsgroups_histograms`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from __future__ import annotations
 import json
 import tarfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -133,11 +137,11 @@ def newsgroups_histograms(
     return tuple(out)
 
 
-def _embeddings(n_features: int, regime: str) -> dict[str, object]:
+def _embeddings(n_features: int, regime: str, rff_dim: int = RFF_DIM) -> dict[str, object]:
     nystrom_dim = NYSTROM_FEW if regime == "few" else NYSTROM_MANY
     return {
         "linear": None,
-        f"RFF-{RFF_DIM}": RandomFourierFeatures(RFF_DIM, random_state=0),
+        f"RFF-{rff_dim}": RandomFourierFeatures(rff_dim, random_state=0),
         "Nystrom": Nystrom(nystrom_dim, random_state=0),
         "SQRT": SquareRoot(),
         "HIKE-8": HistogramIntersection(8),
@@ -181,17 +185,7 @@ def dual_ridge_rates(
 
 
 def _centred(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """Rows minus the mean in float32 (a caller may pass rows already centred: ``CentredRows``)."""
-    if isinstance(X, CentredRows):
-        return X.rows
     return (X - mean).astype(np.float32)
-
-
-class CentredRows:
-    """Rows already centred on the training mean, computed once for every trial."""
-
-    def __init__(self, X: np.ndarray, mean: np.ndarray):
-        self.rows = (X - mean.astype(np.float32)).astype(np.float32)
 
 
 def _sklearn_ridge_rate(E_l, y_l, E_val, y_val, E_test, y_test, grid=RHO_GRID) -> float:
@@ -212,22 +206,39 @@ def _sample_labelled(y: np.ndarray, per_class: int, rng: np.random.Generator) ->
     )
 
 
-def run_dataset(name: str, mnist_rows: int | None, data_dir: Path | None, log=print):
-    """Records (mean and std of the test per-class rate) for every embedding and regime."""
+def run_dataset(
+    name: str,
+    mnist_rows: int | None,
+    data_dir: Path | None,
+    log=print,
+    *,
+    per_class: tuple[int, ...] = LABELLED_PER_CLASS,
+    trials: int = TRIALS,
+    rff_dim: int = RFF_DIM,
+    mapper: Callable | None = None,
+):
+    """Records (mean and std of the test per-class rate) for every embedding and regime.
+
+    The trials of each (embedding, labelled rows per class) run through ``mapper(function,
+    trials, **shared)`` (default: one after the other here; :func:`cluster_mapper` runs them as
+    parallel tasks on a Dask cluster with the embedded rows sent to every worker once).
+    """
+    mapper = mapper or _serial_mapper
     data = load_dataset(name, mnist_rows, data_dir=data_dir)
     X_train, y_train = data["X_train"], data["y_train"]
     n_features = X_train.shape[1]
+    smallest_class = int(np.bincount(y_train).min())
     records = []
     rff_gamma = None
     for regime in ("few", "many"):
-        embeddings = _embeddings(n_features, regime)
+        embeddings = _embeddings(n_features, regime, rff_dim)
         for label, embedding in [*embeddings.items(), (RBF_PEER, "peer")]:
             started = time.perf_counter()
             if embedding == "peer":
                 from sklearn.kernel_approximation import RBFSampler
 
-                embedding = RBFSampler(gamma=rff_gamma / 2, n_components=RFF_DIM, random_state=0)
-                label = f"{RBF_PEER}-{RFF_DIM}"
+                embedding = RBFSampler(gamma=rff_gamma / 2, n_components=rff_dim, random_state=0)
+                label = f"{RBF_PEER}-{rff_dim}"
             E = {}
             if embedding is None:
                 E = {k: data[f"X_{k}"] for k in ("train", "val", "test")}
@@ -242,23 +253,18 @@ def run_dataset(name: str, mnist_rows: int | None, data_dir: Path | None, log=pr
             peer = label.startswith(RBF_PEER)
             if regime == "few":
                 mean = E["train"].astype(np.float64).mean(axis=0)
-                centred_val = CentredRows(E["val"], mean)
-                centred_test = CentredRows(E["test"], mean)
-                for per_class in LABELLED_PER_CLASS:
-                    rates = []
-                    for trial in range(TRIALS):
-                        rng = np.random.default_rng(1000 * per_class + trial)
-                        index = _sample_labelled(y_train, per_class, rng)
-                        if peer:
-                            args = (E["val"], data["y_val"], E["test"], data["y_test"])
-                            rate = _sklearn_ridge_rate(E["train"][index], y_train[index], *args)
-                        else:
-                            args = (centred_val, data["y_val"], centred_test, data["y_test"])
-                            rate, _ = dual_ridge_rates(
-                                mean, E["train"][index], y_train[index], *args
-                            )
-                        rates.append(rate)
-                    records.append(_record(name, label, dim, per_class, rates))
+                shared = {
+                    "E_train": E["train"], "y_train": y_train, "mean": mean,
+                    "E_val": E["val"], "y_val": data["y_val"], "E_test": E["test"],
+                    "y_test": data["y_test"], "peer": peer,
+                }  # fmt: skip
+                for count in per_class:
+                    if count > smallest_class:
+                        log(f"{name}: {count} labelled rows per class skipped (a class has "
+                            f"{smallest_class})")  # fmt: skip
+                        continue
+                    rates = mapper(partial(_trial_rate, per_class=count), range(trials), **shared)
+                    records.append(_record(name, label, dim, count, rates))
             else:
                 args = (E["train"], y_train, E["val"], data["y_val"], E["test"], data["y_test"])
                 if peer:
@@ -268,11 +274,52 @@ def run_dataset(name: str, mnist_rows: int | None, data_dir: Path | None, log=pr
                         E["train"], y_train, X_val=E["val"], y_val=data["y_val"]
                     )
                     rate = per_class_rate(data["y_test"], model.predict(E["test"]))
-                per_class = int(np.bincount(y_train).mean())
-                records.append(_record(name, label, dim, "all", [rate], per_class_mean=per_class))
+                count = int(np.bincount(y_train).mean())
+                records.append(_record(name, label, dim, "all", [rate], per_class_mean=count))
             log(f"{name} {regime:<4} {label:<28} d={dim:<5} {time.perf_counter() - started:6.1f} s"
                 f" (embedding fit+transform {fit_seconds:.1f} s)")  # fmt: skip
     return records
+
+
+def _trial_rate(
+    trial: int, *, per_class: int, E_train, y_train, mean, E_val, y_val, E_test, y_test, peer
+) -> float:
+    """One random labelled set's test per-class rate; ρ chosen on the validation rows.
+
+    Ours: the dual solve while there are fewer labelled rows than dimensions, else
+    ``RidgeClassifier`` on the labelled rows, centred on all training rows either way (§3.3).
+    """
+    rng = np.random.default_rng(1000 * per_class + trial)
+    index = _sample_labelled(y_train, per_class, rng)
+    if peer:
+        return _sklearn_ridge_rate(E_train[index], y_train[index], E_val, y_val, E_test, y_test)
+    if len(index) < E_train.shape[1]:
+        args = (E_val, y_val, E_test, y_test)
+        return dual_ridge_rates(mean, E_train[index], y_train[index], *args)[0]
+    y_partial = np.full(len(y_train), -1, dtype=np.int64)
+    y_partial[index] = y_train[index]
+    model = RidgeClassifier().fit(E_train, y_partial, X_val=E_val, y_val=y_val)
+    return per_class_rate(y_test, model.predict(E_test))
+
+
+def _serial_mapper(function: Callable, items, **shared) -> list:
+    return [function(item, **shared) for item in items]
+
+
+def cluster_mapper(client) -> Callable:
+    """A mapper running each item as a task on ``client``'s cluster; the shared arguments are
+    sent to every worker once (not hashed: two passes with equal inputs must not share keys)."""
+
+    def mapper(function: Callable, items, **shared) -> list:
+        remote = {
+            key: client.scatter(value, broadcast=True, hash=False)
+            if isinstance(value, np.ndarray) else value
+            for key, value in shared.items()
+        }  # fmt: skip
+        futures = client.map(function, list(items), pure=False, **remote)
+        return client.gather(futures)
+
+    return mapper
 
 
 def _record(dataset, embedding, dim, labelled, rates, **extra) -> dict:
@@ -295,10 +342,12 @@ def run(
     mnist_rows: int | None = 20_000,
     data_dir: Path | None = None,
     log=print,
+    **settings,
 ) -> list[dict]:
+    """Every data set's records; ``settings`` go to :func:`run_dataset` (per_class, trials, …)."""
     records = []
     for name in datasets:
-        records += run_dataset(name, mnist_rows, data_dir=data_dir, log=log)
+        records += run_dataset(name, mnist_rows, data_dir=data_dir, log=log, **settings)
     return records
 
 
@@ -446,20 +495,26 @@ _FILES = {"usps": "usps.npz", "mnist": "mnist.npz", "20news": NEWSGROUPS_FILE}
 @benchmark(
     "accuracy",
     "paper 000 section 4.1: per-class rate of ridge on raw features vs RFF, Nystrom, SQRT, HIKE, "
-    "AddKPCA and scikit-learn's RBFSampler, 3/10/30/all labelled rows per class",
+    "AddKPCA and scikit-learn's RBFSampler by labelled rows per class, trials as parallel tasks",
     needs=("usps.npz, mnist.npz, 20news-bydate.tar.gz (small and up; tiny uses sklearn's digits)",),
 )
 def suite(ctx: Context) -> list[dict]:
-    datasets, mnist_rows = ctx.pick(
-        tiny=(("digits",), 2_000),
-        small=(("digits", "usps"), 10_000),
-        medium=(DATASETS, 20_000),
-        large=(DATASETS, 20_000),
+    from distributed import Client
+
+    datasets, mnist_rows, per_class, trials, rff_dim = ctx.pick(
+        tiny=(("digits",), None, (3, 30, 100), 2, 256),
+        small=(("digits", "usps"), None, (3, 10, 30, 100, 300), 5, 2000),
+        medium=(DATASETS, 20_000, (3, 10, 30, 100, 300, 1000, 3000), 5, 2000),
+        large=(DATASETS, 20_000, (3, 10, 30, 100, 300, 1000, 3000), 10, 2000),
     )
     data_dir = None
     for name in datasets:
         if name in _FILES:
             data_dir = ctx.data(_FILES[name]).parent
-    records = run(datasets, mnist_rows, data_dir=data_dir, log=ctx.log)
+    with Client(ctx.scheduler) as client:
+        records = run(
+            datasets, mnist_rows, data_dir=data_dir, log=ctx.log, per_class=per_class,
+            trials=trials, rff_dim=rff_dim, mapper=cluster_mapper(client),
+        )  # fmt: skip
     plot(records, ctx.plot("rates"))
     return records

@@ -89,10 +89,11 @@ def run(
     scheduler: str | None = None,
     peer: bool = True,
     paper_rows: int = PAPER_ROWS,
+    rff_dim: int = RFF_DIM,
 ) -> list[dict]:
     store, build_seconds = timed_mixture_store(workdir, rows, dim, classes)
     _page_in(store.path)
-    gflops_before = gemm_rate(dim=dim)
+    gflops_before = gemm_rate(dim=dim, out=rff_dim)
 
     # One sampler per phase, one after the other: each poll walks /proc (~4 ms), so two nested
     # samplers took ~15% of a core from the workers' two.
@@ -101,27 +102,27 @@ def run(
             started = time.perf_counter()
             X, y = store.features("train"), store.labels("train")
             X_val, y_val = store.features("val"), store.labels("val")
-            rff = RandomFourierFeatures(RFF_DIM, random_state=0).fit(X)
+            rff = RandomFourierFeatures(rff_dim, random_state=0).fit(X)
             fit_seconds = time.perf_counter() - started
         with PeakRSS() as ridge_rss:
             model = RidgeClassifier(gram_precision=GRAM_PRECISION).fit(
                 rff.transform(X), y, X_val=rff.transform(X_val), y_val=y_val
             )
         ours_seconds = time.perf_counter() - started
-    gflops_after = gemm_rate(dim=dim)
+    gflops_after = gemm_rate(dim=dim, out=rff_dim)
     gflops = max(gflops_before, gflops_after)
     rss = max(fit_rss, ridge_rss, key=lambda r: r.peak)
     ours_rate = float(model.rho_scores_.max())
     n_train, n_val = len(y), len(y_val)
     flops = (
-        2 * (n_train + n_val) * dim * RFF_DIM
-        + n_train * RFF_DIM**2
-        + 2 * n_val * RFF_DIM * classes * len(RHO_GRID)
+        2 * (n_train + n_val) * dim * rff_dim
+        + n_train * rff_dim**2
+        + 2 * n_val * rff_dim * classes * len(RHO_GRID)
     )
     achieved = flops / ours_seconds / 1e9
 
     peer_result = (
-        run_peer(_peer_fit, rows, dim, classes, rff.gamma_, memory_cap=PEER_MEMORY_CAP)
+        run_peer(_peer_fit, rows, dim, classes, rff.gamma_, rff_dim, memory_cap=PEER_MEMORY_CAP)
         if peer
         else None
     )
@@ -132,20 +133,20 @@ def run(
             "float32 GEMM rate (this machine)",
             gflops,
             "GFLOP/s",
-            shape=f"8192x{dim}x2000",
+            shape=f"8192x{dim}x{rff_dim}",
             before_our_run=gflops_before,
             after_our_run=gflops_after,
         ),
-        record("RFF-2000 fit (bandwidth pass)", fit_seconds, "s", gamma=rff.gamma_),
+        record(f"RFF-{rff_dim} fit (bandwidth pass)", fit_seconds, "s", gamma=rff.gamma_),
         record(
-            "RFF-2000 -> ridge, 8-value rho grid, wall",
+            f"RFF-{rff_dim} -> ridge, 8-value rho grid, wall",
             ours_seconds,
             "s",
             peer_result and peer_result["seconds"],
-            peer="sklearn RBFSampler(2000) + RidgeClassifier per rho" + note,
+            peer=f"sklearn RBFSampler({rff_dim}) + RidgeClassifier per rho" + note,
         ),
         record(
-            "RFF-2000 -> ridge peak RSS (client + workers)",
+            f"RFF-{rff_dim} -> ridge peak RSS (client + workers)",
             rss.peak / 2**30,
             "GiB",
             peer_result and peer_result["peak_rss"] / 2**30,
@@ -157,14 +158,14 @@ def run(
             ridge_passes_split_gib=ridge_rss.split_gib(),
         ),
         record(
-            "RFF-2000 -> ridge validation per-class rate",
+            f"RFF-{rff_dim} -> ridge validation per-class rate",
             ours_rate,
             "fraction",
             peer_result and peer_result["rate"],
             rho=float(model.rho_),
         ),
         record(
-            "RFF-2000 -> ridge end-to-end / GEMM rate",
+            f"RFF-{rff_dim} -> ridge end-to-end / GEMM rate",
             achieved / gflops,
             "fraction",
             achieved_gflops=achieved,
@@ -232,14 +233,14 @@ def paper_scale_records(rows: int = PAPER_ROWS) -> list[dict]:
     return out
 
 
-def _peer_fit(rows: int, dim: int, classes: int, gamma: float) -> dict:
+def _peer_fit(rows: int, dim: int, classes: int, gamma: float, rff_dim: int) -> dict:
     """Child: regenerate the store's rows, RBFSampler(γ/2) once, RidgeClassifier once per ρ."""
     from sklearn.kernel_approximation import RBFSampler
     from sklearn.linear_model import RidgeClassifier as SklearnRidge
 
     X, y, val = mixture_in_memory(rows, dim, classes)
     started = time.perf_counter()
-    sampler = RBFSampler(gamma=gamma / 2, n_components=RFF_DIM, random_state=0)
+    sampler = RBFSampler(gamma=gamma / 2, n_components=rff_dim, random_state=0)
     E_train = sampler.fit_transform(X[~val])
     E_val = sampler.transform(X[val])
     del X
@@ -259,11 +260,11 @@ def _peer_fit(rows: int, dim: int, classes: int, gamma: float) -> dict:
     "Nystrom/AddKPCA at paper 000 Table 2 sizes",
 )
 def suite(ctx: Context) -> list[dict]:
-    rows, dim, classes, paper_rows = ctx.pick(
-        tiny=(4_000, 32, 10, 0),
-        small=(200_000, 512, 100, 0),
-        medium=(1_000_000, 512, 100, PAPER_ROWS),
-        large=(1_000_000, 512, 100, PAPER_ROWS),
+    rows, dim, classes, paper_rows, rff_dim = ctx.pick(
+        tiny=(4_000, 32, 10, 0, 256),
+        small=(200_000, 512, 100, 0, RFF_DIM),
+        medium=(1_000_000, 512, 100, PAPER_ROWS, RFF_DIM),
+        large=(1_000_000, 512, 100, PAPER_ROWS, RFF_DIM),
     )
     return run(
         rows,
@@ -272,4 +273,5 @@ def suite(ctx: Context) -> list[dict]:
         workdir=ctx.scratch("embed"),
         scheduler=ctx.scheduler,
         paper_rows=paper_rows,
+        rff_dim=rff_dim,
     )

@@ -1,0 +1,77 @@
+"""`imgscale bench --scale tiny`: every registered benchmark end to end at toy size, as CI runs it.
+
+Checks that the results table, the report, the plots and the Dask performance reports are
+produced and parse; nothing about speed is asserted.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import matplotlib.image
+import pyarrow.parquet as pq
+import pytest
+
+from imgscale.bench.registry import benchmarks
+from imgscale.bench.results import SCHEMA
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("cwd")
+    out = cwd / "out"
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("IMGSCALE_DATA", "DASK_SCHEDULER_ADDRESS")
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "imgscale", "bench", "--scale", "tiny", "--out", str(out),
+         "--workdir", str(cwd / "work"), "--json"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return cwd, out, json.loads(done.stdout)
+
+
+def test_every_registered_benchmark_ran_and_none_was_skipped(tiny_run):
+    _, _, summary = tiny_run
+    assert summary["ran"].split(",") == list(benchmarks())
+    assert summary["skipped"] == "" and summary["failed"] == ""
+
+
+def test_results_table_has_the_columns_and_rows_of_every_benchmark(tiny_run):
+    _, out, summary = tiny_run
+    table = pq.read_table(out / "results.parquet")
+    assert table.schema.names == SCHEMA.names
+    rows = table.to_pylist()
+    assert len(rows) == summary["rows"]
+    assert {r["benchmark"] for r in rows} == {"machine", *benchmarks()}
+    assert {r["scale"] for r in rows} == {"tiny"}
+    for r in rows:
+        assert r["value"] == r["value"], r  # no NaN figure
+        if r["peer_value"]:
+            assert r["ratio"] == pytest.approx(r["value"] / r["peer_value"])
+    limits = {r["name"] for r in rows if r["benchmark"] == "machine"}
+    assert {"float32 GEMM, 1 core", "memory bandwidth (copy)", "disk sequential read, cold",
+            "page-cache sequential read"} <= limits  # fmt: skip
+
+
+def test_report_names_every_benchmark_and_embeds_plots_that_exist(tiny_run):
+    _, out, _ = tiny_run
+    report = (out / "report.md").read_text()
+    for name in benchmarks():
+        assert f"## {name}: " in report
+        assert (out / f"{name}-dask.html").read_text().lstrip().lower().startswith("<!doctype html")
+    images = [line.split("](", 1)[1].rstrip(")") for line in report.splitlines()
+              if line.startswith("![")]  # fmt: skip
+    assert images
+    for image in images:
+        pixels = matplotlib.image.imread(out / image)
+        assert pixels.shape[0] > 100 and pixels.shape[1] > 100
+
+
+def test_nothing_is_written_outside_out_and_workdir(tiny_run):
+    cwd, _, _ = tiny_run
+    assert sorted(p.name for p in cwd.iterdir()) == ["out", "work"]
