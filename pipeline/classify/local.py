@@ -28,6 +28,7 @@ fits take a ``mapper`` so the jobs layer can run instance blocks as cluster task
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,9 +37,11 @@ import scipy.linalg
 from sklearn.base import BaseEstimator
 from sklearn.linear_model import orthogonal_mp
 from sklearn.utils.validation import check_is_fitted, check_random_state
+from threadpoolctl import threadpool_limits
 
 from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels, unique_labels
+from imgscale.pipeline.embed import RandomFourierFeatures
 from imgscale.pipeline.gram import add_gram
 
 NEIGHBOURHOODS = ("predicted", "nearest")
@@ -47,14 +50,25 @@ RECOVERIES = ("omp", "correlation")
 # The ρ of the compressed-target regression is chosen by GCV on this grid times the mean
 # eigenvalue of the centred Gram, so one grid fits features of any scale.
 RELATIVE_RHO_GRID = tuple(10.0**e for e in range(-5, 3))
-# Platt's sigmoid fit: Newton steps, each taking the best of these step lengths (a vectorised
-# backtracking line search: the fits of many neighbourhoods advance together).
-_PLATT_ITERATIONS = 30
-_PLATT_STEPS = 0.5 ** np.arange(8)
+# Platt's sigmoid fit (Lin, Lin & Weng 2007): Newton iterations, step halvings, the gradient
+# tolerance and the Hessian's ridge σ.
+_PLATT_ITERATIONS, _PLATT_HALVINGS, _PLATT_TOLERANCE, _PLATT_SIGMA = 100, 20, 1e-5, 1e-12
 # Instances per offline task (a task then fits 100 × K × S local classifiers).
 INSTANCES_PER_BLOCK = 100
 
 Mapper = Callable[[Callable, tuple, list], list]
+
+
+def _one_blas_thread(fn: Callable) -> Callable:
+    """Run `fn` with single-threaded BLAS: its products and solves are small (k, d ≤ a few
+    hundred), where OpenBLAS threads cost more than they give (13x slower on a loaded 2-core
+    machine in a side test); parallelism comes from running blocks side by side."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        with threadpool_limits(limits=1, user_api="blas"):
+            return fn(*args, **kwargs)
+
+    return functools.update_wrapper(wrapped, fn)
 
 
 def run_in_process(fn: Callable, shared: tuple, blocks: list) -> list:
@@ -78,35 +92,44 @@ def _platt(decisions: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.
 
     `decisions` and `positive` are (..., k); returns A and B of shape (...). The targets are
     Platt's smoothed (N₊ + 1)/(N₊ + 2) and 1/(N₋ + 2), so separable sets keep a finite fit.
+    Newton's method with a backtracking line search (Lin, Lin & Weng 2007, Algorithm 1), all
+    fits advancing together; a fit stops moving once its gradient is below their tolerance.
     """
+    f = decisions
     n_pos = positive.sum(axis=-1, keepdims=True)
     n_neg = positive.shape[-1] - n_pos
     t = np.where(positive, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
-    f = decisions
     a = np.zeros(f.shape[:-1])
     b = np.log((n_neg[..., 0] + 1.0) / (n_pos[..., 0] + 1.0))
 
-    def loss(a, b):
+    def loss(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         z = a[..., None] * f + b[..., None]
         # −log-likelihood: t·log(1 + e^z) + (1 − t)·log(1 + e^−z), written stably.
         return (t * np.logaddexp(0, z) + (1 - t) * np.logaddexp(0, -z)).sum(axis=-1)
 
     current = loss(a, b)
     for _ in range(_PLATT_ITERATIONS):
-        z = a[..., None] * f + b[..., None]
-        p = 0.5 * (1 - np.tanh(0.5 * z))  # 1 / (1 + e^z), overflow-free
-        g = t - p  # d loss / d z
-        w = p * (1 - p) + 1e-12
+        p = 0.5 * (1 - np.tanh(0.5 * (a[..., None] * f + b[..., None])))  # 1 / (1 + e^z)
+        g = t - p  # ∂loss/∂z
         ga, gb = (g * f).sum(-1), g.sum(-1)
-        haa, hab, hbb = (w * f * f).sum(-1) + 1e-12, (w * f).sum(-1), w.sum(-1) + 1e-12
+        moving = np.maximum(np.abs(ga), np.abs(gb)) >= _PLATT_TOLERANCE
+        if not moving.any():
+            break
+        w = p * (1 - p) + _PLATT_SIGMA
+        haa, hab, hbb = (w * f * f).sum(-1) + _PLATT_SIGMA, (w * f).sum(-1), w.sum(-1)
         det = haa * hbb - hab * hab
         da_, db_ = -(hbb * ga - hab * gb) / det, -(haa * gb - hab * ga) / det
-        trials = np.stack([loss(a + s * da_, b + s * db_) for s in _PLATT_STEPS])
-        best = trials.argmin(axis=0)
-        improved = trials.min(axis=0) < current
-        step = np.where(improved, _PLATT_STEPS[best], 0.0)
+        slope = ga * da_ + gb * db_
+        step = np.where(moving, 1.0, 0.0)
+        for _ in range(_PLATT_HALVINGS):
+            trial = loss(a + step * da_, b + step * db_)
+            short = moving & (trial > current + 1e-4 * step * slope)
+            if not short.any():
+                break
+            step = np.where(short, step / 2, step)
+        step = np.where(trial <= current, step, 0.0)
         a, b = a + step * da_, b + step * db_
-        current = np.where(improved, trials.min(axis=0), current)
+        current = np.minimum(trial, current)
     return a, b
 
 
@@ -117,27 +140,32 @@ def local_posteriors(
 
     `X_sets` (..., k, d) and class indices `y_sets` (..., k) are one neighbourhood per leading
     index and `queries` (..., d) one row each. Ridge on centred rows and ±1 targets with
-    ρ = alpha · tr(X̃X̃ᵀ)/k (scale-free), solved in the dual (k × k) form; the sigmoid of each
-    target column is fitted on the set's own decisions and one-vs-rest posteriors are normalised.
+    ρ = alpha · ‖X̃‖²_F / k (scale-free), solved in the primal (d × d) form when d < k, else the
+    dual (k × k); the sigmoid of each target column is fitted on the set's own decisions, and
+    one-vs-rest posteriors are normalised.
     """
     X_sets = np.asarray(X_sets, dtype=np.float64)
     mean = X_sets.mean(axis=-2, keepdims=True)
     centred = X_sets - mean
-    kernel = centred @ np.swapaxes(centred, -1, -2)
-    k = kernel.shape[-1]
-    rho = alpha * np.trace(kernel, axis1=-2, axis2=-1) / k + 1e-12
+    k, d = centred.shape[-2:]
+    rho = alpha * (centred**2).sum(axis=(-2, -1)) / k + np.finfo(float).tiny
     targets = _targets(y_sets, n_classes)
     target_mean = targets.mean(axis=-2, keepdims=True)
-    system = kernel + rho[..., None, None] * np.eye(k)
-    dual = np.linalg.solve(system, targets - target_mean)
-    train_decisions = kernel @ dual + target_mean  # (..., k, C')
-    query_kernel = (centred @ (queries[..., :, None] - np.swapaxes(mean, -1, -2)))[..., 0]
-    query_decisions = np.einsum("...k,...kc->...c", query_kernel, dual) + target_mean[..., 0, :]
-    columns = targets.shape[-1]
-    positives = targets > 0
-    a, b = _platt(np.moveaxis(train_decisions, -1, -2), np.moveaxis(positives, -1, -2))
+    offsets = (queries - mean[..., 0, :])[..., None, :]  # (..., 1, d)
+    transposed = np.swapaxes(centred, -1, -2)
+    if d < k:
+        system = transposed @ centred + rho[..., None, None] * np.eye(d)
+        weights = np.linalg.solve(system, transposed @ (targets - target_mean))
+        train_decisions = centred @ weights + target_mean
+        query_decisions = (offsets @ weights + target_mean)[..., 0, :]
+    else:
+        kernel = centred @ transposed
+        dual = np.linalg.solve(kernel + rho[..., None, None] * np.eye(k), targets - target_mean)
+        train_decisions = kernel @ dual + target_mean
+        query_decisions = ((offsets @ transposed) @ dual + target_mean)[..., 0, :]
+    a, b = _platt(np.swapaxes(train_decisions, -1, -2), np.swapaxes(targets > 0, -1, -2))
     probability = 0.5 * (1 - np.tanh(0.5 * (a * query_decisions + b)))  # (..., C')
-    if columns == 1:
+    if targets.shape[-1] == 1:
         return np.concatenate([1 - probability, probability], axis=-1)
     return probability / np.maximum(probability.sum(axis=-1, keepdims=True), 1e-300)
 
@@ -168,6 +196,7 @@ def sample_candidates(
     return np.concatenate(parts, axis=1)
 
 
+@_one_blas_thread
 def training_neighbourhoods(
     X: np.ndarray,
     y_index: np.ndarray,
@@ -321,6 +350,7 @@ def predict_from_confidences(
     return out, chosen
 
 
+@_one_blas_thread
 def _posterior_block(
     queries: np.ndarray,
     X: np.ndarray,
@@ -336,6 +366,7 @@ def _posterior_block(
     x_mean: np.ndarray | None,
     z_mean: np.ndarray | None,
     recovery: str,
+    embedding: tuple | None,
 ) -> np.ndarray:
     """float32 posteriors (q, C) of a block of queries: the numpy kernel of the model's scores."""
     queries = np.asarray(queries, dtype=np.float32)
@@ -347,12 +378,18 @@ def _posterior_block(
         confidences -= confidences.min(axis=1, keepdims=True) - 1.0
     else:
         phi = signs.astype(np.float32) / np.sqrt(len(signs))
-        measurements = (queries - x_mean) @ coef + z_mean
+        inputs = queries if embedding is None else _embed(queries, *embedding)
+        measurements = (inputs - x_mean) @ coef + z_mean
         confidences = recover(measurements, phi, int(max(sizes)), recovery)
     posteriors, _ = predict_from_confidences(
         X, y_index, n_classes, queries, confidences, sizes, alpha, balanced
     )
     return posteriors.astype(np.float32)
+
+
+def _embed(rows: np.ndarray, weights: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Random Fourier features of rows (`RandomFourierFeatures`' kernel)."""
+    return RandomFourierFeatures._transform_block(np.asarray(rows, np.float32), weights, offset)
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,8 +417,13 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         Distances for the candidate sampling and for "nearest": "learned" is those of a
         `MetricKNeighborsClassifier` fitted on the training rows (Local+ML of §4).
     metric_dim : int, default=64
-    recovery : {"omp", "correlation"}, default="omp"
+    recovery : {"omp", "correlation"}, default="correlation"
         Sparse recovery of a query's confidences (`recover`).
+    embedding_dim : int or None, default=None
+        None regresses the compressed indicators on the features (§3.2); an int regresses them
+        on that many random Fourier features of the Gaussian kernel (bandwidth as in
+        `RandomFourierFeatures`), which lets a confidence depend on the query's distance to the
+        instances whose neighbourhoods hold the row, not on a linear function of it.
     alpha : float, default=1.0
         Local ridge regularisation relative to the mean squared norm of the centred set.
     random_state : int, RandomState or None
@@ -397,7 +439,8 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         neighbourhood_members_: their target neighbourhoods (CSR); neighbourhood_sizes_ (N,) k*.
     sensing_signs_ : ndarray (D, M) int8, φ·√D.
     regression_coef_ : ndarray (d, D) float32; regression_mean_ (d,), target_mean_ (D,),
-        regression_rho_: the compressed-target ridge.
+        regression_rho_: the compressed-target ridge (d: features or embedding dimensions).
+    embedding_weights_, embedding_offset_ : the random Fourier features, or None.
     n_features_in_ : int
 
     References
@@ -416,7 +459,8 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         balanced: bool = True,
         metric: str = "euclidean",
         metric_dim: int = 64,
-        recovery: str = "omp",
+        recovery: str = "correlation",
+        embedding_dim: int | None = None,
         alpha: float = 1.0,
         random_state: Any = None,
     ):
@@ -429,6 +473,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         self.metric = metric
         self.metric_dim = metric_dim
         self.recovery = recovery
+        self.embedding_dim = embedding_dim
         self.alpha = alpha
         self.random_state = random_state
 
@@ -454,7 +499,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         self.classes_ = classes
         self.training_rows_, self.training_index_ = X, y_index
         seed = check_random_state(self.random_state).randint(2**31)
-        self.components_ = None
+        self.components_ = self.embedding_weights_ = self.embedding_offset_ = None
         if self.metric == "learned":
             from imgscale.pipeline.classify.knn import MetricKNeighborsClassifier
 
@@ -506,7 +551,13 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         n_measurements = max(1, round(self.compression * n_rows))
         self.sensing_signs_ = sensing_signs(n_measurements, n_rows, seed)
         targets = self.compressed_indicators()
-        coef, x_mean, z_mean, rho = compressed_ridge(X[instances], targets)
+        inputs = X[instances]
+        if self.embedding_dim is not None:
+            rff = RandomFourierFeatures(n_components=self.embedding_dim, random_state=seed).fit(X)
+            self.embedding_weights_ = rff.random_weights_
+            self.embedding_offset_ = rff.random_offset_
+            inputs = _embed(inputs, self.embedding_weights_, self.embedding_offset_)
+        coef, x_mean, z_mean, rho = compressed_ridge(inputs, targets)
         self.regression_coef_, self.regression_mean_, self.target_mean_ = coef, x_mean, z_mean
         self.regression_rho_ = rho
 
@@ -533,6 +584,8 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
             self.regression_mean_ if predicted else None,
             self.target_mean_ if predicted else None,
             self.recovery,
+            None if self.embedding_weights_ is None or not predicted
+            else (self.embedding_weights_, self.embedding_offset_),
         )  # fmt: skip
 
     _scores = staticmethod(_posterior_block)

@@ -94,9 +94,10 @@ def _platt_reference(decisions, positive):
 
 
 @pytest.mark.parametrize("n_classes", [2, 3])
-def test_local_posterior_is_platt_scaled_ridge_of_the_set(n_classes):
-    X, y = _blobs(n=60, d=4, n_classes=n_classes, seed=n_classes)
-    query = np.array([0.5, -0.2, 1.0, 0.3])
+@pytest.mark.parametrize("n, d", [(60, 4), (20, 30)], ids=["primal", "dual"])
+def test_local_posterior_is_platt_scaled_ridge_of_the_set(n_classes, n, d):
+    X, y = _blobs(n=n, d=d, n_classes=n_classes, seed=n_classes)
+    query = np.random.default_rng(5).normal(size=d)
     got = local_posteriors(X, y, n_classes, query, alpha=0.3)
     targets = local._targets(y, n_classes)
     train, at_query = _primal_decisions(X, targets, query, 0.3)
