@@ -27,7 +27,7 @@ from pathlib import Path
 SCALES = ("tiny", "small", "medium", "large")
 
 # The modules that define benchmarks, in the order the suite runs them.
-MODULES = ("io", "ridge", "embed", "pq", "ale", "ncm", "accuracy")
+MODULES = ("io", "ridge", "embed", "pq", "ale", "ale_ceiling", "ncm", "accuracy")
 
 
 class Skipped(Exception):
