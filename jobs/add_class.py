@@ -1,8 +1,10 @@
 """Add a class to a saved nearest-class-mean model from a store's rows (paper 002 §4.4).
 
 The class costs one pass over its rows for a mean (on a PQ store, centroids gathered from the
-codes: no row is decoded); the projection W and every other class stay bit-identical. The model
-is rewritten atomically: the new version is saved beside it and swapped in.
+codes: no row is decoded); the projection W and every other class stay bit-identical. Classes are
+matched by name: the new rows' store may number its classes differently from the store the model
+was trained on. The model is rewritten atomically: the new version is saved beside it and swapped
+in.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from imgscale.jobs import models
+from imgscale.jobs.class_names import model_class_names
 from imgscale.pipeline.classify import NearestClassMean
 from imgscale.storage import FeatureStore
 
@@ -27,11 +30,14 @@ def add_class(
     *,
     split: str | None = None,
     out: str | os.PathLike | None = None,
+    replace: bool = False,
 ) -> dict[str, Any]:
-    """Add (or add rows to) class ``label`` (a store class name) from the rows of ``store``.
+    """Add class ``label`` (a class name of ``store``) to the model from its rows in ``store``.
 
-    Returns a summary: ``label``, ``class_index`` (its integer label), ``rows``, ``classes``,
-    ``seconds``, ``from_codes``. Writes to ``out`` if given, else replaces ``model_path``.
+    A name the model already has is refused unless ``replace``, which makes the rows of
+    ``store`` that class's only rows. Returns a summary: ``label``, ``class_index`` (its label in
+    the model), ``rows``, ``classes``, ``seconds``, ``from_codes``. Writes to ``out`` if given,
+    else replaces ``model_path``.
     """
     started = time.perf_counter()
     model, provenance = models.load(model_path)
@@ -42,16 +48,28 @@ def add_class(
             f"model {model_path}: {type(classifier).__name__} cannot add classes; expected a "
             "NearestClassMean or MetricNearestClassMean"
         )
+    store.require_split(split)
     names = store.class_names
     if label not in names:
         raise ValueError(f"store {store.path}: no class named {label!r}; it has {names[:10]}...")
-    class_index = names.index(label)
-    labels = store.labels(split)
-    mask = labels == class_index
+    mask = store.labels(split) == names.index(label)
     rows = int(mask.sum())
     if rows == 0:
         where = f" in split {split!r}" if split else ""
         raise ValueError(f"store {store.path}: class {label!r} has no rows{where}")
+    model_names = model_class_names(provenance, store)
+    if label in model_names:
+        class_index = model_names.index(label)
+        if class_index in classifier.classes_:
+            if not replace:
+                raise ValueError(
+                    f"model {model_path}: already has class {label!r}; expected a new name "
+                    "(--replace makes these rows its only rows)"
+                )
+            _forget_rows(classifier, class_index)
+    else:
+        class_index = len(model_names)
+        model_names.append(label)
     y = np.full(rows, class_index, dtype=np.asarray(classifier.classes_).dtype)
     from_codes = getattr(store, "encoding", "raw") == "pq" and len(steps) == 1
     if from_codes:
@@ -63,6 +81,7 @@ def add_class(
         for _, step in steps[:-1]:
             X = step.transform(X)
         classifier.partial_fit(X, y)
+    provenance = {**provenance, "class_names": model_names}
     _save_replacing(model, Path(model_path), None if out is None else Path(out), provenance, label)
     return {
         "label": label,
@@ -72,6 +91,15 @@ def add_class(
         "from_codes": from_codes,
         "seconds": time.perf_counter() - started,
     }
+
+
+def _forget_rows(classifier: NearestClassMean, label: int) -> None:
+    """Zero a class's sums and count, so the rows added next alone give its mean."""
+    j = int(np.flatnonzero(np.asarray(classifier.classes_) == label)[0])
+    classifier.class_sums_ = classifier.class_sums_.copy()
+    classifier.class_counts_ = classifier.class_counts_.copy()
+    classifier.class_sums_[j] = 0
+    classifier.class_counts_[j] = 0
 
 
 def _save_replacing(model, path: Path, out: Path | None, provenance: dict, label: str) -> None:

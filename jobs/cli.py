@@ -19,6 +19,7 @@ import click
 from imgscale.jobs import methods, models
 from imgscale.jobs.cluster import connect, shared_path
 from imgscale.jobs.options import (
+    check_new_path,
     json_option,
     progress_line,
     scheduler_option,
@@ -173,6 +174,7 @@ def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
     from imgscale.jobs.compress import compress as compress_store
     from imgscale.storage import open_store
 
+    check_new_path(dst, "DST")
     source = open_store(shared_path(src))
     dst = shared_path(dst)
     with connect(scheduler, quiet=as_json, shared_paths=[source.path, dst.parent]):
@@ -253,6 +255,7 @@ def train(
     from imgscale.jobs.train import train as train_model
     from imgscale.storage import open_store
 
+    check_new_path(model, "MODEL")
     given = {name: value for name, value in options.items() if _given(ctx, name)}
     try:
         methods.resolve_options(methods.METHODS[method], given)
@@ -261,6 +264,11 @@ def train(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     feature_store = open_store(shared_path(store))
+    feature_store.require_split(split)
+    if _given(ctx, "val_split"):
+        feature_store.require_split(val_split)
+    elif methods.METHODS[method].uses_validation and val_split not in feature_store.split_counts():
+        click.echo(f"{store}: no split {val_split!r}; {method} validates without it", err=True)
     embedder = None
     if embedding is not None:
         embedder = make_embedding(embedding, n_components=n_components, gamma=gamma)
@@ -279,6 +287,7 @@ def train(
             split=split,
             rows=len(feature_store.labels(split)),
             committed_rows=feature_store.committed_rows,
+            class_names=feature_store.class_names,
         )
     classifier = fitted.steps[-1][1] if hasattr(fitted, "steps") else fitted
     report({"rows": len(feature_store.labels(split)), "rho": getattr(classifier, "rho_", None)})
@@ -300,13 +309,19 @@ def train(
 @verbose_option
 def predict(model, store, out, split, top_k, scheduler) -> None:
     """Write MODEL's predictions for STORE's rows to the parquet file OUT."""
+    from imgscale.jobs.class_names import model_class_names
     from imgscale.jobs.predict import predict_to_parquet
     from imgscale.storage import open_store
 
-    fitted, _ = models.load(model)
+    check_new_path(out, "OUT")
+    fitted, provenance = models.load(model)
     feature_store = open_store(shared_path(store))
+    feature_store.require_split(split)
+    names = model_class_names(provenance, feature_store)
     with connect(scheduler, shared_paths=[feature_store.path]):
-        rows = predict_to_parquet(fitted, feature_store, out, split=split, k=top_k)
+        rows = predict_to_parquet(
+            fitted, feature_store, out, split=split, k=top_k, class_names=names
+        )
     report({"rows": rows})
     click.echo(f"{out}: {rows} rows", err=True)
 
@@ -320,13 +335,16 @@ def predict(model, store, out, split, top_k, scheduler) -> None:
 @verbose_option
 def evaluate(model, store, split, scheduler, as_json) -> None:
     """Per-class rate, top-1/top-5 flat error and MiAP of MODEL on STORE's labelled rows."""
+    from imgscale.jobs.class_names import model_class_names
     from imgscale.jobs.evaluate import evaluate as evaluate_model
     from imgscale.storage import open_store
 
-    fitted, _ = models.load(model)
+    fitted, provenance = models.load(model)
     feature_store = open_store(shared_path(store))
+    feature_store.require_split(split)
+    names = model_class_names(provenance, feature_store)
     with connect(scheduler, quiet=as_json, shared_paths=[feature_store.path]):
-        result = evaluate_model(fitted, feature_store, split)
+        result = evaluate_model(fitted, feature_store, split, names)
     report(result)
     if as_json:
         click.echo(json.dumps(result))
@@ -371,17 +389,26 @@ def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
 @click.option("--label", required=True, help="Class name in STORE whose rows give the mean.")
 @click.option("--split", default=None, help="Only rows of this split (default: all).")
 @click.option("--out", type=click.Path(), help="Save here instead of replacing MODEL.")
+@click.option(
+    "--replace", is_flag=True, help="MODEL has class LABEL: its mean becomes that of these rows."
+)
 @scheduler_option
 @json_option
 @verbose_option
-def add_class(model, store, label, split, out, scheduler, as_json) -> None:
-    """Add class LABEL to an NCM MODEL from its rows in STORE; W and other classes unchanged."""
+def add_class(model, store, label, split, out, replace, scheduler, as_json) -> None:
+    """Add class LABEL to an NCM MODEL from its rows in STORE; W and other classes unchanged.
+
+    Classes are matched by name, so STORE may number its classes differently from the store
+    MODEL was trained on.
+    """
     from imgscale.jobs.add_class import add_class as add_class_job
     from imgscale.storage import open_store
 
+    check_new_path(out, "--out")
     feature_store = open_store(shared_path(store))
+    feature_store.require_split(split)
     with connect(scheduler, quiet=as_json, shared_paths=[feature_store.path]):
-        summary = add_class_job(model, feature_store, label, split=split, out=out)
+        summary = add_class_job(model, feature_store, label, split=split, out=out, replace=replace)
     report(summary)
     if as_json:
         click.echo(json.dumps(summary))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from imgscale.jobs.class_names import to_model_labels
 from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify._base import top_k_columns
 from imgscale.pipeline.metrics import evaluate_top_k, mean_interpolated_average_precision
@@ -15,9 +16,21 @@ TOP_K = 5
 MAP_MAX_SCORES = 20_000_000
 
 
-def evaluate(model: BaseEstimator, store: FeatureStore, split: str | None = "test") -> dict:
-    """Per-class rate, top-1/top-5 flat error and (for small n×C) MiAP on the labelled rows."""
+def evaluate(
+    model: BaseEstimator,
+    store: FeatureStore,
+    split: str | None = "test",
+    class_names: list[str] | None = None,
+) -> dict:
+    """Per-class rate, top-1/top-5 flat error and (for small n×C) MiAP on the labelled rows.
+
+    ``class_names`` is the model's class table (`jobs.class_names`): the store's labels are
+    matched to the model's by name. Without it, they are taken to be numbered alike.
+    """
+    store.require_split(split)
     labels = store.labels(split)
+    if class_names is not None:
+        labels = to_model_labels(labels, store, class_names, f"split {split!r}")
     labelled = labels >= 0
     if not labelled.any():
         raise ValueError(f"store {store.path}: no labelled rows in split {split!r}")

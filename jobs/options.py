@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -93,3 +94,18 @@ def progress_line(label: str, *, quiet: bool = False):
         sys.stderr.flush()
 
     return report
+
+
+def check_new_path(path: str | None, what: str) -> None:
+    """Refuse, before any work, an output path that exists or whose folder is missing or not
+    writable: a command must not compute for minutes and then fail to save."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.exists() or target.is_symlink():
+        raise click.UsageError(f"{what} {path} already exists; expected a new path")
+    parent = target.absolute().parent
+    if not parent.is_dir():
+        raise click.UsageError(f"{what} {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise click.UsageError(f"{what} {path}: folder {parent} is not writable")

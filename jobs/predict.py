@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sklearn.base import BaseEstimator
 
+from imgscale.jobs.class_names import is_numbered, to_model_labels
 from imgscale.pipeline._compute import compute
 from imgscale.storage import FeatureStore
 
@@ -23,14 +24,30 @@ def predict_to_parquet(
     *,
     split: str | None = None,
     k: int = 5,
+    class_names: list[str] | None = None,
 ) -> int:
-    """Write ``id, label, top_k`` per row (class names where the store has them); return rows."""
+    """Write ``id, true_label, label, top_k`` per row; return rows.
+
+    Labels are the model's class names (``class_names``, its table; else the store's), as
+    integers when the classes are the numbers 0..C-1 of an integer-labelled store. ``true_label``
+    is the store's label for the row (null if unlabelled).
+    """
+    store.require_split(split)
+    names = store.class_names if class_names is None else class_names
     k = min(k, len(model.classes_))
     top_k = model.predict_top_k(store.features(split), k=k)
     ids = store.ids(split)
-    names = _label_names(store, model.classes_)
+    true = to_model_labels(store.labels(split), store, names, f"split {split!r}")
+    numbered = is_numbered(names)
+    label_type = pa.int32() if numbered else pa.string()
+    table = np.arange(len(names), dtype=np.int32) if numbered else np.array(names, dtype=object)
     schema = pa.schema(
-        [("id", pa.string()), ("label", pa.string()), ("top_k", pa.list_(pa.string(), k))]
+        [
+            ("id", pa.string()),
+            ("true_label", label_type),
+            ("label", label_type),
+            ("top_k", pa.list_(label_type, k)),
+        ]
     )
     blocks = top_k.to_delayed().ravel()
     start = 0
@@ -38,14 +55,18 @@ def predict_to_parquet(
         for first in range(0, len(blocks), BLOCKS_PER_ROUND):
             for block in compute(*blocks[first : first + BLOCKS_PER_ROUND]):
                 stop = start + len(block)
-                top_names = names[np.searchsorted(model.classes_, block)]
+                top = table[block]
+                rows_true = true[start:stop]
                 writer.write_table(
                     pa.table(
                         {
                             "id": pa.array(ids[start:stop], pa.string()),
-                            "label": pa.array(top_names[:, 0], pa.string()),
+                            "true_label": pa.array(
+                                table[rows_true], label_type, mask=rows_true < 0
+                            ),
+                            "label": pa.array(top[:, 0], label_type),
                             "top_k": pa.FixedSizeListArray.from_arrays(
-                                pa.array(top_names.ravel(), pa.string()), k
+                                pa.array(top.ravel(), label_type), k
                             ),
                         },
                         schema=schema,
@@ -53,8 +74,3 @@ def predict_to_parquet(
                 )
                 start = stop
     return start
-
-
-def _label_names(store: FeatureStore, classes: np.ndarray) -> np.ndarray:
-    names = store.class_names
-    return np.array([names[c] if c < len(names) else str(c) for c in classes], dtype=object)

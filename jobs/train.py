@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from sklearn.base import BaseEstimator
 
 from imgscale.jobs.methods import EMBEDDINGS, TrainingData, get_method, resolve_options
@@ -51,8 +52,15 @@ def train(
     """
     entry = get_method(method)
     options = resolve_options(entry, options)
-    if len(store.labels(split)) == 0:
-        raise ValueError(f"store {store.path}: no rows in split {split!r}")
+    store.require_split(split)
+    y = store.labels(split)
+    classes = np.unique(y[y >= 0])
+    if len(classes) < 2:
+        names = [store.class_names[c] for c in classes]
+        raise ValueError(
+            f"store {store.path}: split {split!r} has {len(classes)} labelled classes {names}; "
+            "expected at least 2 to train a classifier"
+        )
     eigenvalues = None
     if embedding is not None:
         embedding.fit(store.features(split))

@@ -31,6 +31,8 @@ from imgscale.storage.errors import StoreError
 MODEL_SCHEMA_VERSION = 2
 # zstd, then the checksum last so damage to the stored bytes is caught before decompression.
 MODEL_CODECS = (ZstdCodec(level=1), Crc32cCodec())
+# Every chunk is written, even one equal to the fill value, so a missing chunk means damage.
+MODEL_ARRAY_CONFIG = {"write_empty_chunks": True}
 
 
 @dataclass
@@ -82,12 +84,22 @@ def _write_array(group: zarr.Group, name: str, value: np.ndarray | da.Array) -> 
     """A numpy array is written by this process; a dask array's blocks by the workers holding
     them (e.g. a kNN's reference rows), so no n-sized array passes through the client."""
     if not isinstance(value, da.Array):
-        group.create_array(name, data=np.ascontiguousarray(value), compressors=MODEL_CODECS)
+        group.create_array(
+            name,
+            data=np.ascontiguousarray(value),
+            compressors=MODEL_CODECS,
+            config=MODEL_ARRAY_CONFIG,
+        )
         return
     rows = max(value.chunks[0], default=0) or 1
     chunks = (rows, *value.shape[1:])
     array = group.create_array(
-        name, shape=value.shape, dtype=value.dtype, chunks=chunks, compressors=MODEL_CODECS
+        name,
+        shape=value.shape,
+        dtype=value.dtype,
+        chunks=chunks,
+        compressors=MODEL_CODECS,
+        config=MODEL_ARRAY_CONFIG,
     )
     # One writer per zarr chunk: the dask blocks are cut on the zarr chunk boundaries.
     da.store(value.rechunk(chunks), array, lock=False)

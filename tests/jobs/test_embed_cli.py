@@ -62,7 +62,7 @@ def test_train_with_rff_embedding_saves_a_pipeline_that_evaluate_and_predict_app
     store = open_store(digits_store)
     X_test = store.features("test").compute()
     expected = loaded.predict(X_test)
-    assert pq.read_table(out).column("label").to_pylist() == [str(c) for c in expected]
+    assert pq.read_table(out).column("label").to_pylist() == expected.tolist()
     assert (expected == store.labels("test")).mean() > 0.9
 
 

@@ -80,5 +80,5 @@ def test_ncm_uses_scheduler_from_environment_and_predict_writes_every_row(
     expected = NearestClassMean().fit(X, y).predict(X_test)
     table = pq.read_table(out)
     assert table.num_rows == len(X_test)
-    assert table.column("label").to_pylist() == [str(label) for label in expected]
+    assert table.column("label").to_pylist() == expected.tolist()
     assert len(set(table.column("id").to_pylist())) == len(X_test)
