@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -73,17 +74,21 @@ def bench(names, list_only, scale, out, data_dir, workdir, scheduler, as_json) -
             click.echo(line, err=True)
 
     verbose = "--verbose" in sys.argv
-    outcome = run_suite(
-        chosen,
-        scale=scale,
-        out=Path(out),
-        workdir=work,
-        data_dir=data,
-        scheduler=scheduler,
-        command=shlex.join(["imgscale", "bench", *sys.argv[2:]]),
-        log=log,
-        traceback_log=(lambda text: click.echo(text, err=True)) if verbose else None,
-    )
+    try:
+        outcome = run_suite(
+            chosen,
+            scale=scale,
+            out=Path(out),
+            workdir=work,
+            data_dir=data,
+            scheduler=scheduler,
+            command=shlex.join(["imgscale", "bench", *sys.argv[2:]]),
+            log=log,
+            traceback_log=(lambda text: click.echo(text, err=True)) if verbose else None,
+        )
+    finally:
+        if not workdir:  # our own temporary stores; a given --workdir is kept for the next run
+            shutil.rmtree(work, ignore_errors=True)
     summary = {
         "results": str(outcome.results),
         "report": str(outcome.report),

@@ -27,7 +27,7 @@ from pathlib import Path
 SCALES = ("tiny", "small", "medium", "large")
 
 # The modules that define benchmarks, in the order the suite runs them.
-MODULES = ("io", "ridge", "embed", "pq", "ale", "ale_ceiling", "ncm", "accuracy")
+MODULES = ("io", "scale", "ridge", "embed", "pq", "ale", "ale_ceiling", "ncm", "accuracy")
 
 
 class Skipped(Exception):
@@ -43,6 +43,8 @@ class Context:
     workdir: Path
     data_dir: Path | None = None
     scheduler: str | None = None
+    external_cluster: bool = False
+    """True when the user gave the cluster (--scheduler): a benchmark must not start its own."""
     limits: dict[str, float] = field(default_factory=dict)
     log: Callable[[str], None] = print
     benchmark: str = ""

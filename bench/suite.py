@@ -91,6 +91,7 @@ def run_suite(
                 workdir=workdir,
                 data_dir=data_dir,
                 scheduler=address,
+                external_cluster=scheduler is not None,
                 limits={r["name"]: r["value"] for r in limit_records},
                 log=log,
                 benchmark=bench.name,
