@@ -127,3 +127,14 @@ def _run(command: list, cwd: Path | None = None) -> str:
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{command}: {done.stderr[-2000:]}"
     return done.stdout
+
+
+@pytest.mark.parametrize(
+    "module", ["imgscale.pipeline.embed", "imgscale.pipeline.classify", "imgscale.jobs.cli"]
+)
+def test_each_layer_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    """An import cycle between pipeline.embed and pipeline.classify once broke every command."""
+    result = subprocess.run(
+        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
