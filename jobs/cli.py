@@ -20,6 +20,7 @@ from imgscale.jobs import methods, models
 from imgscale.jobs.cluster import connect, shared_path
 from imgscale.jobs.options import (
     check_new_path,
+    end_progress_line,
     json_option,
     progress_line,
     scheduler_option,
@@ -518,7 +519,10 @@ cli.add_command(runs)
 def main() -> None:
     """Entry point: one-line errors on stderr, tracebacks only with ``--verbose``."""
     try:
-        cli.main(prog_name="imgscale", standalone_mode=False)
+        try:
+            cli.main(prog_name="imgscale", standalone_mode=False)
+        finally:
+            end_progress_line()
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

@@ -75,6 +75,17 @@ def print_records(records: list[dict], as_json: bool) -> None:
         click.echo(f"{r['name']:<40} {r['value']:>12.4g} {r['unit']:<8}{peer}")
 
 
+# Whether a progress line is drawn without its newline yet: an error must start a new line.
+_line_open = [False]
+
+
+def end_progress_line() -> None:
+    """End an unfinished progress line, so the next message is not glued to it."""
+    if _line_open[0]:
+        sys.stderr.write("\n")
+        _line_open[0] = False
+
+
 def progress_line(label: str, *, quiet: bool = False):
     """A progress callback that redraws one stderr line, throttled to a few updates a second
     (``quiet``: no line), and gives the run ledger the rows done of pass ``label``."""
@@ -92,6 +103,7 @@ def progress_line(label: str, *, quiet: bool = False):
         end = "\n" if done >= total else ""
         sys.stderr.write(f"\r{label}: {done}/{total} rows ({percent:.0f}%){end}")
         sys.stderr.flush()
+        _line_open[0] = not end
 
     return report
 

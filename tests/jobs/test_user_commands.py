@@ -3,6 +3,7 @@ silent fallbacks, predictions with integer labels and the true label."""
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -12,8 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from imgscale.jobs import models
-from imgscale.jobs.cli import cli
+from imgscale.jobs.cli import cli, main
 from imgscale.storage import create_store
+from imgscale.storage import writer as writer_module
 
 NAMES = [f"c{i}" for i in range(6)]
 
@@ -196,3 +198,29 @@ def test_predictions_of_an_integer_labelled_store_are_integers_with_the_true_lab
     assert table.column("true_label").to_pylist() == [None if v < 0 else v for v in yt]
     expected = models.load(model)[0].predict(Xt)
     assert table.column("label").to_pylist() == expected.tolist()
+
+
+def test_a_failed_ingest_prints_its_error_on_a_line_of_its_own(tmp_path, monkeypatch, capsys):
+    """The error used to be glued to the unfinished progress line."""
+    np.save(tmp_path / "x.npy", np.zeros((3 * 4096, 4), np.float32))
+    flushes = []
+
+    def fail_second(self, final):
+        flushes.append(final)
+        if len(flushes) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, final)
+
+    real = writer_module.BatchWriter._flush
+    monkeypatch.setattr(writer_module.BatchWriter, "_flush", fail_second)
+    store = tmp_path / "s.zarr"
+    monkeypatch.setattr("sys.argv", ["imgscale", "ingest", str(tmp_path / "x.npy"), str(store)])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 1
+    lines = capsys.readouterr().err.split("\n")
+    assert lines[0] == "\ringest: 4096/12288 rows (33%)"
+    assert (
+        lines[1] == f"imgscale: error: store {store}: no space left on device; nothing was "
+        "committed and the rows written so far were removed"
+    )
