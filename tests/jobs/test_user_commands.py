@@ -213,7 +213,7 @@ def test_a_failed_ingest_prints_its_error_on_a_line_of_its_own(tmp_path, monkeyp
 
     real = writer_module.BatchWriter._flush
     monkeypatch.setattr(writer_module.BatchWriter, "_flush", fail_second)
-    store = tmp_path / "s.zarr"
+    store = create_store(tmp_path / "s.zarr", 4, rows_per_chunk=4096).path
     monkeypatch.setattr("sys.argv", ["imgscale", "ingest", str(tmp_path / "x.npy"), str(store)])
     with pytest.raises(SystemExit) as exit_:
         main()
