@@ -1,8 +1,13 @@
-"""Write a model's top-k predictions for a store's rows to parquet, a block of rows at a time."""
+"""Write a model's top-k predictions for a store's rows to parquet, a block of rows at a time.
+
+The file is written beside OUT and renamed onto it at the end, so a failed or cancelled run
+leaves no half-written OUT (and an earlier OUT stays as it was).
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -51,26 +56,31 @@ def predict_to_parquet(
     )
     blocks = top_k.to_delayed().ravel()
     start = 0
-    with pq.ParquetWriter(out, schema) as writer:
-        for first in range(0, len(blocks), BLOCKS_PER_ROUND):
-            for block in compute(*blocks[first : first + BLOCKS_PER_ROUND]):
-                stop = start + len(block)
-                top = table[block]
-                rows_true = true[start:stop]
-                writer.write_table(
-                    pa.table(
-                        {
-                            "id": pa.array(ids[start:stop], pa.string()),
-                            "true_label": pa.array(
-                                table[rows_true], label_type, mask=rows_true < 0
-                            ),
-                            "label": pa.array(top[:, 0], label_type),
-                            "top_k": pa.FixedSizeListArray.from_arrays(
-                                pa.array(top.ravel(), label_type), k
-                            ),
-                        },
-                        schema=schema,
+    partial = Path(out).with_name(f".{Path(out).name}.{os.getpid()}.partial")
+    try:
+        with pq.ParquetWriter(partial, schema) as writer:
+            for first in range(0, len(blocks), BLOCKS_PER_ROUND):
+                for block in compute(*blocks[first : first + BLOCKS_PER_ROUND]):
+                    stop = start + len(block)
+                    top = table[block]
+                    rows_true = true[start:stop]
+                    writer.write_table(
+                        pa.table(
+                            {
+                                "id": pa.array(ids[start:stop], pa.string()),
+                                "true_label": pa.array(
+                                    table[rows_true], label_type, mask=rows_true < 0
+                                ),
+                                "label": pa.array(top[:, 0], label_type),
+                                "top_k": pa.FixedSizeListArray.from_arrays(
+                                    pa.array(top.ravel(), label_type), k
+                                ),
+                            },
+                            schema=schema,
+                        )
                     )
-                )
-                start = stop
+                    start = stop
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
     return start

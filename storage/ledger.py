@@ -102,9 +102,13 @@ class Ledger:
             db.close()
 
     def _check_schema(self, db: sqlite3.Connection, write: bool) -> None:
+        """Create the table in a new file; refuse another schema. A file a first writer has
+        just created, still empty, reads as a ledger without runs."""
         version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0 and write:
-            columns = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS.items())
+        columns = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS.items())
+        if version == 0 and not write:
+            db.execute(f"CREATE TEMP TABLE runs ({columns})")
+        elif version == 0:
             db.execute(f"CREATE TABLE runs ({columns})")
             db.execute("CREATE INDEX runs_started ON runs (started)")
             db.execute(f"PRAGMA user_version = {LEDGER_SCHEMA_VERSION}")
