@@ -24,9 +24,9 @@ from imgscale.bench.common import PeakRSS, mixture_store, record
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.embed import embed_new_rows
-from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.classify.ssl import EigenvalueRidgeClassifier, SemiSupervisedEigenSolver
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed import ALE
 from imgscale.pipeline.metrics import mean_interpolated_average_precision, per_class_rate
 from imgscale.pipeline.reductions import reduce_rows

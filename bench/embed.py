@@ -47,9 +47,9 @@ from imgscale.bench.common import (
 )
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
-from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.classify.ridge import RHO_GRID
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed import AddKPCA, Nystrom, RandomFourierFeatures
 from imgscale.pipeline.metrics import per_class_rate
 

@@ -38,15 +38,15 @@ from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 from imgscale.bench.common import mixture_blocks, record
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
-from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify.ncm import NearestClassMean
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed.eigenfunctions import chunk_bin_counts
 from imgscale.pipeline.reductions import reduce_rows, row_stats
-from imgscale.storage import FeatureStore, create_store
+from imgscale.storage import FeatureStore, PQCodec, create_pq_store, create_store
 from imgscale.storage.chunk_io import direct_checksum, read_chunk_file
 from imgscale.storage.chunks import ChunkReader
 from imgscale.storage.layout import default_rows_per_chunk, read_record
-from imgscale.storage.pq import CodesChunkReader, PQCodec, create_pq_store
+from imgscale.storage.pq_store import CodesChunkReader
 
 MIB = 2**20
 CODEC_CHAINS = {

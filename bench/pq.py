@@ -9,7 +9,7 @@ On the synthetic Gaussian mixture (``imgscale.bench.common``), one store of ``ro
 - class means for ``mean_classes`` classes: ``NearestClassMean.fit_codes`` (centroids gathered
   into class sums, no decoded rows) vs ``fit`` on the decoded float rows, both on the cluster,
   best of two runs after a warm-up run each;
-- ADC scan rate: ``pipeline.pq.adc_search`` vs faiss ``IndexPQ.search`` on the same codes in
+- ADC scan rate: ``pipeline.pq_codes.adc_search`` vs faiss ``IndexPQ.search`` on the same codes in
   memory, one thread each;
 - bytes on disk, raw vs PQ.
 """
@@ -30,9 +30,8 @@ from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.compress import compress
 from imgscale.pipeline.classify import NearestClassMean
-from imgscale.pipeline.pq import adc_search, index_pq
-from imgscale.storage import open_store
-from imgscale.storage.pq import DEFAULT_SAMPLE, sample_indices
+from imgscale.pipeline.pq_codes import adc_search, index_pq
+from imgscale.storage import DEFAULT_SAMPLE, open_store, sample_indices
 
 CLUSTERS = 1000
 

@@ -33,8 +33,8 @@ from imgscale.bench.machine import drop_page_cache
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.compress import compress
-from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify import NearestClassMean, RidgeClassifier
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed import ALE, RandomFourierFeatures
 from imgscale.pipeline.reductions import reduce_rows, row_stats
 from imgscale.storage import FeatureStore

@@ -10,7 +10,6 @@ in.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -105,12 +104,5 @@ def _forget_rows(classifier: NearestClassMean, label: int) -> None:
 def _save_replacing(model, path: Path, out: Path | None, provenance: dict, label: str) -> None:
     added = [*provenance.get("added_classes", []), label]
     kept = {k: v for k, v in provenance.items() if k not in ("imgscale_version", "saved_at")}
-    if out is not None:
-        models.save(model, out, **{**kept, "added_classes": added})
-        return
-    staged = path.with_name(f".{path.name}.adding-{os.getpid()}")
-    backup = path.with_name(f".{path.name}.replaced-{os.getpid()}")
-    models.save(model, staged, **{**kept, "added_classes": added})
-    os.replace(path, backup)
-    os.replace(staged, path)
-    shutil.rmtree(backup, ignore_errors=True)
+    target = path if out is None else out
+    models.save(model, target, replace=out is None, **{**kept, "added_classes": added})

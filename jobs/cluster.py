@@ -25,7 +25,7 @@ from distributed.comm import parse_address
 from distributed.comm.addressing import parse_host_port
 from distributed.utils import silence_logging_cmgr
 
-from imgscale.pipeline._compute import use_compute
+from imgscale.pipeline.compute import use_compute
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 PROGRESS_AFTER_SECONDS = 2.0

@@ -14,22 +14,29 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import dask
 import numpy as np
 
-from imgscale.pipeline._compute import gather_rows
-from imgscale.storage import FeatureStore, StoreError
-from imgscale.storage.layout import read_record, write_record
-from imgscale.storage.lock import StoreLock
-from imgscale.storage.pq import DEFAULT_SAMPLE, PQCodec, check_m, create_pq_store, sample_indices
-from imgscale.storage.writer import CopyWriter, write_row_chunk
+from imgscale.pipeline.compute import gather_rows
+from imgscale.storage import (
+    DEFAULT_SAMPLE,
+    CopyWriter,
+    FeatureStore,
+    PQCodec,
+    StoreError,
+    check_m,
+    create_or_open,
+    create_pq_store,
+    sample_indices,
+    write_row_chunk,
+)
 
 # Encode tasks in flight when no distributed client is available (plain dask.compute windows).
 _WINDOW = 8
@@ -102,41 +109,30 @@ def compress(
         raise StoreError(f"codec for D={codec.dim}, M={codec.m}; expected D={src.dim}, M={m}")
     train_seconds = time.perf_counter() - started
 
-    src_record = read_record(src.path)
-    pre_existing_dir = dst.is_dir()
+    create = partial(
+        create_pq_store,
+        codec=codec,
+        class_names=src.class_names,
+        rows_per_chunk=src.rows_per_chunk,
+        provenance={"command": "compress"},
+        source={
+            "path": str(src.path.resolve()),
+            "committed_rows": n,
+            "created": src.created,
+            "sample_rows": min(sample, n),
+            "seed": seed,
+            "niter": niter,
+        },
+    )
     started = time.perf_counter()
-    try:
-        store = create_pq_store(
-            dst,
-            codec,
-            class_names=src.class_names,
-            rows_per_chunk=src.rows_per_chunk,
-            provenance={"command": "compress"},
-            source={
-                "path": str(src.path.resolve()),
-                "committed_rows": n,
-                "created": src_record["created"],
-                "sample_rows": min(sample, n),
-                "seed": seed,
-                "niter": niter,
-            },
-        )
-        totals = _write_codes(src, store, codec, src_record, progress)
-    except BaseException:
-        shutil.rmtree(dst, ignore_errors=True)
-        if pre_existing_dir:
-            dst.mkdir()
-        raise
+    with create_or_open(dst, create, exist_ok=False) as (store, _):
+        totals = _write_codes(src, store, codec, n, progress)
     encode_seconds = time.perf_counter() - started
 
     sse, feature_sum, square_sum = totals
     total_variance = (square_sum - feature_sum @ feature_sum / n) / n
     relative_mse = (sse / n) / total_variance if total_variance > 0 else 0.0
-    with StoreLock(store.path):
-        record = read_record(store.path)
-        record["pq"]["mse"] = sse / n
-        record["pq"]["relative_mse"] = relative_mse
-        write_record(store.path, record)
+    store.record_pq_statistics(mse=sse / n, relative_mse=relative_mse)
     info = store.info()
     return {
         "rows": n,
@@ -159,11 +155,10 @@ def _write_codes(
     src: FeatureStore,
     store: FeatureStore,
     codec: PQCodec,
-    src_record: dict[str, Any],
+    n: int,
     progress: Callable[[int, int], None] | None,
 ) -> tuple[float, np.ndarray, float]:
     """Encode and write every chunk on the cluster, then commit all batches at once."""
-    n = src_record["committed_rows"]
     totals = [0.0, np.zeros(src.dim), 0.0]
     done = 0
     with (

@@ -15,22 +15,18 @@ same batch boundaries an uninterrupted run would have used.
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
 import time
-import uuid
 from collections.abc import Callable
-from contextlib import contextmanager
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline
 
-from imgscale.pipeline._compute import compute
-from imgscale.storage import FeatureStore, StoreError, create_store, open_store
+from imgscale.pipeline.compute import compute
+from imgscale.storage import FeatureStore, StoreError, create_or_open, create_store
 
 # Target bytes of the destination's chunks: a commit rewrites the tail chunk, so chunks of an
 # incrementally written store are kept smaller than the 64 MiB read-optimised default.
@@ -61,43 +57,20 @@ def output_dim(embedding: BaseEstimator) -> int:
     return int(last.n_components_)
 
 
-@contextmanager
-def _creation_lock(dst: Path):
-    """Serialise creating DST between processes (flock: released if the holder dies)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(dst.parent / f".{dst.name}.create.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def open_or_create_destination(
+def _destination(
     dst: str | os.PathLike, src: FeatureStore, dim: int, batch_rows: int, provenance: dict
-) -> FeatureStore:
-    """Open DST, or create it empty: built in a scratch directory and renamed into place, so a
-    creator killed half-way leaves no half-made store (only scratch the next creator removes)."""
-    dst = Path(dst)
-    with _creation_lock(dst):
-        if not dst.exists():
-            for leftover in dst.parent.glob(f".{dst.name}.creating-*"):
-                shutil.rmtree(leftover, ignore_errors=True)
-            scratch = dst.parent / f".{dst.name}.creating-{uuid.uuid4().hex}"
-            # Whole batches per chunk, ≈ DST_CHUNK_BYTES: bounds each commit's tail rewrite.
-            per_chunk = max(1, DST_CHUNK_BYTES // (4 * dim * batch_rows)) * batch_rows
-            create_store(
-                scratch,
-                dim,
-                class_names=src.class_names or None,
-                rows_per_chunk=per_chunk,
-                provenance=provenance,
-            )
-            os.rename(scratch, dst)
-    store = open_store(dst)
-    if store.dim != dim:
-        raise StoreError(f"store {dst}: dim {store.dim}, but the model embeds to {dim}")
-    return store
+):
+    """`create_or_open` of DST: an empty store of ``dim`` columns holding SRC's class names,
+    chunked in whole batches of about DST_CHUNK_BYTES (bounds each commit's tail rewrite)."""
+    per_chunk = max(1, DST_CHUNK_BYTES // (4 * dim * batch_rows)) * batch_rows
+    create = partial(
+        create_store,
+        dim=dim,
+        class_names=src.class_names or None,
+        rows_per_chunk=per_chunk,
+        provenance=provenance,
+    )
+    return create_or_open(dst, create)
 
 
 def embed_new_rows(
@@ -126,42 +99,43 @@ def embed_new_rows(
     dim = output_dim(embedding)
     n = src.committed_rows
     meta = src.rows()
-    store = open_or_create_destination(
-        dst, src, dim, batch_rows, {"source": str(src.path.resolve()), **(provenance or {})}
-    )
-    first = watermark = store.committed_rows
-    _check_prefix(store, meta, watermark)
-    if max_rows is not None:
-        n = min(n, watermark + int(max_rows))
-    if slab_batches is None:
-        slab_batches = max(1, round(2 * src.rows_per_chunk / batch_rows))
-    ids = meta.column("id").to_numpy(zero_copy_only=False)
-    labels = meta.column("label").to_numpy()
-    splits = meta.column("split").to_numpy(zero_copy_only=False)
-    features = src.features()
-    batches = skipped = 0
-    stopped_by = None
-    while watermark < n and stopped_by is None:
-        slab_stop = min(n, watermark + slab_batches * batch_rows)
-        embedded = compute(embedding.transform(features[watermark:slab_stop]))[0]
-        for start in range(watermark, slab_stop, batch_rows):
-            stop = min(start + batch_rows, slab_stop)
-            rows = slice(start - watermark, stop - watermark)
-            with store.writer(batch_id(start, stop)) as writer:
-                if writer.already_committed:
-                    skipped += 1
-                    continue
-                if writer.start != start:
-                    # Another writer moved DST on; it owns the rest of this run's work.
-                    stopped_by = writer.start
-                    break
-                writer.write(
-                    embedded[rows], labels[start:stop], ids[start:stop], splits[start:stop]
-                )
-            batches += 1
-            if on_commit is not None:
-                on_commit(start, stop)
-        watermark = slab_stop
+    provenance = {"source": str(src.path.resolve()), **(provenance or {})}
+    with _destination(dst, src, dim, batch_rows, provenance) as (store, _):
+        if store.dim != dim:
+            raise StoreError(f"store {dst}: dim {store.dim}, but the model embeds to {dim}")
+        first = watermark = store.committed_rows
+        _check_prefix(store, meta, watermark)
+        if max_rows is not None:
+            n = min(n, watermark + int(max_rows))
+        if slab_batches is None:
+            slab_batches = max(1, round(2 * src.rows_per_chunk / batch_rows))
+        ids = meta.column("id").to_numpy(zero_copy_only=False)
+        labels = meta.column("label").to_numpy()
+        splits = meta.column("split").to_numpy(zero_copy_only=False)
+        features = src.features()
+        batches = skipped = 0
+        stopped_by = None
+        while watermark < n and stopped_by is None:
+            slab_stop = min(n, watermark + slab_batches * batch_rows)
+            embedded = compute(embedding.transform(features[watermark:slab_stop]))[0]
+            for start in range(watermark, slab_stop, batch_rows):
+                stop = min(start + batch_rows, slab_stop)
+                rows = slice(start - watermark, stop - watermark)
+                with store.writer(batch_id(start, stop)) as writer:
+                    if writer.already_committed:
+                        skipped += 1
+                        continue
+                    if writer.start != start:
+                        # Another writer moved DST on; it owns the rest of this run's work.
+                        stopped_by = writer.start
+                        break
+                    writer.write(
+                        embedded[rows], labels[start:stop], ids[start:stop], splits[start:stop]
+                    )
+                batches += 1
+                if on_commit is not None:
+                    on_commit(start, stop)
+            watermark = slab_stop
     final = store.committed_rows
     seconds = time.perf_counter() - started
     return {

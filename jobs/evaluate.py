@@ -6,8 +6,8 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from imgscale.jobs.class_names import to_model_labels
-from imgscale.pipeline._compute import compute
-from imgscale.pipeline.classify._base import top_k_columns
+from imgscale.pipeline.classify import top_k_columns
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.metrics import evaluate_top_k, mean_interpolated_average_precision
 from imgscale.storage import FeatureStore
 

@@ -17,8 +17,7 @@ from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from imgscale.jobs.methods import model_classes
-from imgscale.storage.errors import StoreError
-from imgscale.storage.models import SavedStep, load_model, save_model
+from imgscale.storage import SavedStep, StoreError, load_model, save_model
 
 MODEL_CLASSES: dict[str, type[BaseEstimator]] = {cls.__name__: cls for cls in model_classes()}
 
@@ -43,8 +42,13 @@ def classifier_pipeline(*estimators: BaseEstimator) -> ClassifierPipeline:
     return ClassifierPipeline(make_pipeline(*estimators).steps)
 
 
-def save(model: BaseEstimator, path: str | os.PathLike, **provenance) -> None:
-    """Save a fitted estimator or pipeline with provenance (store, rows, time, version)."""
+def save(
+    model: BaseEstimator, path: str | os.PathLike, *, replace: bool = False, **provenance
+) -> None:
+    """Save a fitted estimator or pipeline with provenance (store, rows, time, version).
+
+    With ``replace``, an existing model at ``path`` is swapped for this one atomically.
+    """
     estimators = [step for _, step in model.steps] if isinstance(model, Pipeline) else [model]
     steps = [_to_step(estimator) for estimator in estimators]
     provenance = {
@@ -52,7 +56,7 @@ def save(model: BaseEstimator, path: str | os.PathLike, **provenance) -> None:
         "saved_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **provenance,
     }
-    save_model(path, steps, provenance)
+    save_model(path, steps, provenance, replace=replace)
 
 
 def load(path: str | os.PathLike) -> tuple[BaseEstimator, dict]:

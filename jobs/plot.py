@@ -11,7 +11,7 @@ import os
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 from imgscale.storage import FeatureStore
 
 PLOT_HINT = "`imgscale plot` needs matplotlib: pip install 'imgscale[plot]'"

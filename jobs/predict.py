@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from sklearn.base import BaseEstimator
 
 from imgscale.jobs.class_names import is_numbered, to_model_labels
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 from imgscale.storage import FeatureStore
 
 # Blocks computed together per round trip: enough to keep every worker busy.

@@ -9,7 +9,6 @@ another holds the lock (a slow previous run, or another scheduler) is skipped, n
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import hashlib
 import os
 import re
@@ -20,6 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from imgscale.storage import FileLock
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -146,18 +147,16 @@ def default_lock_path(command: list[str]) -> Path:
 
 def run_once_locked(command: list[str], lock_path: Path) -> int | None:
     """Run ``imgscale COMMAND`` holding the lock; None (and nothing run) if someone holds it."""
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = FileLock(lock_path)
+    if not lock.acquire(blocking=False):
+        return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return None
         # The child inherits the locked descriptor: the lock outlives a killed scheduler for as
         # long as the command still runs, and is gone once both have exited.
-        argv = [sys.executable, "-c", "from jobs.cli import main; main()", *command]
-        return subprocess.run(argv, pass_fds=(fd,)).returncode
+        argv = [sys.executable, "-m", "imgscale", *command]
+        return subprocess.run(argv, pass_fds=(lock.fileno,)).returncode
     finally:
-        os.close(fd)
+        lock.release()
 
 
 def schedule(

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.reductions import reduce_rows
 
 

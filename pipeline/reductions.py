@@ -27,7 +27,7 @@ from dask._task_spec import Alias, DataNode, List, Task, TaskRef, convert_legacy
 from dask.delayed import Delayed
 from toolz import partition_all
 
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.gram import add_gram
 
 # numpy arrays larger than this (e.g. labels) are scattered to the workers, not put in the graph.
@@ -182,7 +182,7 @@ def reduce_rows(
     """Sum of ``kernel(*row_blocks, *args, row_start=r)`` over aligned row blocks of `arrays`.
 
     All numpy: returns the value of one kernel call. Any dask: returns a lazy `Delayed`; materialise
-    it with `pipeline._compute.compute`. Kernel results must support ``+``.
+    it with `pipeline.compute.compute`. Kernel results must support ``+``.
 
     The blocks are dealt into `chains` interleaved runs (run c takes blocks c, c + chains, …), so
     runs get alike blocks even where a split's rows bunch in part of the store. Within a run each

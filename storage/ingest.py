@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
 
+from imgscale.storage.create import create_or_open, create_store
 from imgscale.storage.errors import StoreError
 from imgscale.storage.formats import FORMATS, open_source
 from imgscale.storage.formats.base import Source
 from imgscale.storage.layout import default_rows_per_chunk
-from imgscale.storage.store import FeatureStore, create_store, open_store
+from imgscale.storage.store import FeatureStore
 
 # A small first file gets chunks of its size rounded up to this many rows.
 SMALL_CHUNK_STEP = 4096
@@ -76,31 +77,21 @@ def ingest_file(
                 )
         if batch_id is None:
             batch_id = content_batch_id(source, labels, block_rows or BLOCK_ROWS_FOR_HASH)
-        created = not _is_store(store_path)
-        pre_existing_dir = store_path.is_dir()
-        if created:
-            store = create_store(
-                store_path,
-                source.shape[1],
-                rows_per_chunk=_rows_per_chunk_for(source.shape),
-                class_names=class_names,
-                provenance={"source": str(src.resolve())},
-            )
-        else:
-            store = open_store(store_path)
-            committed = _committed_rows_of(store, batch_id, split)
-            if committed is not None:
-                return Ingested(store, batch_id, committed, skipped=True)
-            if class_names:
-                store.set_class_names(class_names)
-        try:
+        create = partial(
+            create_store,
+            dim=source.shape[1],
+            rows_per_chunk=_rows_per_chunk_for(source.shape),
+            class_names=class_names,
+            provenance={"source": str(src.resolve())},
+        )
+        with create_or_open(store_path, create) as (store, created):
+            if not created:
+                committed = _committed_rows_of(store, batch_id, split)
+                if committed is not None:
+                    return Ingested(store, batch_id, committed, skipped=True)
+                if class_names:
+                    store.set_class_names(class_names)
             rows = _stream(source, labels, store, batch_id, split, block_rows, progress)
-        except BaseException:
-            if created:
-                shutil.rmtree(store_path, ignore_errors=True)
-                if pre_existing_dir:
-                    store_path.mkdir()
-            raise
     finally:
         source.close()
         if labels is not None:
@@ -150,11 +141,6 @@ def _committed_rows_of(store: FeatureStore, batch_id: str, split: str) -> int | 
             f"`imgscale remove-batch {store.path} {batch_id}` and ingest it again"
         )
     return rows.num_rows
-
-
-def _is_store(path: Path) -> bool:
-    # An empty directory counts as "missing" so callers may pre-create the target.
-    return path.exists() and (not path.is_dir() or any(path.iterdir()))
 
 
 def _stream(

@@ -34,7 +34,8 @@ SCHEMA_VERSION = 1
 PQ_SCHEMA_VERSION = 2
 ATTRS_KEY = "imgscale"
 FEATURES = "features"
-# PQ stores (storage/pq.py): n x M uint8 codes, M x 256 x D/M codebook, optional D x D rotation.
+# PQ stores (storage/pq_store.py): n x M uint8 codes, M x 256 x D/M codebook, optional D x D
+# rotation.
 CODES = "codes"
 CODEBOOK = "codebook"
 ROTATION = "rotation"

@@ -1,4 +1,9 @@
-"""One writer at a time per store, via flock, so a killed writer never blocks the next one."""
+"""Exclusive file locks (flock): one writer per store, one creator per path, one scheduled run.
+
+flock (not a lock file's existence) because the kernel drops the lock when the last holder of
+the open file dies, so no stale-lock recovery is ever needed. Locks belong to the open file, so a
+second lock on the same file in the same process blocks too: don't nest them.
+"""
 
 from __future__ import annotations
 
@@ -9,38 +14,49 @@ from pathlib import Path
 from imgscale.storage.layout import LOCK_FILE, PARTIAL_SUFFIX
 
 
-class StoreLock:
-    """Exclusive ``flock`` on ``<store>/.lock``.
+class FileLock:
+    """Exclusive ``flock`` on ``file`` (created if missing), held from `acquire` to `release`.
 
-    flock (not a lock file's existence) because the kernel drops it when the holder dies, so no
-    stale-lock recovery is needed. Locks belong to the open file, so a second StoreLock in the same
-    process blocks too: don't nest writers on one store.
+    ``fileno`` is the locked descriptor while held: a child process started with it in
+    ``pass_fds`` holds the lock too, for as long as it runs.
     """
 
-    def __init__(self, path: Path) -> None:
-        self._file = path / LOCK_FILE
-        self._fd: int | None = None
+    def __init__(self, file: str | os.PathLike) -> None:
+        self.file = Path(file)
+        self.fileno: int | None = None
 
-    def acquire(self) -> None:
-        fd = os.open(self._file, os.O_RDWR | os.O_CREAT, 0o644)
+    def acquire(self, *, blocking: bool = True) -> bool:
+        """Take the lock, waiting for it unless ``blocking`` is False; whether it was taken."""
+        fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
         except BaseException:
             os.close(fd)
             raise
-        self._fd = fd
+        self.fileno = fd
+        return True
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor releases the flock
-            self._fd = None
+        if self.fileno is not None:
+            os.close(self.fileno)  # closing the descriptor releases the flock
+            self.fileno = None
 
-    def __enter__(self) -> StoreLock:
+    def __enter__(self) -> FileLock:
         self.acquire()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class StoreLock(FileLock):
+    """The writer lock of the store at ``path`` (``<store>/.lock``)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(Path(path) / LOCK_FILE)
 
 
 def remove_partials(path: Path) -> int:

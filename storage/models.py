@@ -13,6 +13,7 @@ instead of answering with wrong weights.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -45,10 +46,17 @@ class SavedStep:
     scalars: dict = field(default_factory=dict)
 
 
-def save_model(path: str | os.PathLike, steps: list[SavedStep], provenance: dict) -> None:
-    """Write ``steps`` to a new zarr group at ``path``, atomically (temp dir, then rename)."""
+def save_model(
+    path: str | os.PathLike, steps: list[SavedStep], provenance: dict, *, replace: bool = False
+) -> None:
+    """Write ``steps`` to a new zarr group at ``path``, atomically (temp dir, then rename).
+
+    With ``replace``, an existing model at ``path`` is swapped for the new one in one atomic
+    exchange of the two directories: a reader opens either the old model or the new, never a
+    mixture or nothing, and a failed save leaves the old model untouched.
+    """
     path = Path(path)
-    if path.exists():
+    if path.exists() and not replace:
         raise StoreError(f"model {path}: already exists; expected a new path")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
@@ -74,10 +82,29 @@ def save_model(path: str | os.PathLike, steps: list[SavedStep], provenance: dict
             ],
             "provenance": _jsonable(provenance),
         }
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        if path.exists():
+            load_model(path)  # only a model is ever replaced
+            _exchange(tmp, path)
+        else:
+            os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the scratch, or the old model after a swap
+
+
+# renameat2(2) flags: swap two existing paths atomically (Linux ≥ 3.15).
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap directories ``a`` and ``b`` in one atomic renameat2(RENAME_EXCHANGE)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        raise StoreError(f"model {b}: replacing a model needs renameat2 (Linux, glibc ≥ 2.28)")
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        errno = ctypes.get_errno()
+        raise StoreError(f"model {b}: could not swap in {a} ({os.strerror(errno)})")
 
 
 def _write_array(group: zarr.Group, name: str, value: np.ndarray | da.Array) -> None:

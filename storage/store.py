@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import datetime
-import importlib.metadata
 import math
-import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,27 +12,29 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import zarr
 from dask.base import tokenize
 
 from imgscale.storage.chunks import ChunkReader, SplitRows
 from imgscale.storage.errors import StoreError
 from imgscale.storage.layout import (
-    DEFAULT_CODEC,
     ROWS_SCHEMA,
     SCHEMA_VERSION,
-    create_features_array,
-    default_rows_per_chunk,
     read_classes,
     read_record,
     write_classes,
-    write_record,
 )
 from imgscale.storage.lock import StoreLock
-from imgscale.storage.pq import CodesChunkReader, PQCodec, load_codec, pq_info, pq_params
+from imgscale.storage.pq_codec import PQCodec
+from imgscale.storage.pq_store import (
+    CodesChunkReader,
+    load_codec,
+    pq_info,
+    pq_params,
+    record_pq_statistics,
+)
 from imgscale.storage.writer import BatchWriter, remove_last_batch
 
-__all__ = ["SCHEMA_VERSION", "FeatureStore", "create_store", "open_store"]
+__all__ = ["SCHEMA_VERSION", "FeatureStore", "open_store"]
 
 ENCODINGS = ("raw", "pq")
 
@@ -68,6 +67,11 @@ class FeatureStore:
     @property
     def committed_rows(self) -> int:
         return read_record(self.path)["committed_rows"]
+
+    @property
+    def created(self) -> dict[str, Any]:
+        """Provenance of the store's creation (time, imgscale version, host, ...)."""
+        return read_record(self.path)["created"]
 
     @property
     def class_names(self) -> list[str]:
@@ -200,6 +204,10 @@ class FeatureStore:
             raise StoreError(f"store {self.path}: encoding {record['encoding']!r} has no codec")
         return load_codec(self.path, record)
 
+    def record_pq_statistics(self, **statistics: float) -> None:
+        """Keep measured figures of a PQ store's codec (e.g. ``mse``, ``relative_mse``)."""
+        record_pq_statistics(self.path, **statistics)
+
     @property
     def codebook(self) -> np.ndarray:
         """(M, 256, D/M) float32 centroids of a PQ store."""
@@ -325,66 +333,9 @@ def _label_key(label: int, names: list[str]) -> str:
     return names[label] if label < len(names) else str(label)
 
 
-def create_store(
-    path: str | Path,
-    dim: int,
-    *,
-    class_names: Sequence[str] | None = None,
-    rows_per_chunk: int | None = None,
-    provenance: dict[str, Any] | None = None,
-    codec: str = DEFAULT_CODEC,
-) -> FeatureStore:
-    """Create an empty store at ``path`` (which must not exist or be an empty directory).
-
-    ``codec`` names the chunk compression (see ``storage.layout.CODECS``); the default stores
-    chunks uncompressed with a checksum, the fastest to stream.
-    """
-    path = Path(path)
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise StoreError(f"store {path}: path exists and is not empty; refusing to overwrite it")
-    if not isinstance(dim, int | np.integer) or dim < 1:
-        raise StoreError(f"store {path}: dim {dim!r}; expected a positive integer")
-    dim = int(dim)
-    rows_per_chunk = default_rows_per_chunk(dim) if rows_per_chunk is None else int(rows_per_chunk)
-    if rows_per_chunk < 1:
-        raise StoreError(f"store {path}: rows_per_chunk {rows_per_chunk}; expected ≥ 1")
-    path.mkdir(parents=True, exist_ok=True)
-    zarr.create_group(store=str(path))
-    create_features_array(path, dim, rows_per_chunk, codec)
-    record = {
-        "schema_version": SCHEMA_VERSION,
-        "committed_rows": 0,
-        "dim": dim,
-        "dtype": "float32",
-        "encoding": "raw",
-        "rows_per_chunk": rows_per_chunk,
-        "created": _provenance(provenance),
-        "batches": [],
-    }
-    # The record goes last: until it exists, open_store refuses the directory.
-    write_record(path, record)
-    store = FeatureStore(path)
-    if class_names:
-        store.set_class_names(class_names)
-    return store
-
-
 def open_store(path: str | Path) -> FeatureStore:
     """Open an existing store; StoreError if missing, not a store, or of another schema version."""
     return FeatureStore(path)
-
-
-def _provenance(extra: dict[str, Any] | None) -> dict[str, Any]:
-    try:
-        version = importlib.metadata.version("imgscale")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    return {
-        "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "imgscale_version": version,
-        "host": socket.gethostname(),
-        **(extra or {}),
-    }
 
 
 def _subset(mask: np.ndarray, where: Any, path: Path) -> np.ndarray:

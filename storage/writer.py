@@ -7,7 +7,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Protocol, Self
 
 import numpy as np
 import pyarrow as pa
@@ -30,8 +30,18 @@ from imgscale.storage.layout import (
 from imgscale.storage.lock import StoreLock, remove_partials
 from imgscale.storage.validate import as_codes, as_features, as_strings, check_unique_ids
 
-if TYPE_CHECKING:
-    from imgscale.storage.store import FeatureStore
+
+class FeatureStore(Protocol):
+    """What a writer uses of the `storage.store.FeatureStore` it appends to (or copies from);
+    a protocol, so the store module imports the writers and not the other way round."""
+
+    path: Path
+    dim: int
+    rows_per_chunk: int
+
+    def committed_ids(self) -> set[str]: ...
+
+    def rows(self, split: str | None = None) -> pa.Table: ...
 
 
 class _LockedWriter:

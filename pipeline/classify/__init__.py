@@ -1,5 +1,6 @@
 """Classifiers trained by reductions over rows; numpy or row-chunked dask input."""
 
+from imgscale.pipeline.classify._base import top_k_columns
 from imgscale.pipeline.classify.knn import MetricKNeighborsClassifier
 from imgscale.pipeline.classify.local import PredictedNeighbourhoodClassifier
 from imgscale.pipeline.classify.ncm import NearestClassMean
@@ -15,4 +16,5 @@ __all__ = [
     "PredictedNeighbourhoodClassifier",
     "RidgeClassifier",
     "SemiSupervisedEigenSolver",
+    "top_k_columns",
 ]

@@ -19,7 +19,7 @@ from sklearn.utils import Tags
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 
 UNLABELLED = -1
 _UNKNOWN = -2

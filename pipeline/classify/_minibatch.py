@@ -17,7 +17,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from imgscale.pipeline._compute import gather_rows
+from imgscale.pipeline.compute import gather_rows
 
 
 def decode_codes(codes: np.ndarray, codebook: np.ndarray, rotation: Any = None) -> np.ndarray:

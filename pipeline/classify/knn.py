@@ -10,7 +10,6 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
-from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify._base import (
     ProjectionMixin,
     RowClassifierMixin,
@@ -19,7 +18,8 @@ from imgscale.pipeline.classify._base import (
 )
 from imgscale.pipeline.classify._minibatch import RowSampler
 from imgscale.pipeline.classify.ncm_metric import initial_projection
-from imgscale.pipeline.pq import TopK
+from imgscale.pipeline.compute import compute
+from imgscale.pipeline.pq_codes import TopK
 from imgscale.pipeline.reductions import reduce_rows
 
 _QUERY_ROWS = 4096

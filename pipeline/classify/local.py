@@ -39,8 +39,8 @@ from sklearn.linear_model import orthogonal_mp
 from sklearn.utils.validation import check_is_fitted, check_random_state
 from threadpoolctl import threadpool_limits
 
-from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels, unique_labels
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.gram import add_gram
 
 NEIGHBOURHOODS = ("predicted", "nearest")

@@ -11,7 +11,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, grown_classes
-from imgscale.pipeline.pq import check_codebook, code_row_stats
+from imgscale.pipeline.pq_codes import check_codebook, code_row_stats
 from imgscale.pipeline.reductions import RowStats, row_stats
 
 
@@ -52,7 +52,7 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         """Fit from product-quantization codes without decoding them.
 
         Equal (to float rounding) to `fit` on the decoded rows: one pass gathers each row's
-        centroids straight into its class's sum (`pipeline.pq.code_row_stats`). ``codes`` is
+        centroids straight into its class's sum (`pipeline.pq_codes.code_row_stats`). ``codes`` is
         (n, M) uint8, numpy or row-chunked dask; ``codebook`` (M, 256, D/M); ``rotation`` (D, D)
         if the codes quantize ``x @ rotation``. The fitted state is the same as `fit`'s, so the
         model scores float rows (decoded or raw) and `partial_fit` / `partial_fit_codes` may

@@ -9,7 +9,6 @@ import dask.array as da
 import numpy as np
 from sklearn.utils.validation import check_random_state
 
-from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify._base import (
     ProjectionMixin,
     encode_labels,
@@ -19,7 +18,9 @@ from imgscale.pipeline.classify._base import (
 )
 from imgscale.pipeline.classify._minibatch import RowSampler, decode_codes
 from imgscale.pipeline.classify.ncm import NearestClassMean
-from imgscale.pipeline.pq import check_codebook
+from imgscale.pipeline.compute import compute
+from imgscale.pipeline.pq_codes import check_codebook
+from imgscale.pipeline.principal_axes import covariance_stats, principal_axes
 from imgscale.pipeline.reductions import RowStats
 
 # Query rows scored per GEMM: the rows × classes float32 block (40 MiB at 10,000 classes)
@@ -350,10 +351,8 @@ def initial_projection(
     """Top PCA components of X (d, D) scaled to a mean squared distance of 1 to class means."""
     if not 1 <= n_components <= X.shape[1]:
         raise ValueError(f"n_components must be in [1, {X.shape[1]}], got {n_components}")
-    # Imported here: pipeline.embed imports pipeline.classify's input checks.
-    from imgscale.pipeline.embed.pca import PCA
-
-    W = PCA(n_components=n_components).fit(X).components_.astype(np.float32)
+    _, _, axes = principal_axes(covariance_stats(X), n_components)
+    W = axes.astype(np.float32)
     projected = (X - means[y_index]) @ W.T
     spread = float(np.mean(np.sum(projected.astype(np.float64) ** 2, axis=1)))
     return W / np.float32(np.sqrt(max(spread, np.finfo(np.float32).tiny)))

@@ -9,7 +9,6 @@ import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator
 
-from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify._base import (
     LinearClassifierMixin,
     checked_grid,
@@ -18,6 +17,7 @@ from imgscale.pipeline.classify._base import (
     unique_labels,
 )
 from imgscale.pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.gram import GRAM_PRECISIONS
 from imgscale.pipeline.reductions import RowStats, reduce_rows, row_stats
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify._base import top_k_columns
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed._base import sample_rows
 from imgscale.pipeline.reductions import reduce_rows
 

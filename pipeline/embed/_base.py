@@ -22,8 +22,8 @@ from sklearn.base import TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from imgscale.pipeline._compute import gather_rows
 from imgscale.pipeline.classify._base import check_dask_X
+from imgscale.pipeline.compute import gather_rows
 
 # Largest embedded chunk (float32) one task produces: the design's 64–128 MiB chunk size, at its
 # high end because every piece maps and checksums its whole input chunk file and the Gram

@@ -34,7 +34,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed._base import RowTransformerMixin
 from imgscale.pipeline.reductions import reduce_rows
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed._base import RowTransformerMixin, check_non_negative_block
 from imgscale.pipeline.reductions import reduce_rows
 

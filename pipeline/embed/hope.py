@@ -26,9 +26,9 @@ from sklearn.base import BaseEstimator
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 
-from imgscale.pipeline._compute import compute
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels, unique_labels
 from imgscale.pipeline.classify._minibatch import RowSampler
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed._base import RowTransformerMixin
 from imgscale.pipeline.reductions import reduce_rows
 

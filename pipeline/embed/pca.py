@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import dask.array as da
 import numpy as np
-import scipy.linalg
 from sklearn.base import BaseEstimator
 
 from imgscale.pipeline.embed._base import RowTransformerMixin
-from imgscale.pipeline.reductions import RowStats, row_stats
+from imgscale.pipeline.principal_axes import covariance_stats, principal_axes
+from imgscale.pipeline.reductions import RowStats
 
 
 class PCA(RowTransformerMixin, BaseEstimator):
@@ -59,12 +58,7 @@ class PCA(RowTransformerMixin, BaseEstimator):
         """Add the rows of X to the statistics and recompute the components."""
         first = not hasattr(self, "gram_")
         X = self._check_rows(X, reset=first)
-        one_class = (
-            da.zeros(X.shape[0], dtype=np.int64, chunks=X.chunks[0])
-            if isinstance(X, da.Array)
-            else np.zeros(X.shape[0], dtype=np.int64)
-        )
-        stats = row_stats(X, one_class, 1, gram=True)
+        stats = covariance_stats(X)
         if not first:
             stats = stats + RowStats(
                 n_rows=self.n_rows_,
@@ -73,31 +67,15 @@ class PCA(RowTransformerMixin, BaseEstimator):
                 class_counts=np.array([self.n_rows_]),
                 gram=self.gram_,
             )
-        self._solve(stats)
-        return self
-
-    def _solve(self, stats: RowStats) -> None:
-        n, n_features = stats.n_rows, len(stats.feature_sum)
-        if n < 2:
-            raise ValueError(f"PCA needs at least 2 rows, got n_samples = {n}")
-        k = n_features if self.n_components is None else int(self.n_components)
-        if not 1 <= k <= n_features:
-            raise ValueError(f"n_components must be in [1, {n_features}], got {self.n_components}")
-        mean = stats.feature_sum / n
-        covariance = (stats.gram - n * np.outer(mean, mean)) / (n - 1)
-        variances, vectors = scipy.linalg.eigh(
-            covariance, subset_by_index=(n_features - k, n_features - 1)
-        )
-        variances, vectors = variances[::-1].clip(min=0), vectors[:, ::-1].T
-        biggest = np.argmax(np.abs(vectors), axis=1)
-        vectors *= np.sign(vectors[np.arange(k), biggest])[:, None]
-        self.n_rows_ = int(n)
+        mean, variances, axes = principal_axes(stats, self.n_components)
+        self.n_rows_ = int(stats.n_rows)
         self.feature_sum_ = stats.feature_sum
         self.gram_ = stats.gram
         self.mean_ = mean
         self.explained_variance_ = variances
-        self.components_ = np.ascontiguousarray(vectors, dtype=np.float32)
-        self.n_components_ = k
+        self.components_ = np.ascontiguousarray(axes, dtype=np.float32)
+        self.n_components_ = len(axes)
+        return self
 
     def _transform_params(self) -> tuple[np.ndarray, np.ndarray]:
         projection = self.components_.T.astype(np.float64)

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from imgscale.jobs.cluster import PROBE_SECONDS, TLS_KEYS, ClusterError, connect
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 from imgscale.storage import StoreError, open_store
 from tests.deploy.conftest import Cluster, imgscale, random_store
 

@@ -17,8 +17,7 @@ from imgscale.jobs.cli import cli
 from imgscale.jobs.compress import compress
 from imgscale.jobs.train import train
 from imgscale.pipeline.metrics import per_class_rate
-from imgscale.storage import StoreError, create_store, open_store
-from imgscale.storage.pq import PQCodec
+from imgscale.storage import PQCodec, StoreError, create_store, open_store
 
 
 def _compress(digits_store, dst, m, **kwargs):

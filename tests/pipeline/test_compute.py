@@ -1,11 +1,11 @@
-"""pipeline._compute: the single, hookable way pipeline code materialises dask results."""
+"""pipeline.compute: the single, hookable way pipeline code materialises dask results."""
 
 import dask.array as da
 import numpy as np
 import pytest
 
-from imgscale.pipeline._compute import compute, compute_hook, gather_rows, use_compute
 from imgscale.pipeline.classify import RidgeClassifier
+from imgscale.pipeline.compute import compute, compute_hook, gather_rows, use_compute
 from tests.pipeline.conftest import as_dask
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from imgscale.pipeline import gram as gram_module
 from imgscale.pipeline import reductions
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.reductions import RowStats, chunk_row_stats, reduce_rows, row_stats
 from tests.pipeline.conftest import N_CLASSES, as_dask
 

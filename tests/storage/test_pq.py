@@ -11,8 +11,8 @@ import faiss
 import numpy as np
 import pytest
 
-from imgscale.storage import StoreError, open_store
-from imgscale.storage.pq import KSUB, PQCodec, create_pq_store, random_rotation
+from imgscale.storage import PQCodec, StoreError, create_pq_store, open_store
+from imgscale.storage.pq_codec import KSUB, random_rotation
 from imgscale.storage.writer import CopyWriter, write_row_chunk
 
 DIM, M = 16, 4

@@ -3,7 +3,7 @@ import pytest
 from dask._task_spec import Task
 from sklearn.neighbors import NearestNeighbors
 
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed import RandomFourierFeatures
 from imgscale.pipeline.embed import _base as embed_base
 from imgscale.pipeline.embed._bandwidth import knn_bandwidth

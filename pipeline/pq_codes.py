@@ -22,7 +22,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.reductions import RowStats, check_class_index, reduce_rows, stats_chains
 
 KSUB = 256

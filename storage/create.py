@@ -1,0 +1,204 @@
+"""Creating stores: raw and PQ stores share one skeleton, and `create_or_open` makes one
+atomically, removing it again if the caller's first write fails.
+
+A store is a zarr group with its row array (float32 features, or uint8 codes beside a codec),
+then the commit record, written last: until the record exists, `open_store` refuses the
+directory. `create_or_open` builds the store in a scratch directory beside ``path`` and renames
+it into place under a creation lock, so a creator killed half-way leaves no half-made store, and
+of two concurrent creators one creates and the other opens.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from imgscale.storage.errors import StoreError
+from imgscale.storage.layout import (
+    DEFAULT_CODEC,
+    PQ_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+    create_codes_array,
+    create_features_array,
+    default_rows_per_chunk,
+    write_record,
+)
+from imgscale.storage.lock import FileLock, StoreLock
+from imgscale.storage.pq_codec import PQCodec, check_codec
+from imgscale.storage.pq_store import pq_record, write_codec
+from imgscale.storage.store import FeatureStore
+
+SCRATCH_MARK = ".creating-"
+
+
+def create_store(
+    path: str | Path,
+    dim: int,
+    *,
+    class_names: Sequence[str] | None = None,
+    rows_per_chunk: int | None = None,
+    provenance: dict[str, Any] | None = None,
+    codec: str = DEFAULT_CODEC,
+) -> FeatureStore:
+    """Create an empty store at ``path`` (which must not exist or be an empty directory).
+
+    ``codec`` names the chunk compression (see ``storage.layout.CODECS``); the default stores
+    chunks uncompressed with a checksum, the fastest to stream.
+    """
+    path = Path(path)
+    if not isinstance(dim, int | np.integer) or dim < 1:
+        raise StoreError(f"store {path}: dim {dim!r}; expected a positive integer")
+    dim = int(dim)
+
+    def arrays(rows_per_chunk: int) -> None:
+        create_features_array(path, dim, rows_per_chunk, codec)
+
+    record = {"schema_version": SCHEMA_VERSION, "encoding": "raw"}
+    return _create(path, dim, rows_per_chunk, arrays, record, provenance, class_names)
+
+
+def create_pq_store(
+    path: str | Path,
+    codec: PQCodec,
+    *,
+    class_names: Sequence[str] | None = None,
+    rows_per_chunk: int | None = None,
+    provenance: dict[str, Any] | None = None,
+    source: dict[str, Any] | None = None,
+) -> FeatureStore:
+    """Create an empty PQ store at ``path`` holding ``codec``; rows are appended as codes.
+
+    ``rows_per_chunk`` defaults to that of a raw store of the same D, so a decoded chunk is the
+    usual ~64 MiB of float32 and every estimator sees the same task sizes on either store.
+    """
+    path = Path(path)
+    check_codec(codec, codec.dim, f"store {path}")
+
+    def arrays(rows_per_chunk: int) -> None:
+        create_codes_array(path, codec.m, rows_per_chunk)
+        write_codec(path, codec)
+
+    record = {
+        "schema_version": PQ_SCHEMA_VERSION,
+        "encoding": "pq",
+        "pq": pq_record(codec, source),
+    }
+    return _create(path, codec.dim, rows_per_chunk, arrays, record, provenance, class_names)
+
+
+def _create(
+    path: Path,
+    dim: int,
+    rows_per_chunk: int | None,
+    create_arrays: Callable[[int], None],
+    record: dict[str, Any],
+    provenance: dict[str, Any] | None,
+    class_names: Sequence[str] | None,
+) -> FeatureStore:
+    """The skeleton every store shares: group, row arrays, then the commit record, last."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise StoreError(f"store {path}: path exists and is not empty; refusing to overwrite it")
+    rows_per_chunk = default_rows_per_chunk(dim) if rows_per_chunk is None else int(rows_per_chunk)
+    if rows_per_chunk < 1:
+        raise StoreError(f"store {path}: rows_per_chunk {rows_per_chunk}; expected ≥ 1")
+    path.mkdir(parents=True, exist_ok=True)
+    zarr.create_group(store=str(path))
+    create_arrays(rows_per_chunk)
+    record = {
+        "committed_rows": 0,
+        "dim": dim,
+        "dtype": "float32",
+        "rows_per_chunk": rows_per_chunk,
+        "created": _provenance(provenance),
+        "batches": [],
+        **record,
+    }
+    # The record goes last: until it exists, open_store refuses the directory.
+    write_record(path, record)
+    store = FeatureStore(path)
+    if class_names:
+        store.set_class_names(class_names)
+    return store
+
+
+@contextmanager
+def create_or_open(
+    path: str | os.PathLike,
+    create: Callable[[Path], FeatureStore],
+    *,
+    exist_ok: bool = True,
+) -> Iterator[tuple[FeatureStore, bool]]:
+    """Open the store at ``path``, or create it with ``create(scratch)``; yield (store, created).
+
+    ``create`` is `create_store` or `create_pq_store` with their arguments bound; it builds the
+    store in a scratch directory that is renamed to ``path`` (missing, or an empty directory)
+    once complete, under a lock beside ``path``. A store that exists is opened, or refused
+    without ``exist_ok``. If the ``with`` block raises and this call created the store, the store
+    is removed again, unless another writer has committed rows to it meanwhile, so a failed
+    first write leaves ``path`` as it was (an empty directory given stays).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    created = False
+    with FileLock(path.parent / f".{path.name}.create.lock"):
+        if _is_store_path(path):
+            if not exist_ok:
+                raise StoreError(
+                    f"store {path}: path exists and is not empty; refusing to overwrite it"
+                )
+        else:
+            pre_existing_dir = path.is_dir()
+            for leftover in path.parent.glob(f".{path.name}{SCRATCH_MARK}*"):
+                shutil.rmtree(leftover, ignore_errors=True)
+            scratch = path.parent / f".{path.name}{SCRATCH_MARK}{uuid.uuid4().hex}"
+            try:
+                create(scratch)
+                os.replace(scratch, path)  # replaces an empty directory too
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            created = True
+    store = FeatureStore(path)
+    try:
+        yield store, created
+    except BaseException:
+        if created:
+            _remove_if_empty(path, pre_existing_dir)
+        raise
+
+
+def _is_store_path(path: Path) -> bool:
+    # An empty directory counts as missing, so callers may pre-create the target.
+    return path.exists() and (not path.is_dir() or any(path.iterdir()))
+
+
+def _remove_if_empty(path: Path, keep_directory: bool) -> None:
+    with StoreLock(path):
+        if FeatureStore(path).committed_rows:
+            return
+        shutil.rmtree(path, ignore_errors=True)
+    if keep_directory:
+        path.mkdir(exist_ok=True)
+
+
+def _provenance(extra: dict[str, Any] | None) -> dict[str, Any]:
+    try:
+        version = importlib.metadata.version("imgscale")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return {
+        "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "imgscale_version": version,
+        "host": socket.gethostname(),
+        **(extra or {}),
+    }

@@ -1,0 +1,51 @@
+"""The import contracts of pyproject.toml (run by .ci/lint_imports.py in CI) hold on this tree and
+fail on a planted back edge, private-module import or cycle."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+LINT = ROOT / ".ci" / "lint_imports.py"
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(LINT), str(root)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_tree_keeps_every_contract():
+    result = lint(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "planted", "broken"),
+    [
+        ("pipeline/metrics.py", "import imgscale.jobs.models", "bench over jobs"),
+        ("pipeline/metrics.py", "import imgscale.storage", "bench over jobs"),
+        ("storage/errors.py", "import imgscale.pipeline.compute", "bench over jobs"),
+        ("jobs/options.py", "import imgscale.bench.cli", "bench over jobs"),
+        ("jobs/options.py", "import imgscale.storage.layout", "jobs uses storage"),
+        ("jobs/options.py", "import imgscale.pipeline.classify.ridge", "jobs uses estimators"),
+        ("bench/common.py", "import imgscale.pipeline.embed._base", "private (underscore)"),
+        ("storage/layout.py", "import imgscale.storage.store", "no import cycles"),
+    ],
+)
+def test_a_planted_import_breaks_its_contract(tmp_path, module, planted, broken):
+    for name in ("imgscale", "storage", "pipeline", "jobs", "bench"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    target = tmp_path / module
+    target.write_text(target.read_text() + f"\n{planted}\n")
+    result = lint(tmp_path)
+    assert result.returncode != 0, result.stdout
+    report = result.stdout.split("Broken contracts")[1]
+    assert broken in report
