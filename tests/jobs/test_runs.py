@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from imgscale.jobs import models, predict
 from imgscale.jobs.cli import cli
 from imgscale.jobs.predict import predict_to_parquet
-from imgscale.pipeline._compute import compute
+from imgscale.pipeline.compute import compute
 from imgscale.pipeline.classify import NearestClassMean
 from imgscale.storage import Ledger, create_store, open_store
 
