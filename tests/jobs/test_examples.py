@@ -1,0 +1,67 @@
+"""Every spec in examples/ runs as a user would run it, in the order they build on each other."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from sklearn.datasets import load_digits
+
+from imgscale.jobs import models
+from imgscale.jobs.cli import cli
+from imgscale.storage import Ledger, open_store
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# Each spec uses what the ones before it made.
+ORDER = ["ingest", "compress", "train", "evaluate", "predict", "embed", "add-class"]
+
+
+def test_every_example_is_run_by_this_module():
+    assert sorted(p.stem for p in EXAMPLES.glob("*.toml")) == sorted(ORDER)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """The examples beside the data the README's tour makes (digits as train/val/test .npz),
+    and the rows and class names of add-class.toml's new class."""
+    folder = tmp_path_factory.mktemp("examples")
+    for spec in EXAMPLES.glob("*.toml"):
+        shutil.copy(spec, folder)
+    digits = load_digits()
+    X, y = digits.data.astype(np.float32), digits.target
+    np.savez(folder / "train.npz", X=X[:1200], y=y[:1200])
+    np.savez(folder / "val.npz", X=X[1200:1500], y=y[1200:1500])
+    np.savez(folder / "test.npz", X=X[1500:], y=y[1500:])
+    np.savez(folder / "new.npz", X=X[:50, ::-1].copy(), y=np.full(50, 10))
+    (folder / "classes.txt").write_text("\n".join([*map(str, range(10)), "new"]) + "\n")
+    return folder
+
+
+@pytest.mark.slow
+def test_the_examples_run_in_order_and_make_what_they_describe(folder, scheduler_address):
+    ledger = folder / "ledger.sqlite"
+    for name in ORDER:
+        result = CliRunner().invoke(
+            cli,
+            ["run", str(folder / f"{name}.toml"), "--scheduler", scheduler_address,
+             "--ledger", str(ledger)],
+        )  # fmt: skip
+        assert result.exit_code == 0, f"{name}.toml: {result.output}"
+    records = Ledger(ledger).runs()
+    assert {r["outcome"] for r in records} == {"ok"}
+    assert [r["kind"] for r in records] == [
+        *["ingest"] * 3, "compress", *["train"] * 3, "evaluate", "predict", "embed", "ingest",
+        "add-class",
+    ]  # fmt: skip
+    assert open_store(folder / "digits.zarr").committed_rows == 1797
+    assert open_store(folder / "digits-pq.zarr").committed_rows == 1797
+    (evaluated,) = [r for r in records if r["kind"] == "evaluate"]
+    assert evaluated["figures"]["rows"] == 297 and evaluated["figures"]["top1_error"] < 0.25
+    assert pq.read_table(folder / "predictions.parquet").num_rows == 297
+    assert open_store(folder / "digits-ale.zarr").committed_rows == 1797
+    extended, _ = models.load(folder / "ncm-new.model")
+    assert len(extended.classes_) == 11
