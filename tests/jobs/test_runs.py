@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from imgscale.jobs import models, predict
 from imgscale.jobs.cli import cli
 from imgscale.jobs.predict import predict_to_parquet
-from imgscale.pipeline.compute import compute
 from imgscale.pipeline.classify import NearestClassMean
+from imgscale.pipeline.compute import compute
 from imgscale.storage import Ledger, create_store, open_store
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
