@@ -497,6 +497,7 @@ _FILES = {"usps": "usps.npz", "mnist": "mnist.npz", "20news": NEWSGROUPS_FILE}
     "paper 000 section 4.1: per-class rate of ridge on raw features vs RFF, Nystrom, SQRT, HIKE, "
     "AddKPCA and scikit-learn's RBFSampler by labelled rows per class, trials as parallel tasks",
     needs=("usps.npz, mnist.npz, 20news-bydate.tar.gz (small and up; tiny uses sklearn's digits)",),
+    kind="accuracy",
 )
 def suite(ctx: Context) -> list[dict]:
     from distributed import Client

@@ -219,6 +219,7 @@ def _slug(text: str) -> str:
     "issue 21: ALE vs exact Laplacian eigenmaps (kNN graph, eigsh) vs linear ridge and RFF, "
     "eq. 3 and ridge, 3/10/30/300/all labelled rows per class",
     needs=("mnist.npz, usps.npz, 20news-bydate.tar.gz (small and up; tiny uses sklearn's digits)",),
+    kind="accuracy",
 )
 def suite(ctx: Context) -> list[dict]:
     datasets, train_rows, test_rows, n_components = ctx.pick(

@@ -43,10 +43,25 @@ from imgscale.jobs.options import json_option, scheduler_option, verbose_option
     type=click.Path(file_okay=False),
     help="Scratch folder for synthetic stores, reused across runs (default: a new temp folder).",
 )
+@click.option(
+    "--docs",
+    type=click.Path(file_okay=False),
+    help="Instead of running: regenerate DOCS/benchmarks.md and DOCS/results.md from "
+    "DOCS/results.parquet (after merging the --add tables).",
+)
+@click.option(
+    "--add",
+    "tables",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="With --docs: a run's results.parquet to merge in (its plots beside it are copied).",
+)
 @scheduler_option
 @json_option
 @verbose_option
-def bench(names, list_only, scale, out, data_dir, workdir, scheduler, as_json) -> None:
+def bench(
+    names, list_only, scale, out, data_dir, workdir, docs, tables, scheduler, as_json
+) -> None:  # fmt: skip
     """Run benchmarks NAMES (default: all) at one scale; each figure beside a peer or a machine
     limit measured in the same run.
 
@@ -54,10 +69,16 @@ def bench(names, list_only, scale, out, data_dir, workdir, scheduler, as_json) -
     imgscale bench --list
     imgscale bench --scale tiny --out bench-out
     imgscale bench ridge embed --scale small --out bench-out --data-dir ../shared/data
+    imgscale bench --docs docs --add bench-out/results.parquet
     """
     from imgscale.bench.registry import data_dir as resolve_data_dir
     from imgscale.bench.suite import run_suite, select
 
+    if docs:
+        _write_docs(Path(docs), tables, as_json)
+        return
+    if tables:
+        raise click.UsageError("--add needs --docs DIR")
     chosen = select(names)
     if list_only:
         _print_list(chosen, as_json)
@@ -117,3 +138,17 @@ def _print_list(chosen, as_json: bool) -> None:
     for b in chosen:
         needs = ", ".join(b.needs) if b.needs else "nothing beyond the bench extra"
         click.echo(f"{b.name:<10} {b.summary}\n{'':<10} needs: {needs}")
+
+
+def _write_docs(docs: Path, tables: tuple[str, ...], as_json: bool) -> None:
+    from imgscale.bench import docs as documents
+
+    if not tables and not (docs / documents.TABLE_FILE).exists():
+        raise click.UsageError(f"{docs / documents.TABLE_FILE} does not exist: pass --add TABLE")
+    docs.mkdir(parents=True, exist_ok=True)
+    added = sum(documents.add(docs, Path(table)) for table in tables)
+    written = documents.write(docs)
+    if as_json:
+        click.echo(json.dumps({"rows_added": added, "written": ",".join(map(str, written))}))
+    else:
+        click.echo(f"{added} figures added; wrote {', '.join(map(str, written))}")

@@ -180,7 +180,15 @@ SHOT_COUNTS = (0, 1, 2, 5, 10, 100)
 PRIOR_WEIGHTS = (0.5, 1, 2, 5, 10, 20, 50)
 
 
-def load_digits_npz(data_dir: Path, name: str):
+def load_digits_npz(data_dir: Path | None, name: str):
+    """Train and test rows of ``name``: "usps" or "mnist" from the data folder, or "digits"
+    (scikit-learn's 8×8 digits, a fixed 1,200 / 597 split) for toy runs without data."""
+    if name == "digits":
+        from sklearn.datasets import load_digits
+
+        X, y = load_digits(return_X_y=True)
+        X = (X / 16).astype(np.float32)
+        return X[:1200], y[:1200], X[1200:], y[1200:]
     with np.load(data_dir / f"{name}.npz", allow_pickle=False) as data:
         X, y = data["X_train"].astype(np.float32), data["y_train"].astype(np.int64)
         Xt, yt = data["X_test"].astype(np.float32), data["y_test"].astype(np.int64)
@@ -189,12 +197,19 @@ def load_digits_npz(data_dir: Path, name: str):
     return X, y, Xt, yt
 
 
-def real_data(data_dir: Path, log: Callable[[str], None], repeats: int = 5) -> dict:
-    """Error table, held-out-class and zero-shot results on MNIST and USPS (+ a synthetic tree)."""
+def real_data(
+    data_dir: Path | None,
+    log: Callable[[str], None],
+    repeats: int = 5,
+    datasets: tuple[str, ...] = ("usps", "mnist"),
+    max_iter: int = 1000,
+) -> dict:
+    """Error table, held-out-class and zero-shot results on MNIST and USPS (+ a synthetic tree);
+    ``max_iter`` caps every metric's SGD iterations (a toy run uses few)."""
     from imgscale.pipeline.classify import MetricKNeighborsClassifier, RidgeClassifier
 
     out: dict = {"table": {}, "held_out": {}, "zero_shot": {}, "sgd": {}}
-    for name in ("usps", "mnist"):
+    for name in datasets:
         X, y, Xt, yt = load_digits_npz(data_dir, name)
         rng = np.random.default_rng(0)
         val = rng.choice(len(X), len(X) // 10, replace=False)
@@ -208,9 +223,9 @@ def real_data(data_dir: Path, log: Callable[[str], None], repeats: int = 5) -> d
         table["NCM, l2"] = error(NearestClassMean().fit(Xtr, ytr))
         pca = MetricNearestClassMean(n_components=64, max_iter=0).fit(Xtr, ytr, Xv, yv)
         table["NCM, PCA(64) + l2"] = error(pca)
-        for d in (16, 32, 64, 128):
+        for d in [d for d in (16, 32, 64, 128) if d <= X.shape[1]]:
             started = time.perf_counter()
-            model = _learned_ncm(d).fit(Xtr, ytr, Xv, yv)
+            model = _learned_ncm(d, max_iter=max_iter).fit(Xtr, ytr, Xv, yv)
             table[f"NCM, learned metric d={d}"] = error(model)
             out["sgd"][f"{name} d={d}"] = {
                 "seconds": time.perf_counter() - started,
@@ -222,16 +237,20 @@ def real_data(data_dir: Path, log: Callable[[str], None], repeats: int = 5) -> d
         plain = MetricKNeighborsClassifier(n_components=None, metric_learning=False)
         table["kNN, l2 (k validated)"] = error(plain.fit(Xtr, ytr, Xv, yv))
         learned = MetricKNeighborsClassifier(
-            n_components=64, max_iter=500, validate_every=50, random_state=0
+            n_components=64, max_iter=min(500, max_iter), validate_every=50, random_state=0
         ).fit(Xtr, ytr, Xv, yv)
         table["kNN, learned metric d=64 (k validated)"] = error(learned)
         ridge = RidgeClassifier().fit(Xtr, ytr, X_val=Xv, y_val=yv)
         table["ridge (linear baseline, rho validated)"] = error(ridge)
         log(f"{name}: {table}")
-        out["held_out"][name] = _held_out(Xtr, ytr, Xv, yv, Xt, yt)
-        out["zero_shot"][name] = _zero_shot(Xtr, ytr, Xv, yv, Xt, yt, repeats, _digit_tree())
+        out["held_out"][name] = _held_out(Xtr, ytr, Xv, yv, Xt, yt, max_iter)
+        out["zero_shot"][name] = _zero_shot(
+            Xtr, ytr, Xv, yv, Xt, yt, repeats, _digit_tree(), min(300, max_iter)
+        )
         log(f"{name} held-out/zero-shot done")
-    out["zero_shot"]["synthetic tree"] = _zero_shot(*_synthetic_tree_data(), repeats, None)
+    out["zero_shot"]["synthetic tree"] = _zero_shot(
+        *_synthetic_tree_data(), repeats, None, min(300, max_iter)
+    )
     return out
 
 
@@ -245,17 +264,17 @@ def _top_errors(model, X, y) -> tuple[float, float]:
     return float(np.mean(top[:, 0] != y)), float(np.mean(~(top == y[:, None]).any(axis=1)))
 
 
-def _held_out(Xtr, ytr, Xv, yv, Xt, yt) -> dict:
+def _held_out(Xtr, ytr, Xv, yv, Xt, yt, max_iter: int) -> dict:
     """W on 80% of the classes, the other 20% added by their means (Table 3's setting)."""
     classes = np.unique(ytr)
     held = np.random.default_rng(1).choice(classes, max(1, len(classes) // 5), replace=False)
     seen = ~np.isin(ytr, held)
-    model = _learned_ncm(32).fit(
+    model = _learned_ncm(32, max_iter=max_iter).fit(
         Xtr[seen], ytr[seen], Xv[~np.isin(yv, held)], yv[~np.isin(yv, held)]
     )
     for c in held:
         model.add_class(Xtr[ytr == c], c)
-    control = _learned_ncm(32).fit(Xtr, ytr, Xv, yv)
+    control = _learned_ncm(32, max_iter=max_iter).fit(Xtr, ytr, Xv, yv)
     rows = np.isin(yt, held)
     return {
         "held_out_classes": held.tolist(),
@@ -272,7 +291,7 @@ def _digit_tree():
     return children, parents
 
 
-def _zero_shot(Xtr, ytr, Xv, yv, Xt, yt, repeats, tree) -> dict:
+def _zero_shot(Xtr, ytr, Xv, yv, Xt, yt, repeats, tree, max_iter: int) -> dict:
     """Error on held-out classes vs n images per new class, with and without the prior (Fig. 2)."""
     from imgscale.pipeline.classify.zero_shot import prior_means
 
@@ -284,7 +303,7 @@ def _zero_shot(Xtr, ytr, Xv, yv, Xt, yt, repeats, tree) -> dict:
     for _ in range(repeats):
         held = rng.choice(classes, max(2, len(classes) // 5), replace=False)
         seen = ~np.isin(ytr, held)
-        base = _learned_ncm(32, max_iter=300).fit(Xtr[seen], ytr[seen])
+        base = _learned_ncm(32, max_iter=max_iter).fit(Xtr[seen], ytr[seen])
         priors = prior_means(base.classes_, base.means_, children, parents, held)
         pool = {c: rng.permutation(np.flatnonzero(ytr == c)) for c in held}
         rows, val_rows = np.isin(yt, held), np.isin(yv, held)

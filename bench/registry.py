@@ -5,15 +5,18 @@ decorated with :func:`benchmark`; it returns records made by :func:`imgscale.ben
 (ours beside a peer measured in the same run, or beside a machine limit in ``ctx.limits``) and
 may draw PNG plots into ``ctx.plot(name)``. To register a new one, e.g. ``bench/hope.py``::
 
-    @benchmark("hope", "en-HOPE (paper 003) vs kNN ...", needs=("mnist.npz", "usps.npz"))
+    @benchmark("hope", "en-HOPE (paper 003) vs kNN ...", needs=("mnist.npz",), kind="accuracy")
     def suite(ctx: Context) -> list[dict]:
         rows = ctx.pick(tiny=2_000, small=20_000, medium=60_000, large=60_000)
         ...
 
-and add the module's name to :data:`MODULES` (one line). ``imgscale bench --list`` shows it, and
-``imgscale bench hope --scale tiny`` runs it. Sizes come from ``ctx.pick``, one per scale: tiny is
-a toy that CI runs end to end in seconds, small finishes the whole suite in minutes, medium is the
-size of the published figures, large goes past the machine's memory where that means something.
+and add the module's name to :data:`MODULES` (one line). ``kind="accuracy"`` puts its figures
+in docs/results.md, the default ``"speed"`` in docs/benchmarks.md; the first paragraph of the
+module's docstring is printed there as what the benchmark measures. ``imgscale bench --list``
+shows it, and ``imgscale bench hope --scale tiny`` runs it. Sizes come from ``ctx.pick``, one per
+scale: tiny is a toy that CI runs end to end in seconds, small finishes the whole suite in
+minutes, medium is the size of the published figures, large goes past the machine's memory
+where that means something.
 """
 
 from __future__ import annotations
@@ -25,9 +28,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SCALES = ("tiny", "small", "medium", "large")
+KINDS = ("speed", "accuracy")
 
 # The modules that define benchmarks, in the order the suite runs them.
-MODULES = ("io", "scale", "ridge", "embed", "pq", "ale", "ale_ceiling", "ncm", "accuracy")
+MODULES = (
+    "io",
+    "scale",
+    "ridge",
+    "embed",
+    "pq",
+    "ale",
+    "ncm",
+    "accuracy",
+    "protocols",
+    "ale_ceiling",
+)
 
 
 class Skipped(Exception):
@@ -83,18 +98,25 @@ class Benchmark:
     run: Callable[[Context], list[dict]]
     needs: tuple[str, ...] = ()
     """Data files (under the data dir) and anything else the benchmark needs, for --list."""
+    kind: str = "speed"
+    """"speed" (docs/benchmarks.md) or "accuracy" (docs/results.md)."""
 
 
 _REGISTERED: dict[str, Benchmark] = {}
 
 
-def benchmark(name: str, summary: str, *, needs: tuple[str, ...] = ()) -> Callable:
-    """Register ``suite(ctx) -> records`` under ``name`` (see the module docstring)."""
+def benchmark(
+    name: str, summary: str, *, needs: tuple[str, ...] = (), kind: str = "speed"
+) -> Callable:
+    """Register ``suite(ctx) -> records`` under ``name`` (see the module docstring); ``kind``
+    says which document shows it: "speed" (benchmarks.md) or "accuracy" (results.md)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
 
     def register(function: Callable[[Context], list[dict]]) -> Callable[[Context], list[dict]]:
         if name in _REGISTERED and _REGISTERED[name].run is not function:
             raise ValueError(f"benchmark {name!r} is registered twice")
-        _REGISTERED[name] = Benchmark(name, summary, function, needs)
+        _REGISTERED[name] = Benchmark(name, summary, function, needs, kind)
         return function
 
     return register
