@@ -33,6 +33,8 @@ PROGRESS_AFTER_SECONDS = 2.0
 PROBE_SECONDS = 2.5
 # The Dask handshake once the port answers (TLS included).
 HANDSHAKE_SECONDS = 20
+# How long a job waits for the first worker of a scheduler that has none yet.
+WORKER_WAIT_SECONDS = 60
 # The Dask configuration keys that --tls-ca-file, --tls-cert and --tls-key set for the client.
 TLS_KEYS = {
     "tls_ca_file": "distributed.comm.tls.ca-file",
@@ -101,6 +103,11 @@ def tls_configured() -> bool:
 @contextlib.contextmanager
 def _remote_client(address: str) -> Iterator[Client]:
     protocol, location = parse_address(address)
+    if protocol == "tls" and not tls_configured():
+        raise ClusterError(
+            f"scheduler {address} uses TLS: give --tls-ca-file, --tls-cert and --tls-key (or "
+            "set distributed.comm.tls in Dask's configuration)"
+        )
     if tls_configured() and protocol != "tls":
         raise ClusterError(
             f"scheduler address {address} is not tls://: the TLS certificate options need "
@@ -114,6 +121,13 @@ def _remote_client(address: str) -> Iterator[Client]:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ClusterError(f"could not connect to the scheduler at {address}: {first}") from exc
     with client:
+        # A job may start before the workers (compose, Kubernetes): give them a moment.
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
+        except TimeoutError as exc:
+            raise ClusterError(
+                f"the scheduler at {address} has no workers after {WORKER_WAIT_SECONDS} s"
+            ) from exc
         yield client
 
 

@@ -12,6 +12,7 @@ import dask.config
 import psutil
 import pytest
 
+from imgscale.jobs import cluster as cluster_module
 from imgscale.jobs.cluster import PROBE_SECONDS, TLS_KEYS, ClusterError, connect
 from imgscale.pipeline.compute import compute
 from imgscale.storage import StoreError, open_store
@@ -154,3 +155,15 @@ def test_remote_cluster_checks_the_store_on_every_worker_and_logs_task_failures_
     assert "Compute Failed" not in result.stderr and "Traceback" not in result.stderr
     logs = "".join((cluster.root / f"worker-{i}.log").read_text() for i in range(2))
     assert "Compute Failed" in logs and "rows 100–199" in logs
+
+
+@pytest.mark.slow
+def test_a_scheduler_without_workers_is_reported_after_a_bounded_wait(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster_module, "WORKER_WAIT_SECONDS", 1)
+    lonely = Cluster(tmp_path, workers=0)
+    try:
+        with pytest.raises(ClusterError) as error, connect(lonely.address):
+            pass
+    finally:
+        lonely.stop()
+    assert str(error.value) == f"the scheduler at {lonely.address} has no workers after 1 s"
