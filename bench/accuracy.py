@@ -27,7 +27,6 @@ cores. 20 Newsgroups (raw text) is vectorised to bag-of-words histograms (`newsg
 
 from __future__ import annotations
 
-import json
 import tarfile
 import time
 from collections.abc import Callable
@@ -351,53 +350,6 @@ def run(
     return records
 
 
-def merge_records(path: Path, records: list[dict], command: str) -> list[dict]:
-    """Records of earlier runs (JSON at `path`) with this run's data sets replaced; saved back.
-
-    One data set can be re-run (e.g. ``--dataset 20news``) without losing the others' tables.
-    """
-    path = Path(path)
-    old = json.loads(path.read_text())["records"] if path.exists() else []
-    fresh = {r["dataset"] for r in records}
-    merged = [r for r in old if r["dataset"] not in fresh]
-    merged += [{**r, "command": command} for r in records]
-    order = {name: i for i, name in enumerate(DATASETS)}
-    merged.sort(key=lambda r: order.get(r["dataset"], len(order)))
-    path.write_text(json.dumps({"records": merged}, indent=1) + "\n")
-    return merged
-
-
-def markdown(records: list[dict], notes: str = "") -> str:
-    """One table per data set (with the command that made it): embeddings × labelled-per-class,
-    mean ± std in %."""
-    lines = [notes, ""] if notes else []
-    for dataset in dict.fromkeys(r["dataset"] for r in records):
-        rows = [r for r in records if r["dataset"] == dataset]
-        columns = list(dict.fromkeys(r["labelled_per_class"] for r in rows))
-        header = [str(c) if c != "all" else "all (many labels)" for c in columns]
-        lines += [f"**{dataset}** (test per-class rate, %; labelled rows per class →)", ""]
-        lines += [f"Command: `{rows[0]['command']}`", ""]
-        lines += ["| embedding | dim | " + " | ".join(header) + " |"]
-        lines += ["|---|---:|" + "---:|" * len(columns)]
-        for embedding in dict.fromkeys(r["embedding"] for r in rows):
-            cells, dims = [], []
-            for c in columns:
-                hit = [
-                    r for r in rows if r["embedding"] == embedding and r["labelled_per_class"] == c
-                ]
-                if hit:
-                    r = hit[0]
-                    dims.append(r["dim"])
-                    std = f" ± {100 * r['std']:.1f}" if r["trials"] > 1 else ""
-                    cells.append(f"{100 * r['value']:.1f}{std}")
-                else:
-                    cells.append("")
-            dim = "/".join(str(d) for d in dict.fromkeys(dims))
-            lines.append(f"| {embedding} | {dim} | " + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
-
-
 def plot(records: list[dict], path: Path) -> None:
     """Rate vs labelled rows per class, one panel per data set, one line per embedding."""
     import matplotlib
@@ -432,61 +384,6 @@ def plot(records: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def report(records: list[dict], mnist_rows: int | None = None) -> str:
-    """The Markdown section of docs/results.md: protocol notes, tables and the plot."""
-    mnist = [r for r in records if r["dataset"] == "mnist"]
-    notes = [
-        "Protocol (paper 000 §4.1, adapted): official train/test split (digits: random "
-        "60/20/20); 20% of the train rows are the labelled validation set choosing ρ on "
-        "the grid 0.0002 … 2000; every embedding is fitted once on all remaining train rows "
-        "(unlabelled); ridge centred on the mean of all train rows. Few labels: 5 trials of "
-        "3/10/30 random labelled rows per class, mean ± std; many labels: all train rows "
-        "labelled, one trial. Nyström keeps 50 eigenvectors with few labels and 500 with "
-        "many. The scikit-learn peer is `RBFSampler(gamma=γ/2, n_components=2000)` with our "
-        "RFF's γ (its kernel is exp(−g‖x−y‖²), ours exp(−γ‖x−y‖²/2)) + sklearn "
-        "`RidgeClassifier(alpha=ρ)`, ρ chosen on the same grid and validation rows.",
-    ]
-    if mnist and mnist_rows:
-        notes.append(
-            f"MNIST: {mnist_rows:,} of the 60,000 train rows drawn at random (80% train, 20% "
-            "validation) to keep the 6,272-D HIKE many-label fit feasible on 2 cores; the test "
-            "set is the full official 10,000."
-        )
-    if any(r["dataset"] == "20news" for r in records):
-        notes.append(
-            f"20news: the official bydate split; each message without its header block (which "
-            f"names the newsgroup) as an L1-normalised histogram of its {NEWSGROUPS_VOCABULARY:,}"
-            " most frequent train words without English stop words (scikit-learn "
-            "`CountVectorizer`), the histograms SQRT/HIKE/AddKPCA are meant for (design.md); "
-            "20 classes."
-        )
-    notes.append(
-        "Pixels scaled to [0, 1]. Run on the shared 2-core machine; other sessions' tests may "
-        "have been running at the same time (this affects times, not rates). Per-run records: "
-        "`docs/accuracy.json`."
-    )
-    return (
-        "## Accuracy: embeddings + ridge on digits, USPS, MNIST, 20 Newsgroups\n\n"
-        + markdown(records, "\n\n".join(notes))
-        + "\n![rate vs labelled rows per class](accuracy.png)\n"
-    )
-
-
-def write_section(path: Path, name: str, text: str) -> None:
-    """Replace (or append) the section between ``<!-- name:begin -->`` and ``<!-- name:end -->``."""
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    block = f"{begin}\n{text.rstrip()}\n{end}\n"
-    path = Path(path)
-    old = path.read_text() if path.exists() else "# Results\n\n"
-    if begin in old and end in old:
-        head, rest = old.split(begin, 1)
-        rest = rest.split(end, 1)[1].lstrip("\n")
-        new = head + block + ("\n" + rest if rest else "")
-    else:
-        new = old.rstrip("\n") + "\n\n" + block
-    path.write_text(new)
 
 
 _FILES = {"usps": "usps.npz", "mnist": "mnist.npz", "20news": NEWSGROUPS_FILE}

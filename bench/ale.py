@@ -227,54 +227,6 @@ def _slug(method: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in method.lower()).strip("_").replace("__", "_")
 
 
-def accuracy_markdown(records: list[dict], command: str, note: str = "") -> str:
-    lines = [
-        "## ALE + semi-supervised solve vs linear ridge on USPS and MNIST",
-        "",
-        f"Command: `{command}`",
-        "",
-        "Protocol: official train/test split, 20% of the train rows held out as the labelled "
-        "validation set that chooses λ (SSL, grid 0.01 … 10⁴) and ρ (ridge, grid 0.0002 … 2000); "
-        f"{TRIALS} random trials of k labelled rows per class, every other train row unlabelled. "
-        f"ALE (paper 001 eq. 1: B = 50 bins, bandwidth 0.2, ε = 0.1) on the top "
-        f"{ALE_DIRECTIONS} PCA directions, {ALE_COMPONENTS} eigenfunctions, fitted once on all "
-        "train rows; the SSL solve is eq. 3 with the eigenvalues as Σ and an unpenalised "
-        "intercept; 'eigenvalue ridge' is paper 000's variant (ridge regularised by ρΣ, centred "
-        "on the mean of all train rows). Linear ridge sees the raw pixels (scaled to [0, 1]). "
-        "Test MiAP (paper 001 §3, one-vs-rest over the 10 digits) and mean per-class rate, mean ± "
-        "std over the trials.",
-        "",
-    ]
-    if note:
-        lines += [note, ""]
-    for dataset in dict.fromkeys(r["dataset"] for r in records):
-        counts = sorted({r["labelled_per_class"] for r in records if r["dataset"] == dataset})
-        for metric, title in (("miap", "test MiAP"), ("rate", "test per-class rate, %")):
-            scale = 100 if metric == "rate" else 1
-            digits = 1 if metric == "rate" else 3
-            lines += [
-                f"**{dataset}** ({title}; labelled rows per class →)",
-                "",
-                "| method | " + " | ".join(map(str, counts)) + " |",
-                "|---|" + "---:|" * len(counts),
-            ]
-            for method in METHODS:
-                cells = []
-                for count in counts:
-                    r = next(
-                        r
-                        for r in records
-                        if r["dataset"] == dataset
-                        and r["method"] == method
-                        and r["metric"] == metric
-                        and r["labelled_per_class"] == count
-                    )
-                    cells.append(f"{scale * r['value']:.{digits}f} ± {scale * r['std']:.{digits}f}")
-                lines.append(f"| {method} | " + " | ".join(cells) + " |")
-            lines.append("")
-    return "\n".join(lines)
-
-
 def plot_accuracy(records: list[dict], path: Path) -> None:
     import matplotlib
 

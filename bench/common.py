@@ -192,18 +192,3 @@ def mixture_in_memory(
     y = np.concatenate([b[1] for b in blocks])
     val = np.concatenate([np.arange(len(b[1])) < VAL_FRACTION * len(b[1]) for b in blocks])
     return X, y, val
-
-
-def records_markdown(records: list[dict], command: str) -> str:
-    """A Markdown table of benchmark records, headed by the command that produced them."""
-    lines = [
-        f"Command: `{command}`",
-        "",
-        "| figure | value | unit | peer | ratio |",
-        "|---|---:|---|---:|---:|",
-    ]
-    for r in records:
-        peer = f"{r['peer_value']:.4g}" if "peer_value" in r else ""
-        ratio = f"{r['ratio']:.3f}" if "ratio" in r else ""
-        lines.append(f"| {r['name']} | {r['value']:.4g} | {r['unit']} | {peer} | {ratio} |")
-    return "\n".join(lines) + "\n"

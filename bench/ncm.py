@@ -377,58 +377,6 @@ def _synthetic_tree_data():
     return Xtr, ytr, Xv, yv, Xt, yt
 
 
-def report(result: dict, command: str, png: Path) -> str:
-    """The Markdown section of docs/results.md for `real_data`'s result."""
-    names = list(result["table"])
-    rows = list(result["table"][names[0]])
-    lines = [
-        "## Nearest class mean with a learned metric, kNN, new classes, zero-shot (paper 002)",
-        "",
-        f"Command: `{command}` (2 shared cores; other sessions' jobs may have been running).",
-        "Train rows minus a 10% validation split (early stopping, k, ρ and the prior weight m are",
-        "chosen on it), official test rows; MNIST pixels / 255. Top-1 error on the test rows:",
-        "",
-        "| method | " + " | ".join(names) + " |",
-        "|---|" + "---:|" * len(names),
-    ]
-    for row in rows:
-        values = " | ".join(f"{result['table'][n][row]:.4f}" for n in names)
-        lines.append(f"| {row} | {values} |")
-    lines += [
-        "",
-        "Held-out classes (Table 3's setting, d = 32): W learned on 80% of the classes, the other",
-        "20% added by their means only; error on the test rows of the held-out classes in the",
-        "full 10-way classification (top-1, top-5), vs W learned on all classes:",
-        "",
-        "| dataset | held-out digits | W on 80%: top-1 / top-5 | W on all: top-1 / top-5 |",
-        "|---|---|---:|---:|",
-    ]
-    for name, r in result["held_out"].items():
-        a, b = r["w_on_80pct"], r["w_on_all"]
-        lines.append(
-            f"| {name} | {r['held_out_classes']} | {a[0]:.4f} / {a[1]:.4f} | "
-            f"{b[0]:.4f} / {b[1]:.4f} |"
-        )
-    lines += [
-        "",
-        "Zero-shot prior (Fig. 2's setting, d = 32): 20% of the classes held out (new draw per",
-        "repeat), W learned on the rest; each new class gets n training images; with the prior",
-        "its mean is (n μ_s + m μ_z)/(n + m), μ_z the average of its ancestors' means, m",
-        "validated. Digits hierarchy: root → round {0,6,8,9}, straight {1,4,7}, curved {2,3,5};",
-        "synthetic tree: 10 parents × 10 leaves, leaf centre = parent centre + smaller offset.",
-        "Error among the held-out classes' test rows (10- or 100-way), mean over repeats:",
-        "",
-        "| dataset | prior | " + " | ".join(f"n={n}" for n in SHOT_COUNTS) + " |",
-        "|---|---|" + "---:|" * len(SHOT_COUNTS),
-    ]
-    for name, r in result["zero_shot"].items():
-        for key, label in (("with_prior", "with"), ("without_prior", "without")):
-            values = " | ".join("—" if np.isnan(v) else f"{v:.3f}" for v in r[key])
-            lines.append(f"| {name} | {label} | {values} |")
-    lines += ["", f"![error vs images per new class]({png.name})", ""]
-    return "\n".join(lines)
-
-
 def plot(result: dict, png: Path) -> None:
     import matplotlib
 

@@ -83,6 +83,11 @@ def ncm_metric(ctx: Context) -> list[dict]:
     )
     result = ncm.real_data(_data_dir(ctx, datasets), ctx.log, repeats, datasets, max_iter)
     ncm.plot(result, ctx.plot("zero-shot"))
+    return ncm_metric_records(result)
+
+
+def ncm_metric_records(result: dict) -> list[dict]:
+    """Records of ``ncm.real_data``'s result, each learned-metric figure beside its baseline."""
     out = []
     for name, table in result["table"].items():
         l2 = table["NCM, l2"]

@@ -1,5 +1,5 @@
 """The accuracy benchmark: its dual ridge is RidgeClassifier's solution (centred on all rows),
-its 20 Newsgroups reader, and its results files."""
+and its 20 Newsgroups reader."""
 
 import io
 import tarfile
@@ -9,10 +9,7 @@ from sklearn.datasets import load_digits
 
 from imgscale.bench.accuracy import (
     dual_ridge_rates,
-    markdown,
-    merge_records,
     newsgroups_histograms,
-    write_section,
 )
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.metrics import per_class_rate
@@ -33,35 +30,6 @@ def test_dual_ridge_equals_ridge_classifier_centred_on_all_rows():
     )
     assert rho == 2.0
     assert rate == expected
-
-
-def test_results_section_is_replaced_in_place(tmp_path):
-    path = tmp_path / "results.md"
-    path.write_text("# Results\n\nkeep me\n")
-    record = {"dataset": "d", "embedding": "e", "dim": 3, "labelled_per_class": 3,
-              "value": 0.5, "std": 0.1, "trials": 5}  # fmt: skip
-    record["command"] = "cmd"
-    write_section(path, "accuracy", markdown([record]))
-    write_section(path, "accuracy", markdown([{**record, "value": 0.25}]))
-    text = path.read_text()
-    assert "keep me" in text and text.count("accuracy:begin") == 1
-    assert "25.0 ± 10.0" in text and "50.0" not in text
-
-
-def _record(dataset: str, value: float) -> dict:
-    return {"dataset": dataset, "embedding": "e", "dim": 3, "labelled_per_class": 3,
-            "value": value, "std": 0.0, "trials": 1}  # fmt: skip
-
-
-def test_rerunning_one_dataset_keeps_the_others(tmp_path):
-    path = tmp_path / "accuracy.json"
-    merge_records(path, [_record("20news", 0.1), _record("usps", 0.2)], "first")
-    merged = merge_records(path, [_record("20news", 0.3)], "second")
-    assert [(r["dataset"], r["value"], r["command"]) for r in merged] == [
-        ("usps", 0.2, "first"),
-        ("20news", 0.3, "second"),
-    ]
-    assert "Command: `second`" in markdown(merged) and "Command: `first`" in markdown(merged)
 
 
 def test_newsgroups_histograms_drop_headers_and_normalise(tmp_path):
