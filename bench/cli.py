@@ -67,8 +67,7 @@ def bench(
 
     \b
     imgscale bench --list
-    imgscale bench --scale tiny --out bench-out
-    imgscale bench ridge embed --scale small --out bench-out --data-dir ../shared/data
+    imgscale bench ridge pq --scale tiny --out bench-out
     imgscale bench --docs docs --add bench-out/results.parquet
     """
     from imgscale.bench.registry import data_dir as resolve_data_dir

@@ -45,6 +45,7 @@ from imgscale.bench.common import (
     run_peer,
     timed_mixture_store,
 )
+from imgscale.bench.machine import gemm_gflops
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.pipeline.classify import RidgeClassifier
@@ -65,21 +66,6 @@ PAPER_ROWS = 331_390
 PAPER_SECONDS = {"nystrom_gist": 92.0, "nystrom_bow": 4447.0, "addkpca_bow": 2131.0}
 
 
-def gemm_rate(rows: int = 8192, dim: int = 512, out: int = RFF_DIM, repeats: int = 20) -> float:
-    """Best-of float32 GEMM GFLOP/s of this machine on the RFF product's shape."""
-    rng = np.random.default_rng(0)
-    A = rng.standard_normal((rows, dim), dtype=np.float32)
-    B = rng.standard_normal((dim, out), dtype=np.float32)
-    C = np.empty((rows, out), dtype=np.float32)
-    np.matmul(A, B, out=C)
-    best = np.inf
-    for _ in range(repeats):
-        started = time.perf_counter()
-        np.matmul(A, B, out=C)
-        best = min(best, time.perf_counter() - started)
-    return 2 * rows * dim * out / best / 1e9
-
-
 def run(
     rows: int,
     dim: int,
@@ -93,7 +79,7 @@ def run(
 ) -> list[dict]:
     store, build_seconds = timed_mixture_store(workdir, rows, dim, classes)
     _page_in(store.path)
-    gflops_before = gemm_rate(dim=dim, out=rff_dim)
+    gflops_before = gemm_gflops(rows=8192, dim=dim, out=rff_dim, repeats=20)
 
     # One sampler per phase, one after the other: each poll walks /proc (~4 ms), so two nested
     # samplers took ~15% of a core from the workers' two.
@@ -109,7 +95,7 @@ def run(
                 rff.transform(X), y, X_val=rff.transform(X_val), y_val=y_val
             )
         ours_seconds = time.perf_counter() - started
-    gflops_after = gemm_rate(dim=dim, out=rff_dim)
+    gflops_after = gemm_gflops(rows=8192, dim=dim, out=rff_dim, repeats=20)
     gflops = max(gflops_before, gflops_after)
     rss = max(fit_rss, ridge_rss, key=lambda r: r.peak)
     ours_rate = float(model.rho_scores_.max())

@@ -20,7 +20,6 @@ the workers and by every other process (``client_cores``, ``child_cores``, ``oth
 from __future__ import annotations
 
 import multiprocessing
-import os
 import shutil
 import tempfile
 import time
@@ -36,6 +35,7 @@ from threadpoolctl import threadpool_limits
 from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 
 from imgscale.bench.common import mixture_blocks, record
+from imgscale.bench.machine import drop_page_cache
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.pipeline.classify.ncm import NearestClassMean
@@ -114,7 +114,8 @@ def run(
     gemm[PROJECTION] = _projection_gflops(X, HISTOGRAM_DIRECTIONS)
     records += [record(f"{dtype} GEMM, 1 core", rate, "GFLOP/s") for dtype, rate in gemm.items()]
     records += _raw_passes(X, labels, root, repeats, gemm)
-    records += _pq(X, labels, root, pq_m, repeats)
+    if pq_m:
+        records += _pq(X, labels, root, pq_m, repeats)
     return records
 
 
@@ -257,7 +258,7 @@ def _touch(chunk: np.ndarray) -> float:
 def _timed_read(read: Callable[[], object], path: Path, *, cold: bool) -> float:
     """Seconds for one read: warm = best of two after a warm-up, cold = after dropping the cache."""
     if cold:
-        _drop_page_cache(path)
+        drop_page_cache(path)
         started = time.perf_counter()
         read()
         return time.perf_counter() - started
@@ -268,17 +269,6 @@ def _timed_read(read: Callable[[], object], path: Path, *, cold: bool) -> float:
         read()
         best = min(best, time.perf_counter() - started)
     return best
-
-
-def _drop_page_cache(path: Path) -> None:
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-    for file in files:
-        fd = os.open(file, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def _bytes_on_disk(path: Path) -> int:
@@ -595,6 +585,6 @@ def _pq_store_passes(
 )
 def suite(ctx: Context) -> list[dict]:
     size_gib, repeats, pq_m = ctx.pick(
-        tiny=(0.02, 1, 8), small=(1.0, 3, 64), medium=(4.0, 5, 64), large=(4.0, 5, 64)
+        tiny=(0.02, 1, 0), small=(1.0, 3, 64), medium=(4.0, 5, 64), large=(4.0, 5, 64)
     )
     return run(size_gib, 512, ctx.scratch("io"), matrix=False, repeats=repeats, pq_m=pq_m)
