@@ -22,7 +22,6 @@ import dataclasses
 import importlib.metadata
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
@@ -301,7 +300,3 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return head + ("+dirty" if dirty else "")
-
-
-def shell_command(argv: list[str]) -> str:
-    return shlex.join(argv)

@@ -76,11 +76,14 @@ class Ledger:
     def _transaction(self, write: bool) -> Iterator[sqlite3.Connection]:
         if not write and not self.path.exists():
             raise StoreError(f"ledger {self.path}: does not exist; no run has been recorded")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        except sqlite3.Error as e:
-            raise StoreError(f"ledger {self.path}: cannot open ({e})") from e
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError(
+                f"ledger {self.path}: cannot open ({e}); expected a writable file on a local "
+                "disk (--ledger PATH or $IMGSCALE_LEDGER)"
+            ) from e
         try:
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from imgscale.jobs import models
 from imgscale.jobs.cli import cli
-from imgscale.storage import Ledger, create_store
+from imgscale.storage import Ledger, create_store, open_store
 
 
 @pytest.fixture
@@ -199,3 +199,22 @@ def test_a_spec_run_equals_the_same_cli_commands(tmp_path, digits_splits, schedu
     cli_model, _ = models.load(tmp_path / "cli.model")
     spec_model, _ = models.load(tmp_path / "spec.model")
     np.testing.assert_array_equal(spec_model.coef_, cli_model.coef_)
+
+
+def test_a_job_that_fails_stops_the_spec_and_later_jobs_do_not_run(folder):
+    np.save(folder / "narrow.npy", np.zeros((5, 3), np.float32))
+    jobs = "".join(
+        f'[[jobs]]\nkind = "ingest"\nsrc = "{src}"\nstore = "new.zarr"\nsplit = "{split}"\n'
+        for src, split in (("train.npz", "train"), ("narrow.npy", "bad"), ("test.npz", "test"))
+    )
+    (folder / "job.toml").write_text(
+        jobs.replace('src = "train.npz"', 'src = "train.npz"\ny_key = "y"')
+    )
+    ledger = folder / "ledger.sqlite"
+    result = CliRunner().invoke(cli, ["run", str(folder / "job.toml"), "--ledger", str(ledger)])
+    assert result.exit_code != 0
+    assert "job 2 (ingest) failed: " in result.stderr.splitlines()[-1]
+    records = Ledger(ledger).runs()
+    assert [(r["kind"], r["outcome"]) for r in records] == [("ingest", "ok"), ("ingest", "failed")]
+    assert records[1]["error"] in result.stderr
+    assert set(open_store(folder / "new.zarr").splits()) == {"train"}
