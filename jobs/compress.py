@@ -196,9 +196,9 @@ def _encoded_chunks(
     as they finish; without a distributed client, a few at a time.
 
     Source and PQ store have the same rows per chunk, so source chunk i is the writer's chunk
-    ``first_chunk + i``. If the block raises, the exit returns only once no task is running: a
-    running task would otherwise go on writing its chunk file into the store the caller is about
-    to remove (and recreate its directories).
+    ``first_chunk + i``. If the block raises, the tasks are cancelled, and the exit returns only
+    once no task is running: a running task would otherwise go on writing its chunk file into the
+    store the caller is about to remove (and recreate its directories).
     """
     shared = dask.delayed(codec, pure=True)
     task = dask.delayed(encode_and_write_chunk, pure=True)
@@ -206,7 +206,7 @@ def _encoded_chunks(
     path, first = writer.store.path, writer.first_chunk
     tasks = [task(block, shared, path, first + i) for i, block in enumerate(blocks)]
     try:
-        from distributed import as_completed, get_client, wait
+        from distributed import as_completed, get_client
 
         client = get_client()
     except (ImportError, ValueError):
@@ -223,8 +223,24 @@ def _encoded_chunks(
     try:
         yield (future.result() for future in as_completed(futures))
     except BaseException:
-        wait(futures)
+        # Ctrl-C, SIGTERM or a failed chunk: the tasks not yet started never start.
+        client.cancel(futures)
+        _wait_until_released(client, {future.key for future in futures})
         raise
+
+
+def _wait_until_released(client, keys: set, poll_seconds: float = 0.1) -> None:
+    """Return once no worker holds any of ``keys``: a cancelled task that was already running
+    stays known to its worker until it has finished (writing its chunk file)."""
+    while True:
+        held = client.run(_task_keys)
+        if not any(keys.intersection(worker_keys) for worker_keys in held.values()):
+            return
+        time.sleep(poll_seconds)
+
+
+def _task_keys(dask_worker) -> list:
+    return list(dask_worker.state.tasks)
 
 
 def _in_windows(tasks: list, pool: ThreadPoolExecutor) -> Iterator[tuple]:

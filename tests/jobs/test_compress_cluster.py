@@ -13,8 +13,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+from distributed import get_task_stream
 
-from imgscale.storage import open_store
+from imgscale.jobs.cluster import connect
+from imgscale.jobs.compress import compress
+from imgscale.storage import PQCodec, create_store, open_store
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
 
@@ -59,3 +63,28 @@ def test_compress_on_the_cluster_writes_the_codec_applied_to_every_row(
     assert info["encoding"] == "pq" and info["pq_m"] == 16 and info["rows"] == len(X)
     assert info["bytes_on_disk"] == sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())
     np.testing.assert_allclose(info["compression_ratio"], len(X) * 64 * 4 / info["bytes_on_disk"])
+
+
+def test_an_interrupted_compress_cancels_the_tasks_not_started_and_leaves_no_store(
+    tmp_path, scheduler_address
+):
+    chunks = 400
+    src = create_store(tmp_path / "src.zarr", 16, rows_per_chunk=64)
+    rng = np.random.default_rng(0)
+    src.append("b", rng.standard_normal((64 * chunks, 16)).astype(np.float32))
+    codec = PQCodec.train(rng.standard_normal((2048, 16)).astype(np.float32), 4, niter=2)
+    dst = tmp_path / "pq.zarr"
+
+    def interrupted(done: int, total: int) -> None:
+        raise KeyboardInterrupt  # what Ctrl-C or SIGTERM (jobs/runs.py) raises
+
+    with connect(scheduler_address, quiet=True) as client, get_task_stream(client) as stream:
+        with pytest.raises(KeyboardInterrupt):
+            compress(src, dst, 4, codec=codec, progress=interrupted)
+        on_scheduler = client.run_on_scheduler(
+            lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks]
+        )
+    encoded = [t for t in stream.data if "encode_and_write_chunk" in str(t["key"])]
+    assert 1 <= len(encoded) < chunks
+    assert not [k for k in on_scheduler if "encode_and_write_chunk" in k]
+    assert not dst.exists()
