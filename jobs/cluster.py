@@ -117,7 +117,7 @@ def _remote_client(address: str) -> Iterator[Client]:
         _probe(address, *parse_host_port(location))
     try:
         client = Client(address, timeout=f"{HANDSHAKE_SECONDS}s")
-    except (OSError, TimeoutError, TypeError) as exc:
+    except (OSError, TimeoutError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ClusterError(f"could not connect to the scheduler at {address}: {first}") from exc
     with client:
