@@ -23,7 +23,13 @@ import numba
 import numpy as np
 
 from imgscale.pipeline.compute import compute
-from imgscale.pipeline.reductions import RowStats, check_class_index, reduce_rows, stats_chains
+from imgscale.pipeline.reductions import (
+    RowStats,
+    accumulating,
+    check_class_index,
+    reduce_rows,
+    stats_chains,
+)
 
 KSUB = 256
 
@@ -88,6 +94,7 @@ def _accumulate_code_sums(  # pragma: no cover
                     class_sums[c, j * dsub + d] += codebook[j, k, d]
 
 
+@accumulating
 def chunk_code_stats(
     codes: np.ndarray,
     y_index: np.ndarray,

@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import collections
 import functools
-import inspect
 import itertools
 import operator
 import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import dask
 import dask.array as da
 import numba
 import numpy as np
-from dask._task_spec import Alias, DataNode, List, Task, TaskRef, convert_legacy_graph
+from dask._task_spec import convert_legacy_graph  # dask.task_spec does not offer it (2026.8)
 from dask.delayed import Delayed
+from dask.task_spec import Alias, DataNode, List, Task, TaskRef
 from toolz import partition_all
 
 from imgscale.pipeline.compute import compute
@@ -131,6 +131,21 @@ def check_class_index(y_index: np.ndarray, n: int, n_classes: int, row_start: in
         )
 
 
+KernelFn = TypeVar("KernelFn", bound=Callable[..., Any])
+
+
+def accumulating(kernel: KernelFn) -> KernelFn:
+    """Declare that `kernel` extends a run's partial result in place.
+
+    `reduce_rows` then calls it as ``kernel(*row_blocks, *args, row_start=r, into=partial)``
+    (``into`` is None on a run's first block) and keeps what it returns as the run's partial.
+    Other kernels are called without ``into`` and their results are added with ``+``.
+    """
+    kernel.accumulates_into = True
+    return kernel
+
+
+@accumulating
 def chunk_row_stats(
     X: np.ndarray,
     y_index: np.ndarray,
@@ -187,8 +202,8 @@ def reduce_rows(
     The blocks are dealt into `chains` interleaved runs (run c takes blocks c, c + chains, …), so
     runs get alike blocks even where a split's rows bunch in part of the store. Within a run each
     block's step extends the run's partial result, so there are `chains` partials, not one per
-    block, and they are tree-summed (`split_every` per add). A kernel with an ``into`` parameter
-    accumulates into the previous partial in place (``into`` is None for a run's first block): at
+    block, and they are tree-summed (`split_every` per add). A kernel declared `accumulating`
+    extends the previous partial in place (``into`` is None for a run's first block): at
     10,000 classes a fresh 41 MB partial per block plus its add cost 10× the kernel itself; by
     default such kernels run two chains per thread of the current cluster. Other kernels default
     to one run per task (no task waiting for another) and their partials are added with ``+``.
@@ -211,7 +226,7 @@ def reduce_rows(
     client = _client()
     graph, blocks, starts = _block_graph(arrays, client)
     shared = List(*(_shared(a, graph, client) for a in args))
-    accumulates = "into" in inspect.signature(kernel).parameters
+    accumulates = getattr(kernel, "accumulates_into", False)
     if blocks_per_task == "auto":
         blocks_per_task = max(1, len(starts) // (_TASKS_PER_THREAD * _threads()))
     if chains is None:

@@ -30,7 +30,7 @@ from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels, 
 from imgscale.pipeline.classify._minibatch import RowSampler
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed._base import RowTransformerMixin
-from imgscale.pipeline.reductions import reduce_rows
+from imgscale.pipeline.reductions import accumulating, reduce_rows
 
 EXEMPLAR_INITS = ("kmeans", "random", "learned")
 SOLVERS = ("adam", "lbfgs")
@@ -143,6 +143,7 @@ def _exemplar_pull(w: np.ndarray, Y: np.ndarray, Ye: np.ndarray) -> tuple[np.nda
     return dY, dYe
 
 
+@accumulating
 def chunk_hope_terms(
     X: np.ndarray,
     y_index: np.ndarray,

@@ -116,6 +116,30 @@ def test_chained_runs_of_a_kernel_without_into_add_its_results(data):
     np.testing.assert_allclose(compute(lazy)[0], X.sum(axis=0, dtype=np.float64), rtol=1e-12)
 
 
+def test_only_a_kernel_declared_accumulating_is_given_the_partial(data):
+    """The call convention is declared (`accumulating`), not read off the parameter names."""
+    X, _ = data
+    calls = {"declared": [], "undeclared": []}
+
+    def column_sums(kind):
+        def kernel(block, row_start, into=None):
+            calls[kind].append(into is not None)
+            sums = block.sum(axis=0, dtype=np.float64)
+            return sums if into is None else into + sums
+
+        return kernel
+
+    declared = reductions.accumulating(column_sums("declared"))
+    expected = X.sum(axis=0, dtype=np.float64)
+    for kernel in (declared, column_sums("undeclared")):
+        lazy = reduce_rows(kernel, [as_dask(X, rows=10)], chains=2)
+        result = dask.compute(lazy, scheduler="sync")[0]
+        np.testing.assert_allclose(result, expected, rtol=1e-12)
+    n_blocks = -(-len(X) // 10)
+    assert calls["undeclared"] == [False] * n_blocks
+    assert sorted(calls["declared"]) == [False] * 2 + [True] * (n_blocks - 2)
+
+
 def reduction_tasks(graph):
     """Keys of a reduce_rows graph's own tasks: its steps, then its adds."""
     ours = [key for key in graph if isinstance(key, tuple) and key[0].startswith("reduce-")]

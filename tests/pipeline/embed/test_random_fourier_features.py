@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from dask._task_spec import Task
+from dask.task_spec import Task
 from sklearn.neighbors import NearestNeighbors
 
 from imgscale.pipeline.compute import compute
