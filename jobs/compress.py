@@ -6,9 +6,9 @@
    error on a worker, writes the codes as the same chunk of the PQ store (one writer per chunk)
    and returns only a few sums. The client holds the store's `CopyWriter` (writer lock) meanwhile
    and commits every batch once all chunks are written (same batch ids, ids, labels and splits as
-   the source), so a failure commits nothing: a store this command created is removed. The client
-   wrote the codes itself before, validating 1M ids one by one: 3 s of client CPU per 1M rows on
-   the two cores the workers encode on.
+   the source), so a failure commits nothing: a store this command created is removed. The
+   client writes no codes and validates no id one by one: its CPU is on the cores the workers
+   encode on.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def encode_chunk(X: np.ndarray, codec: PQCodec) -> tuple[np.ndarray, float, np.n
 
     The errors are the encoder's nearest-centroid distances (no decoded copy of the chunk); row
     norms are in float32 (D terms each) and summed over rows in float64; Σx is summed in float32
-    over blocks of 1,024 rows, then in float64 (a float64 sum over all rows: 12 ms a
-    32,768 × 512 chunk, by blocks 3 ms, within a few float32 ulps of it).
+    over blocks of 1,024 rows, then in float64: within a few float32 ulps of a float64 sum over
+    all rows, at a fraction of its cost.
     """
     codes, errors = codec.encode_with_errors(X)
     return (
@@ -191,9 +191,9 @@ def _encoded_chunks(
     src: FeatureStore, codec: PQCodec, writer: CopyWriter
 ) -> Iterator[Iterator[tuple]]:
     """encode_and_write_chunk results of every source chunk, computed on the cluster: all tasks
-    are submitted on entry (the client's own work inside the block overlaps them; submitted at
-    the first result taken, they waited 0.35 s for the client's row checks), results are taken
-    as they finish; without a distributed client, a few at a time.
+    are submitted on entry (the client's own work inside the block, such as its row checks,
+    overlaps them rather than delaying them), results are taken as they finish; without a
+    distributed client, a few at a time.
 
     Source and PQ store have the same rows per chunk, so source chunk i is the writer's chunk
     ``first_chunk + i``. If the block raises, the tasks are cancelled, and the exit returns only

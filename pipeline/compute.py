@@ -43,8 +43,8 @@ def gather_rows(X: Any, index: np.ndarray) -> np.ndarray:
 
     On dask input, one task per chunk holding any of the rows reads it and keeps only those
     rows, so only the selection reaches the client. Not ``X[index]`` nor per-chunk fancy
-    indexing: dask's take over all chunks held ~0.3 GiB more on the workers of a 1M-row store,
-    and per-chunk indexing made five tasks a chunk (1.2 s for 500 rows from 31 chunks; 0.4 s so).
+    indexing: dask's take over all chunks holds more on the workers, and per-chunk indexing
+    makes several tasks a chunk.
     """
     if not isinstance(X, da.Array):
         return np.asarray(X)[index]

@@ -36,7 +36,7 @@ def add_gram(
 ) -> None:
     """Add XᵀX to the symmetric float64 `gram` (a sum of Gram matrices, or zeros) in place;
     `precision` is one of `GRAM_PRECISIONS`. `row_sum`, X's float64 column sums if the caller
-    has them, spares the float32 path its own (19 ms of ~0.8 s for 16k rows at D = 2000)."""
+    has them, spares the float32 path computing them again."""
     if precision == "float64":
         _add_gram_float64(gram, X)
     elif precision == "float32":

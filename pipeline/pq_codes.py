@@ -66,8 +66,8 @@ def _accumulate_code_sums(  # pragma: no cover
     """Per-class sums of decoded rows (codebook space) and centroid counts over all rows.
 
     Rows are visited in class order (a counting sort of the chunk's labels), so each class's
-    sum row stays in cache while its rows are added: at 10,000 classes the class sums (41 MB at
-    D = 512) do not fit in cache, and row order ran ~2× slower.
+    sum row stays in cache while its rows are added: with many classes the class sums do not
+    fit in cache, and visiting rows in store order misses it on nearly every row.
     """
     m, _, dsub = codebook.shape
     n, n_classes = codes.shape[0], class_sums.shape[0]

@@ -203,8 +203,8 @@ def reduce_rows(
     runs get alike blocks even where a split's rows bunch in part of the store. Within a run each
     block's step extends the run's partial result, so there are `chains` partials, not one per
     block, and they are tree-summed (`split_every` per add). A kernel declared `accumulating`
-    extends the previous partial in place (``into`` is None for a run's first block): at
-    10,000 classes a fresh 41 MB partial per block plus its add cost 10× the kernel itself; by
+    extends the previous partial in place (``into`` is None for a run's first block): with many
+    classes a fresh partial per block plus its add would cost far more than the kernel itself; by
     default such kernels run two chains per thread of the current cluster. Other kernels default
     to one run per task (no task waiting for another) and their partials are added with ``+``.
 
@@ -212,9 +212,9 @@ def reduce_rows(
     store read, an embedding) inlined, so a block is read, transformed and reduced in one go and
     never held in worker memory between tasks. ``"auto"`` groups as many blocks as leave every
     thread `_TASKS_PER_THREAD` tasks: for light kernels (class sums, histograms, a read-only
-    pass), where a 64 MiB block takes ~6–10 ms and each task costs a scheduler round trip plus
-    client and scheduler CPU on the cores the workers use. Heavy kernels (a Gram of embedded
-    rows, ~1 s a block) keep one block a task: larger tasks only coarsen the end of the pass.
+    pass), where a block takes little time next to a task's scheduler round trip and the client
+    and scheduler CPU it costs on the cores the workers use. Heavy kernels (a Gram of embedded
+    rows) keep one block a task: larger tasks only coarsen the end of the pass.
     """
     n_rows = {len(a) for a in arrays}
     if len(n_rows) != 1:
@@ -383,14 +383,11 @@ def stats_chains(n_features: int, n_classes: int, *, gram: bool) -> int:
     or one per thread with a Gram or when a partial (float64 class sums, Gram, feature sum)
     passes `_LARGE_PARTIAL_BYTES`.
 
-    Large partials are zeroed, moved and added: at 10,000 classes and D = 4096 (328 MB) one
-    chain per thread took class means from codes from 6.1 to 4.1 s and from floats from 5.4 to
-    4.2 s (200,000 rows, bench pq); at D = 512 (41 MB) the difference was within noise. A Gram
-    step is long (~1 s for 16k embedded rows at D = 2000), so a second chain hides no round trip,
-    and with two per thread dask ran some chains ahead of others: the last chain's remaining
-    steps, each waiting for the one before, ran on one worker while the other idled (2–7 s of a
-    38–44 s pass in bench embed; with one chain per thread the workers ended 0.03–2.3 s apart,
-    median 0.96 s, in 7 runs).
+    Large partials are zeroed, moved and added, so fewer of them shorten the pass (``imgscale
+    bench pq``, class means at many classes). A Gram step is long, so a second chain hides no
+    round trip, and with two per thread dask runs some chains ahead of others: the last chain's
+    remaining steps, each waiting for the one before, run on one worker while the other idles
+    (``imgscale bench embed`` measures the workers' finishing times).
     """
     partial_bytes = 8 * n_features * (n_classes + (n_features if gram else 0) + 1)
     return _threads() if gram or partial_bytes > _LARGE_PARTIAL_BYTES else _default_chains()

@@ -1,12 +1,12 @@
 """Direct reads of uncompressed zarr v3 chunks: a memory map and a crc32c check.
 
-zarr-python's codec pipeline reads an uncompressed 64 MiB chunk at about 1 GB/s on our machines
-(an event loop, buffer wrappers and copies per read), a quarter of what ``np.fromfile`` reaches
-from the page cache. For the layout imgscale writes by default, the bytes codec followed by an
-optional crc32c, a chunk file is the little-endian array followed by its checksum, so we map it
-and verify the checksum (google-crc32c, hardware accelerated, ~12
-GB/s). The files are exactly what zarr writes, so any zarr reader still opens the store; arrays
-with any other codec chain are read through zarr (``imgscale bench io`` has the figures).
+zarr-python's codec pipeline spends most of an uncompressed chunk read in an event loop, buffer
+wrappers and copies, well below what ``np.fromfile`` reaches from the page cache. For the layout
+imgscale writes by default, the bytes codec followed by an optional crc32c, a chunk file is the
+little-endian array followed by its checksum, so we map it and verify the checksum
+(google-crc32c, hardware accelerated). The files are exactly what zarr writes, so any zarr reader
+still opens the store; arrays with any other codec chain are read through zarr (``imgscale bench
+io`` measures both paths).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def read_chunk_file(file: Path, chunk_shape: tuple[int, ...], dtype, checksum: b
     """The chunk in ``file`` as a read-only array; ValueError on a wrong size or checksum.
 
     The file is memory-mapped rather than copied: the checksum pass faults its pages in from the
-    page cache and consumers read them in place (a ``readinto`` copy into fresh memory ran at
-    ~3 GB/s, the mapping at ~10 GB/s; ``imgscale bench io``). Chunk files are only ever replaced
+    page cache and consumers read them in place, with no copy into fresh memory (``imgscale
+    bench io`` measures both). Chunk files are only ever replaced
     by rename, never rewritten in place, so a mapping always sees one complete version.
     """
     dtype = np.dtype(dtype)

@@ -113,8 +113,8 @@ class SplitRows:
 
     A read copies only the rows it asks for, from one chunk: a piece cut from a chunk (an
     embedding's) takes its own rows, and an empty chunk reads nothing. A filter task after each
-    read copied every selected row of the chunk, and each piece repeated it (~35 ms per 64 MiB
-    chunk on a worker). Pickles with the reader and the mask (1 MB per 1M rows), once per worker.
+    read copied every selected row of the chunk, and each piece repeated it. Pickles with the
+    reader and the mask (one byte a row), once per worker.
     """
 
     ndim = 2

@@ -75,7 +75,7 @@ CLASSES_SCHEMA = pa.schema([("label", pa.int32()), ("name", pa.string())])
 
 
 def default_rows_per_chunk(dim: int) -> int:
-    """Rows in a ~64 MiB float32 chunk: big enough that dask's ~1 ms per task is noise."""
+    """Rows in a ~64 MiB float32 chunk: big enough that dask's per-task overhead is noise."""
     return max(1, CHUNK_BYTES // (4 * dim))
 
 

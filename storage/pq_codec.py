@@ -109,10 +109,9 @@ class PQCodec:
         Each sub-space is one exhaustive k=1 search of its n sub-vectors against 256 centroids
         (faiss ``knn``: a BLAS product ‖x‖² − 2x·c + ‖c‖², then a SIMD arg-min; settings in
         `_one_thread_blas_search`). Same codes as ``ProductQuantizer.compute_codes``, which
-        computes each sub-vector's 256 distances directly, on one thread: 0.27 s against 0.42 s
-        for a 32,768 × 512 chunk (M = 64), 0.32 s against 0.44 s for 4,096 × 4,096 (M = 512),
-        so two single-threaded workers outrun its two threads. The
-        search's distances sum to the error (rotation preserves it) without decoding the rows.
+        computes each sub-vector's 256 distances directly and is slower on one thread, so two
+        single-threaded workers outrun its two threads (``imgscale bench pq``). The search's
+        distances sum to the error (rotation preserves it) without decoding the rows.
         """
         import faiss
 
@@ -147,8 +146,8 @@ class PQCodec:
 
 def _sub_vectors_by_space(X: np.ndarray, m: int) -> np.ndarray:
     """(M, n, D/M) copy of ``X`` (n, D): each sub-space's sub-vectors contiguous, as faiss's
-    search wants them. Copied ~2 MB of rows at a time so the strided reads stay in cache: one
-    ``transpose`` copy of a whole 32,768 × 512 chunk costs ~1.6× as much."""
+    search wants them. Copied ~2 MB of rows at a time so the strided reads stay in cache, which
+    a ``transpose`` copy of a whole chunk does not."""
     n, dim = X.shape
     block = max(1, 2**19 // dim)
     sub = np.empty((m, n, dim // m), X.dtype)
@@ -171,11 +170,11 @@ def _one_thread_blas_search() -> Iterator[None]:
 
     One thread: encode tasks run one per single-threaded Dask worker (jobs/cluster.py), and
     OpenMP threads on top of that would oversubscribe the cores (a per-thread setting). BLAS from
-    the first query: below faiss's ``distance_compute_blas_threshold`` a search scans directly at
-    ~820 ns a query against ~100 ns by BLAS (256 centroids of 8 dims), which made a 4,096-row
-    chunk (D = 4096) 5× slower than ``compute_codes``; and the two paths round differently, so
-    near-tied centroids must always see the same one. 1,024 queries a block keep the
-    1,024 × 256 distance block in L2 cache (faiss's default 4,096: 10% slower).
+    the first query: below faiss's ``distance_compute_blas_threshold`` a search scans each query
+    directly, several times slower than by BLAS, which made short chunks slower than
+    ``compute_codes``; and the two paths round differently, so near-tied centroids must always
+    see the same one. 1,024 queries a block keep the 1,024 × 256 distance block in L2 cache
+    (faiss's default of 4,096 does not).
     """
     import faiss
 

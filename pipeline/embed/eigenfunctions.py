@@ -143,8 +143,8 @@ def _add_bin_counts(S, offset, low, inverse_width, counts):  # pragma: no cover
     it replaced (subtract, scale, clip, truncate) so a value on an edge lands in the same bin.
 
     Returns the first row with a non-finite value (nothing of it counted), or −1. The bins of a
-    row are computed before any is counted, so that loop has no stores to `counts` and vectorises:
-    ≈ 0.9 ns a value on one core, against ≈ 4.7 ns for the numpy steps and one `np.bincount`.
+    row are computed before any is counted, so that loop has no stores to `counts` and
+    vectorises, unlike the numpy steps and one `np.bincount` it replaced.
     """
     top = np.float32(counts.shape[1] - 1)
     index = np.empty(S.shape[1], dtype=np.int64)
