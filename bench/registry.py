@@ -42,6 +42,7 @@ MODULES = (
     "accuracy",
     "protocols",
     "ale_ceiling",
+    "local",
 )
 
 

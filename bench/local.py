@@ -1,0 +1,252 @@
+"""Paper 004 (predicted neighbourhoods for lazy local learning) on binary tasks whose classes are
+multi-modal, in the protocol of §4: accuracy against Global (B/U), Local (B/U) and Local+ML,
+per-query latency, and the offline time on 1 and 2 workers.
+
+Tasks: MNIST and USPS "even vs odd" and "closed loop (0, 6, 8, 9) vs rest"; 20 Newsgroups
+"comp.* vs rest" and "rec.* vs rest" (bag-of-words histograms of `accuracy.newsgroups_histograms`).
+Each task pools the official train and test rows, draws a test set of 100 queries balanced
+between the two labels (§4), and takes the M training rows from the rest (at most `max_rows`).
+Every method sees the same features: the rows projected on the 100 leading principal components
+of the training rows (§4 reduces aPascal's features to 200 the same way).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from distributed import Client, LocalCluster
+from sklearn.decomposition import PCA
+
+from imgscale.bench.accuracy import NEWSGROUPS_FILE, newsgroups_histograms
+from imgscale.bench.common import record
+from imgscale.bench.registry import Context, benchmark
+from imgscale.jobs.local import scattering_mapper
+from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier, RidgeClassifier
+from imgscale.pipeline.classify.local import recover
+
+# The 20 "bydate" newsgroups in sorted order: `newsgroups_histograms`' label i is NEWSGROUPS[i].
+NEWSGROUPS = (
+    "alt.atheism", "comp.graphics", "comp.os.ms-windows.misc", "comp.sys.ibm.pc.hardware",
+    "comp.sys.mac.hardware", "comp.windows.x", "misc.forsale", "rec.autos", "rec.motorcycles",
+    "rec.sport.baseball", "rec.sport.hockey", "sci.crypt", "sci.electronics", "sci.med",
+    "sci.space", "soc.religion.christian", "talk.politics.guns", "talk.politics.mideast",
+    "talk.politics.misc", "talk.religion.misc",
+)  # fmt: skip
+CLOSED_LOOP = (0, 6, 8, 9)
+TASKS = {
+    "digits": ("even", "closed-loop"),
+    "usps": ("even", "closed-loop"),
+    "mnist": ("even", "closed-loop"),
+    "20news": ("comp", "rec"),
+}
+QUERIES_PER_LABEL = 50
+PCA_DIM = 100
+GLOBAL_B_DRAWS = 10
+RECOVERY_INSTANCES = 20
+
+
+def load_rows(dataset: str, data_dir: Path | None) -> tuple[np.ndarray, np.ndarray]:
+    """All rows (train and test pooled) as float32 in [0, 1] (or histograms) and int labels."""
+    if dataset == "digits":
+        from sklearn.datasets import load_digits
+
+        X, y = load_digits(return_X_y=True)
+        return (X / 16.0).astype(np.float32), y
+    if dataset == "20news":
+        X_train, y_train, X_test, y_test = newsgroups_histograms(data_dir / NEWSGROUPS_FILE)
+        if int(max(y_train.max(), y_test.max())) + 1 != len(NEWSGROUPS):
+            raise ValueError(f"{NEWSGROUPS_FILE}: expected {len(NEWSGROUPS)} newsgroups")
+        return np.vstack([X_train, X_test]), np.concatenate([y_train, y_test])
+    with np.load(data_dir / f"{dataset}.npz", allow_pickle=False) as data:
+        X = np.vstack([data["X_train"], data["X_test"]]).astype(np.float32)
+        y = np.concatenate([data["y_train"], data["y_test"]]).astype(np.int64)
+    return X / np.float32(255.0 if X.max() > 1 else 1.0), y
+
+
+def binary_labels(dataset: str, task: str, y: np.ndarray) -> np.ndarray:
+    """1 for the task's positive class (even digits, closed loops, comp.* or rec.*), else 0."""
+    if dataset == "20news":
+        prefix = f"{task}."
+        positive = [i for i, name in enumerate(NEWSGROUPS) if name.startswith(prefix)]
+    else:
+        positive = [d for d in range(10) if d % 2 == 0] if task == "even" else list(CLOSED_LOOP)
+    return np.isin(y, positive).astype(np.int64)
+
+
+def split_task(y: np.ndarray, max_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, test rows): 50 test queries of each label, then ≤ max_rows from the rest."""
+    rng = np.random.default_rng(seed)
+    test = np.concatenate(
+        [rng.choice(np.flatnonzero(y == c), QUERIES_PER_LABEL, replace=False) for c in (0, 1)]
+    )
+    rest = np.setdiff1d(np.arange(len(y)), test)
+    train = np.sort(rng.choice(rest, min(max_rows, len(rest)), replace=False))
+    return train, test
+
+
+def global_balanced(X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, seed):
+    """Global B (§4): the larger label downsampled to the smaller; mean over draws."""
+    rng = np.random.default_rng(seed)
+    smaller = np.bincount(y).min()
+    rates = []
+    for _ in range(GLOBAL_B_DRAWS):
+        rows = np.concatenate(
+            [rng.choice(np.flatnonzero(y == c), smaller, replace=False) for c in (0, 1)]
+        )
+        model = RidgeClassifier().fit(X[rows], y[rows])
+        rates.append(np.mean(model.predict(X_test) == y_test))
+    return float(np.mean(rates))
+
+
+def latencies(model, X_test: np.ndarray) -> np.ndarray:
+    """Seconds to answer each query alone, in-process (a numpy row: no cluster round trip)."""
+    out = []
+    for row in X_test:
+        started = time.perf_counter()
+        model.predict_proba(row[None, :])
+        out.append(time.perf_counter() - started)
+    return np.asarray(out)
+
+
+def recovery_precision(model, X: np.ndarray, method: str) -> tuple[float, float]:
+    """Mean precision of the |y| most confident rows against the target neighbourhood y of the
+    first training instances (from their predicted compressed indicators), and the median
+    seconds per recovery."""
+    signs = model.sensing_signs_
+    phi = signs.astype(np.float32) / np.float32(np.sqrt(len(signs)))
+    bounds = model.neighbourhood_indptr_
+    precisions, seconds = [], []
+    for n, instance in enumerate(model.neighbourhood_instances_[:RECOVERY_INSTANCES]):
+        members = model.neighbourhood_members_[bounds[n] : bounds[n + 1]]
+        z = (X[instance] - model.regression_mean_) @ model.regression_coef_ + model.target_mean_
+        started = time.perf_counter()
+        confidences = recover(z, phi, len(members), method)[0]
+        seconds.append(time.perf_counter() - started)
+        top = np.argsort(-confidences, kind="stable")[: len(members)]
+        precisions.append(np.isin(top, members).mean())
+    return float(np.mean(precisions)), float(np.median(seconds))
+
+
+def run_task(dataset, task, X_all, y_digits, params, max_rows, client, log, seed=0) -> list[dict]:
+    y_all = binary_labels(dataset, task, y_digits)
+    train, test = split_task(y_all, max_rows, seed)
+    pca = PCA(min(PCA_DIM, X_all.shape[1]), random_state=seed).fit(X_all[train])
+    X, X_test = (pca.transform(X_all[rows]).astype(np.float32) for rows in (train, test))
+    y, y_test = y_all[train], y_all[test]
+    name = f"{dataset} {task}"
+    tag = {"dataset": dataset, "task": task, "rows": len(train)}
+
+    def rate(model) -> float:
+        return float(np.mean(model.predict(X_test) == y_test))
+
+    started = time.perf_counter()
+    ours = PredictedNeighbourhoodClassifier(**params, random_state=seed)
+    ours.fit(X, y, scattering_mapper(client))
+    offline = time.perf_counter() - started
+    fixed = {k: v for k, v in params.items() if k in ("sizes", "alpha")}
+    local_b = PredictedNeighbourhoodClassifier(neighbourhood="nearest", **fixed).fit(X, y)
+    local_u = PredictedNeighbourhoodClassifier(
+        neighbourhood="nearest", balanced=False, **fixed
+    ).fit(X, y)
+    local_ml = PredictedNeighbourhoodClassifier(
+        neighbourhood="nearest", metric="learned", **fixed, random_state=seed
+    ).fit(X, y)
+    rates = {
+        "ours": rate(ours),
+        "local_b": rate(local_b),
+        "local_u": rate(local_u),
+        "local_ml": rate(local_ml),
+        "global_u": rate(RidgeClassifier().fit(X, y)),
+        "global_b": global_balanced(X, y, X_test, y_test, seed),
+    }
+    ours_seconds, local_seconds = latencies(ours, X_test), latencies(local_b, X_test)
+    log(f"{name}: {rates}; offline {offline:.0f} s")
+    records = [
+        record(f"{name} accuracy ours", rates["ours"], "fraction", rates["local_b"],
+               peer="Local B", **tag),
+        *(record(f"{name} accuracy {m.replace('_', ' ')}", rates[m], "fraction", **tag)
+          for m in ("local_b", "local_u", "local_ml", "global_b", "global_u")),
+        record(f"{name} latency median ours", np.median(ours_seconds), "s",
+               np.median(local_seconds), peer="Local B", **tag),
+        record(f"{name} latency p95 ours", np.percentile(ours_seconds, 95), "s",
+               np.percentile(local_seconds, 95), peer="Local B", **tag),
+        record(f"{name} offline fit ours", offline, "s", **tag),
+    ]  # fmt: skip
+    return records, ours, X
+
+
+def recovery_records(model, X, name: str) -> list[dict]:
+    """One-step correlation against OMP on the training instances' own neighbourhoods."""
+    omp = recovery_precision(model, X, "omp")
+    correlation = recovery_precision(model, X, "correlation")
+    return [
+        record(f"{name} recovery precision correlation", correlation[0], "fraction", omp[0],
+               peer="OMP"),
+        record(f"{name} recovery seconds correlation", correlation[1], "s", omp[1], peer="OMP"),
+    ]  # fmt: skip
+
+
+def offline_scaling(X, y, params, seed, name: str) -> list[dict]:
+    """The offline fit (N × K × S local classifiers) on a fresh 1-worker and 2-worker cluster."""
+    seconds = {}
+    for workers in (1, 2):
+        with (
+            LocalCluster(
+                n_workers=workers, threads_per_worker=1, dashboard_address=":0"
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            started = time.perf_counter()
+            PredictedNeighbourhoodClassifier(**params, random_state=seed).fit(
+                X, y, scattering_mapper(client)
+            )
+            seconds[workers] = time.perf_counter() - started
+    return [
+        record(f"{name} offline fit 2 workers", seconds[2], "s", seconds[1], peer="1 worker"),
+    ]
+
+
+@benchmark(
+    "local",
+    "paper 004 section 4: predicted neighbourhoods vs Global B/U, Local B/U and Local+ML on "
+    "binary multi-modal tasks (100 balanced queries), per-query latency, offline 1 vs 2 workers",
+    needs=("usps.npz, mnist.npz, 20news-bydate.tar.gz (small and up; tiny uses sklearn's digits)",),
+    kind="accuracy",
+)
+def suite(ctx: Context) -> list[dict]:
+    datasets, max_rows, params = ctx.pick(
+        tiny=(("digits",), 2000,
+              {"n_neighbourhoods": 200, "sizes": (20, 40, 80), "n_samples": 3}),
+        small=(("usps",), 10_000,
+               {"n_neighbourhoods": 500, "sizes": (50, 100, 200, 400), "n_samples": 5}),
+        medium=(("mnist", "usps", "20news"), 10_000,
+                {"n_neighbourhoods": 2000, "sizes": (50, 100, 200, 400), "n_samples": 5}),
+        large=(("mnist", "usps", "20news"), 10_000,
+               {"n_neighbourhoods": 2000, "sizes": (50, 100, 200, 400), "n_samples": 10}),
+    )  # fmt: skip
+    records = []
+    first = None
+    with Client(ctx.scheduler) as client:
+        for dataset in datasets:
+            data_dir = None
+            if dataset != "digits":
+                filename = NEWSGROUPS_FILE if dataset == "20news" else f"{dataset}.npz"
+                data_dir = ctx.data(filename).parent
+            X_all, y_all = load_rows(dataset, data_dir)
+            for task in TASKS[dataset]:
+                task_records, model, X = run_task(
+                    dataset, task, X_all, y_all, params, max_rows, client, ctx.log
+                )
+                records += task_records
+                if first is None:
+                    first = (dataset, task, model, X, binary_labels(dataset, task, y_all))
+    dataset, task, model, X, _ = first
+    records += recovery_records(model, X, f"{dataset} {task}")
+    y = model.classes_[model.training_index_]
+    records += offline_scaling(X, y, params, 0, f"{dataset} {task}")
+    for method in ("ours", "local b", "local u", "local ml", "global b", "global u"):
+        values = [r["value"] for r in records if r["name"].endswith(f"accuracy {method}")]
+        records.append(record(f"mean accuracy {method}", np.mean(values), "fraction"))
+    return records
