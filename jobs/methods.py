@@ -58,6 +58,7 @@ from imgscale.pipeline.classify import (
     MetricKNeighborsClassifier,
     MetricNearestClassMean,
     NearestClassMean,
+    PredictedNeighbourhoodClassifier,
     RidgeClassifier,
     SemiSupervisedEigenSolver,
 )
@@ -96,6 +97,13 @@ GRAM_PRECISION = Option(
     "float64",
     "precision of the Gram products, summed in float64 (float32: faster, relative error ~1e-4).",
 )
+NEIGHBOURHOODS = Option(
+    "neighbourhoods", int, 2000, "training instances given a target neighbourhood (paper 004 §3.1)."
+)
+SIZES = Option(
+    "sizes", str, "50,100,200,400", "candidate neighbourhood sizes, comma-separated (§3.1, §3.3)."
+)
+SAMPLES = Option("samples", int, 10, "candidate sets per size and instance (§3.1's S).")
 
 
 @dataclass(frozen=True)
@@ -216,6 +224,26 @@ def _fit_ssl(data: TrainingData, options: dict) -> BaseEstimator:
     return model.set_params(lam=model.lam or 100.0).fit(data.X, data.y, data.eigenvalues)
 
 
+def _fit_local(data: TrainingData, options: dict) -> BaseEstimator:
+    # Paper 004: the N × K × S offline fits run as tasks on the command's cluster, the training
+    # rows broadcast to each worker once (jobs.local).
+    from distributed import default_client
+
+    from imgscale.jobs.local import scattering_mapper
+
+    try:
+        sizes = tuple(int(k) for k in options["sizes"].split(","))
+    except ValueError:
+        raise ValueError(
+            f"--sizes {options['sizes']!r}: expected integers like 50,100,200,400"
+        ) from None
+    model = PredictedNeighbourhoodClassifier(
+        n_neighbourhoods=options["neighbourhoods"], sizes=sizes, n_samples=options["samples"],
+        random_state=0,
+    )  # fmt: skip
+    return model.fit(data.X, data.y, scattering_mapper(default_client()))
+
+
 METHODS: dict[str, Method] = {
     method.name: method
     for method in (
@@ -260,6 +288,13 @@ METHODS: dict[str, Method] = {
             options=(RHO,),
             uses_validation=True,
             needs_eigenvalues=True,
+        ),
+        Method(
+            "local",
+            "lazy local learning on predicted neighbourhoods (paper 004 §3)",
+            _fit_local,
+            estimators=(PredictedNeighbourhoodClassifier,),
+            options=(NEIGHBOURHOODS, SIZES, SAMPLES),
         ),
     )
 }
