@@ -113,6 +113,7 @@ class PQCodes:
     codes: Any
     codebook: np.ndarray
     rotation: np.ndarray | None
+    decode: Callable[[np.ndarray], np.ndarray]
 
 
 class TrainingData:
@@ -151,7 +152,7 @@ class TrainingData:
         if getattr(self._store, "encoding", "raw") != "pq":
             return None
         codec = self._store.codec
-        return PQCodes(self._store.codes(self._split), codec.codebook, codec.rotation)
+        return PQCodes(self._store.codes(self._split), codec.codebook, codec.rotation, codec.decode)
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,9 @@ def _fit_ncm_metric(data: TrainingData, options: dict) -> BaseEstimator:
     pq = data.codes
     if pq is not None:
         # Class means from the codes; SGD decodes only the rows it samples.
-        return model.fit_codes(pq.codes, data.y, pq.codebook, pq.rotation, X_val, y_val)
+        return model.fit_codes(
+            pq.codes, data.y, pq.codebook, pq.rotation, X_val, y_val, decode=pq.decode
+        )
     return model.fit(data.X, data.y, X_val, y_val)
 
 

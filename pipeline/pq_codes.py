@@ -31,7 +31,9 @@ from imgscale.pipeline.reductions import (
     stats_chains,
 )
 
-KSUB = 256
+# Centroids per sub-quantizer: one for every value of a uint8 code. Derived from the codes' type
+# rather than shared with the storage codec, which this layer does not import.
+KSUB = np.iinfo(np.uint8).max + 1
 
 
 def _check_codes(codes: np.ndarray, m: int, row_start: int) -> np.ndarray:

@@ -20,15 +20,6 @@ import numpy as np
 from imgscale.pipeline.compute import gather_rows
 
 
-def decode_codes(codes: np.ndarray, codebook: np.ndarray, rotation: Any = None) -> np.ndarray:
-    """float32 rows (n, D) of PQ codes (n, M): concatenated centroids, rotated back."""
-    m, ksub, dsub = codebook.shape
-    index = np.asarray(codes).astype(np.intp)
-    index += np.arange(m, dtype=np.intp) * ksub
-    rows = np.take(codebook.reshape(-1, dsub), index, axis=0).reshape(len(index), m * dsub)
-    return rows if rotation is None else rows @ np.asarray(rotation, np.float32).T
-
-
 class RowSampler:
     """Uniform random labelled rows of X (numpy or dask; raw rows or codes with ``decode``).
 

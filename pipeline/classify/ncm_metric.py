@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import dask
@@ -16,10 +17,9 @@ from imgscale.pipeline.classify._base import (
     grown_classes,
     top_k_columns,
 )
-from imgscale.pipeline.classify._minibatch import RowSampler, decode_codes
+from imgscale.pipeline.classify._minibatch import RowSampler
 from imgscale.pipeline.classify.ncm import NearestClassMean
 from imgscale.pipeline.compute import compute
-from imgscale.pipeline.pq_codes import check_codebook
 from imgscale.pipeline.principal_axes import covariance_stats, principal_axes
 from imgscale.pipeline.reductions import RowStats
 
@@ -178,16 +178,14 @@ class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
         rotation: Any = None,
         X_val: Any = None,
         y_val: Any = None,
+        *,
+        decode: Callable[[np.ndarray], np.ndarray],
     ) -> MetricNearestClassMean:
         """Means from the codes (centroids gathered, no row decoded), W by SGD decoding only the
-        sampled rows."""
+        sampled rows with ``decode`` (codes → float32 rows: the codec's own, e.g. the storage
+        layer's `PQCodec.decode`, so there is one decoder)."""
         self._forget()
         super().fit_codes(codes, y, codebook, rotation)
-        codebook, rotation = check_codebook(codebook, rotation)
-
-        def decode(rows: np.ndarray) -> np.ndarray:
-            return decode_codes(rows, codebook, rotation)
-
         return self._learn(codes, y, decode, X_val, y_val)
 
     def partial_fit(self, X: Any, y: Any, classes: Any = None) -> MetricNearestClassMean:

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from imgscale.pipeline.classify._minibatch import decode_codes
 from imgscale.pipeline.classify.ncm_metric import MetricNearestClassMean, ncm_objective
 from imgscale.pipeline.classify.zero_shot import ancestors, map_mean, prior_means
+from imgscale.storage import PQCodec
 from tests.pipeline.conftest import as_dask
 
 FAST = {"n_components": 4, "batch_size": 64, "max_iter": 60, "validate_every": 20}
@@ -115,10 +115,13 @@ def test_fit_codes_means_equal_decoded_rows_and_decode_only_samples():
     codebook = rng.normal(size=(5, 256, 2)).astype(np.float32)
     codes = rng.integers(0, 256, (400, 5)).astype(np.uint8)
     y = rng.integers(0, 4, 400)
-    decoded = decode_codes(codes, codebook)
+    decode = PQCodec(codebook).decode
+    decoded = decode(codes)
     reference = codebook[np.arange(5), codes].reshape(400, 10)
     np.testing.assert_array_equal(decoded, reference)
-    model = MetricNearestClassMean(**FAST, random_state=0).fit_codes(as_dask(codes), y, codebook)
+    model = MetricNearestClassMean(**FAST, random_state=0).fit_codes(
+        as_dask(codes), y, codebook, decode=decode
+    )
     expected = np.stack([decoded[y == c].astype(np.float64).mean(0) for c in range(4)])
     np.testing.assert_allclose(model.means_, expected, rtol=1e-5, atol=1e-6)
     assert model.components_.shape == (4, 10)
