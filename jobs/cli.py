@@ -370,8 +370,10 @@ def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
     from imgscale.jobs.plot import plot_embedding
     from imgscale.storage import open_store
 
+    check_new_path(out, "OUT")
     fitted, _ = models.load(model)
     feature_store = open_store(shared_path(store))
+    feature_store.require_split(split)
     with connect(scheduler, quiet=as_json, shared_paths=[feature_store.path]):
         drawn = plot_embedding(fitted, feature_store, out, split=split, max_points=max_points)
     if as_json:
@@ -485,8 +487,11 @@ def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> 
 def schedule(every, cron, lock, max_runs, command) -> None:
     """Run `imgscale COMMAND` every interval or on a cron schedule, never two at once.
 
-    Example: imgscale schedule --every 10m -- embed MODEL SRC DST. A turn that finds another
-    run holding the lock (flock, released when its holders die) is skipped.
+    A turn that finds another run holding the lock (flock, released when its holders die) is
+    skipped. Example (one turn; without --max-runs it keeps going):
+
+    \b
+      imgscale schedule --every 10m --max-runs 1 -- embed ale.model digits.zarr digits-ale.zarr
     """
     from imgscale.jobs.schedule import parse_every
     from imgscale.jobs.schedule import schedule as run_schedule

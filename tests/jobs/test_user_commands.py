@@ -116,15 +116,19 @@ def test_a_class_the_model_has_is_refused_unless_replaced(stores, tmp_path, sche
         (lambda s, out: ["compress", s, out, "--m", "4"], "DST"),
         (lambda s, out: ["predict", out, s, out], "OUT"),
         (lambda s, out: ["add-class", out, s, "--label", "c0", "--out", out], "--out"),
+        (lambda s, out: ["plot", out, s, out / "keep"], "OUT"),
     ],
 )
 def test_an_existing_output_is_refused_before_any_work(stores, tmp_path, command, what):
     out = tmp_path / "exists"
     out.mkdir()
     (out / "keep").write_text("mine")
-    result = _run(*command(stores["full"].path, out))
+    argv = command(stores["full"].path, out)
+    result = _run(*argv)
     assert result.exit_code == 2
-    assert f"{what} {out} already exists; expected a new path" in result.output
+    assert f"{what} {argv[-1] if what == 'OUT' else out} already exists; expected a new path" in (
+        result.output
+    )
     assert "dask:" not in result.output  # no cluster was started
     assert (out / "keep").read_text() == "mine"
 
