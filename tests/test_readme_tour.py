@@ -100,6 +100,7 @@ def test_every_help_example_is_run_by_the_tour_or_a_named_test() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # ~30 commands, each a fresh process; a loaded machine is slow
 def test_the_readme_tour_runs_verbatim(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DASK_SCHEDULER_ADDRESS",)}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
