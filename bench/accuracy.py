@@ -400,7 +400,7 @@ def suite(ctx: Context) -> list[dict]:
     from distributed import Client
 
     datasets, mnist_rows, per_class, trials, rff_dim = ctx.pick(
-        tiny=(("digits",), None, (3, 30, 100), 2, 256),
+        tiny=(("digits",), None, (3, 30), 2, 256),
         small=(("digits", "usps"), None, (3, 10, 30, 100, 300), 5, 2000),
         medium=(DATASETS, 20_000, (3, 10, 30, 100, 300, 1000, 3000), 5, 2000),
         large=(DATASETS, 20_000, (3, 10, 30, 100, 300, 1000, 3000), 10, 2000),
