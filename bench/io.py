@@ -36,7 +36,7 @@ from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 
 from imgscale.bench.common import mixture_blocks, record
 from imgscale.bench.machine import drop_page_cache
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench.registry import Context, Skipped, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.pipeline.classify.ncm import NearestClassMean
 from imgscale.pipeline.compute import compute
@@ -584,6 +584,10 @@ def _pq_store_passes(
     "plain processes; each streaming pass vs the read-only pass; PQ code store",
 )
 def suite(ctx: Context) -> list[dict]:
+    if ctx.external_cluster:
+        raise Skipped(
+            "it compares LocalClusters of 1 and 2 workers of its own; run it without --scheduler"
+        )
     size_gib, repeats, pq_m = ctx.pick(
         tiny=(0.02, 1, 0), small=(1.0, 3, 64), medium=(4.0, 5, 64), large=(4.0, 5, 64)
     )
