@@ -102,7 +102,7 @@ def bench(
             workdir=work,
             data_dir=data,
             scheduler=scheduler,
-            command=shlex.join(["imgscale", "bench", *sys.argv[2:]]),
+            command=_command(names, scale, data is not None, scheduler is not None),
             log=log,
             traceback_log=(lambda text: click.echo(text, err=True)) if verbose else None,
         )
@@ -151,3 +151,10 @@ def _write_docs(docs: Path, tables: tuple[str, ...], as_json: bool) -> None:
         click.echo(json.dumps({"rows_added": added, "written": ",".join(map(str, written))}))
     else:
         click.echo(f"{added} figures added; wrote {', '.join(map(str, written))}")
+
+
+def _command(names: tuple[str, ...], scale: str, data: bool, scheduler: bool) -> str:
+    """The command that reruns this run, with this machine's folders and address as names."""
+    words = ["imgscale", "bench", *names, "--scale", scale, "--out", "DIR"]
+    words += ["--data-dir", "DATA"] * data + ["--scheduler", "ADDRESS"] * scheduler
+    return shlex.join(words)

@@ -49,6 +49,8 @@ def test_results_table_has_the_columns_and_rows_of_every_benchmark(tiny_run):
     assert len(rows) == summary["rows"]
     assert {r["benchmark"] for r in rows} == {"machine", *benchmarks()}
     assert {r["scale"] for r in rows} == {"tiny"}
+    # The command reruns the run without naming this machine's folders.
+    assert {r["command"] for r in rows} == {"imgscale bench --scale tiny --out DIR"}
     for r in rows:
         assert r["value"] == r["value"], r  # no NaN figure
         if r["peer_value"]:
