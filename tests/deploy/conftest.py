@@ -39,7 +39,8 @@ class Cluster:
             args = ["--nthreads", "1", "--host", "127.0.0.1"]
             self.workers.append(self._start(f"worker-{i}", args))
         with self.client() as client:
-            client.wait_for_workers(workers, timeout=120)
+            if workers:
+                client.wait_for_workers(workers, timeout=120)
             self.address = client.scheduler.address
 
     def _start(self, name: str, args: list[str]) -> subprocess.Popen:
