@@ -40,6 +40,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state
 from threadpoolctl import threadpool_limits
 
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels, unique_labels
+from imgscale.pipeline.classify.knn import MetricKNeighborsClassifier
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.gram import add_gram
 
@@ -60,8 +61,8 @@ Mapper = Callable[[Callable, tuple, list], list]
 
 def _one_blas_thread(fn: Callable) -> Callable:
     """Run `fn` with single-threaded BLAS: its products and solves are small (k, d ≤ a few
-    hundred), where OpenBLAS threads cost more than they give (13x slower on a loaded 2-core
-    machine in a side test); parallelism comes from running blocks side by side."""
+    hundred), where OpenBLAS threads cost more than they give, most of all on a loaded
+    machine; parallelism comes from running blocks side by side."""
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         with threadpool_limits(limits=1, user_api="blas"):
@@ -502,8 +503,6 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         seed = check_random_state(self.random_state).randint(2**31)
         self.components_ = self.embedding_weights_ = self.embedding_offset_ = None
         if self.metric == "learned":
-            from imgscale.pipeline.classify.knn import MetricKNeighborsClassifier
-
             knn = MetricKNeighborsClassifier(n_components=self.metric_dim, random_state=seed)
             self.components_ = knn.fit(X, y_index).components_
         if self.neighbourhood == "predicted":
