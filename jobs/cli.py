@@ -201,9 +201,16 @@ def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
     )
 
 
+# Method options served by a flag `train` declares itself (--n-components: an embedding's
+# dimension with --embedding, else that of a method that takes one, e.g. hope).
+TRAIN_OWN_FLAGS = ("n_components",)
+
+
 def method_options(command):
     """The options every `jobs.methods` entry declares, each once, as flags of ``train``."""
     for option in reversed(methods.method_options()):
+        if option.name in TRAIN_OWN_FLAGS:
+            continue
         kind = click.Choice(option.type) if isinstance(option.type, tuple) else option.type
         command = click.option(
             option.flag,
@@ -241,7 +248,11 @@ METHOD_LIST = "\b\nMethods:\n" + "\n".join(
     type=click.Choice(list(methods.EMBEDDINGS)),
     help="Embed rows first (fitted on all SPLIT rows, applied on the fly; paper 000 §3.2).",
 )
-@click.option("--n-components", type=int, help="Embedding dimension (default: paper 000 §4.1).")
+@click.option(
+    "--n-components",
+    type=int,
+    help="Embedding dimension (--embedding: default paper 000 §4.1; hope: 2).",
+)
 @click.option("--gamma", type=float, help="RFF/Nyström γ (default: 50th-neighbour bandwidth).")
 @method_options
 @scheduler_option
@@ -258,6 +269,9 @@ def train(
 
     check_new_path(model, "MODEL")
     given = {name: value for name, value in options.items() if _given(ctx, name)}
+    method_dim = "n_components" in {option.name for option in methods.METHODS[method].options}
+    if embedding is None and method_dim and n_components is not None:
+        given["n_components"] = n_components
     try:
         methods.resolve_options(methods.METHODS[method], given)
         if _given(ctx, "val_split"):
@@ -273,7 +287,7 @@ def train(
     embedder = None
     if embedding is not None:
         embedder = make_embedding(embedding, n_components=n_components, gamma=gamma)
-    elif n_components is not None or gamma is not None:
+    elif gamma is not None or (n_components is not None and not method_dim):
         raise click.UsageError("--n-components and --gamma need --embedding")
     started = time.perf_counter()
     with connect(scheduler, shared_paths=[feature_store.path]):

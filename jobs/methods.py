@@ -106,6 +106,28 @@ SIZES = Option(
 SAMPLES = Option("samples", int, 10, "candidate sets per size and instance (§3.1's S).")
 
 
+# en-HOPE (paper 003). --n-components is the flag `train` already has for embeddings: without
+# --embedding it sets the dimension of the en-HOPE embedding.
+HOPE_DIM = Option("n_components", int, 2, "embedding dimension h (paper 003 §3.1).")
+HOPE_EXEMPLARS = Option(
+    "exemplars", int, 20, "exemplars z over all classes, ≥ 1 per class (paper 003 §3.2)."
+)
+HOPE_EXEMPLAR_INIT = Option(
+    "exemplar_init",
+    embed.ExemplarHOPE.EXEMPLAR_INITS,
+    "kmeans",
+    "per-class k-means centres, random rows, or learned from k-means (paper 003 §3.2).",
+)
+HOPE_FACTORS = Option("factors", int, 800, "factors F of the high-order layer (paper 003 §4).")
+HOPE_HIDDEN = Option("hidden_units", int, 400, "high-order hidden units m (paper 003 §4).")
+HOPE_SOLVER = Option(
+    "solver",
+    embed.ExemplarHOPE.SOLVERS,
+    "adam",
+    "minibatch Adam, or full-batch L-BFGS (one pass over the store per evaluation).",
+)
+
+
 @dataclass(frozen=True)
 class PQCodes:
     """A PQ store's codes of the train split and the codec that decodes them."""
@@ -217,6 +239,24 @@ def _fit_knn(data: TrainingData, options: dict) -> BaseEstimator:
     return model.fit(data.X, data.y, X_val, y_val)
 
 
+def _fit_hope(data: TrainingData, options: dict) -> BaseEstimator:
+    # The labelled validation rows choose the iteration (early stopping, paper 003 §4); without
+    # them a tenth of the train rows is held out.
+    model = embed.ExemplarHOPE(
+        n_components=options["n_components"],
+        n_factors=options["factors"],
+        n_hidden=options["hidden_units"],
+        n_exemplars=options["exemplars"],
+        exemplar_init=options["exemplar_init"],
+        solver=options["solver"],
+        random_state=0,
+    )
+    if options["max_iter"] is not None:
+        model.set_params(max_iter=options["max_iter"])
+    X_val, y_val = data.validation(labelled_only=True) or (None, None)
+    return model.fit(data.X, data.y, X_val, y_val)
+
+
 def _fit_ssl(data: TrainingData, options: dict) -> BaseEstimator:
     # Paper 001 eq. 3; λ chosen on the validation split like ρ, a fixed ρ means λ = 1/ρ.
     model = SemiSupervisedEigenSolver(lam=None if options["rho"] is None else 1.0 / options["rho"])
@@ -278,6 +318,22 @@ METHODS: dict[str, Method] = {
             _fit_knn,
             estimators=(MetricKNeighborsClassifier,),
             options=(METRIC_DIM, MAX_ITER),
+            uses_validation=True,
+        ),
+        Method(
+            "hope",
+            "en-HOPE 2-D embedding, kNN against exemplars (paper 003 §3)",
+            _fit_hope,
+            estimators=(embed.ExemplarHOPE,),
+            options=(
+                HOPE_DIM,
+                HOPE_EXEMPLARS,
+                HOPE_EXEMPLAR_INIT,
+                HOPE_FACTORS,
+                HOPE_HIDDEN,
+                HOPE_SOLVER,
+                MAX_ITER,
+            ),
             uses_validation=True,
         ),
         Method(
