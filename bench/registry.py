@@ -43,6 +43,7 @@ MODULES = (
     "protocols",
     "ale_ceiling",
     "local",
+    "hope",
 )
 
 

@@ -49,15 +49,29 @@ def plot_embedding(
 ) -> dict:
     """Write a PNG scatter of the embedded rows of `split` with the model's exemplars (if any)
     drawn as red open circles, as in paper 003 Fig. 1; returns what was drawn."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise RuntimeError(PLOT_HINT) from exc
+    _pyplot()  # before any rows are read
     points, labels = embedded_sample(model, store, split, max_points)
-    names = store.class_names
+    exemplars = getattr(model, "embedded_exemplars_", None)
+    title = f"{type(model).__name__}: {len(points)} rows of split {split!r} of {store.path.name}"
+    draw_embedding(points, labels, store.class_names, exemplars, title, out)
+    return {
+        "points": len(points),
+        "classes": len(np.unique(labels)),
+        "exemplars": 0 if exemplars is None else len(exemplars),
+        "out": str(out),
+    }
+
+
+def draw_embedding(
+    points: np.ndarray,
+    labels: np.ndarray,
+    names: list[str],
+    exemplars: np.ndarray | None,
+    title: str,
+    out: str | os.PathLike,
+) -> None:
+    """The scatter itself: one colour per class (legend by name), exemplars as red circles."""
+    plt = _pyplot()
     classes = np.unique(labels)
     colours = plt.get_cmap("tab10" if len(classes) <= 10 else "tab20")
     figure, axes = plt.subplots(figsize=(8, 7), dpi=120)
@@ -65,15 +79,12 @@ def plot_embedding(
         at = labels == c
         name = names[c] if 0 <= c < len(names) else str(c)
         axes.scatter(*points[at].T, s=4, alpha=0.6, color=colours(i % colours.N), label=name)
-    exemplars = getattr(model, "embedded_exemplars_", None)
     if exemplars is not None:
         axes.scatter(
             *np.asarray(exemplars)[:, :2].T, s=120, facecolors="none", edgecolors="red",
             linewidths=1.5, label="exemplars",
         )  # fmt: skip
-    axes.set_title(
-        f"{type(model).__name__}: {len(points)} rows of split {split!r} of {store.path.name}"
-    )
+    axes.set_title(title)
     axes.set_xlabel("dimension 1")
     axes.set_ylabel("dimension 2")
     legend = axes.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
@@ -82,9 +93,15 @@ def plot_embedding(
         handle.set_sizes([60 if text.get_text() == "exemplars" else 25])
     figure.savefig(out, bbox_inches="tight")
     plt.close(figure)
-    return {
-        "points": len(points),
-        "classes": len(classes),
-        "exemplars": 0 if exemplars is None else len(exemplars),
-        "out": str(out),
-    }
+
+
+def _pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or the one-line install hint."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise RuntimeError(PLOT_HINT) from exc
+    return plt
