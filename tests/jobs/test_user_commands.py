@@ -228,3 +228,19 @@ def test_a_failed_ingest_prints_its_error_on_a_line_of_its_own(tmp_path, monkeyp
         lines[1] == f"imgscale: error: store {store}: no space left on device; nothing was "
         "committed and the rows written so far were removed"
     )
+
+
+def test_a_repeated_ingest_says_it_was_skipped_and_remove_batch_undoes_the_last(tmp_path):
+    X, y = _rows(0, 60)
+    np.savez(tmp_path / "a.npz", X=X, y=y)
+    store = tmp_path / "s.zarr"
+    first = _run("ingest", tmp_path / "a.npz", store)
+    assert first.exit_code == 0 and "committed (60 rows;" in first.stderr
+    again = _run("ingest", tmp_path / "a.npz", store)
+    assert again.exit_code == 0
+    assert again.stderr.endswith("already committed (60 rows), skipped\n")
+    info = json.loads(_run("info", store, "--json").stdout)
+    assert info["splits"] == {"train": 60} and info["batches"][0]["rows"] == 60
+    removed = _run("remove-batch", store, info["batches"][0]["batch_id"])
+    assert removed.exit_code == 0 and "removed (60 rows)" in removed.stderr
+    assert json.loads(_run("info", store, "--json").stdout)["rows"] == 0
