@@ -34,14 +34,18 @@ class Cluster:
         self.scheduler_file = root / "scheduler.json"
         self.scheduler = self._start("scheduler", ["--host", "127.0.0.1", "--port", "0"])
         self.workers: list[subprocess.Popen] = []
-        _wait_for(self.scheduler_file.exists, "scheduler file", self.scheduler)
-        for i in range(workers):
-            args = ["--nthreads", "1", "--host", "127.0.0.1"]
-            self.workers.append(self._start(f"worker-{i}", args))
-        with self.client() as client:
-            if workers:
-                client.wait_for_workers(workers, timeout=120)
-            self.address = client.scheduler.address
+        try:
+            _wait_for(self.scheduler_file.exists, "scheduler file", self.scheduler)
+            for i in range(workers):
+                args = ["--nthreads", "1", "--host", "127.0.0.1"]
+                self.workers.append(self._start(f"worker-{i}", args))
+            with self.client() as client:
+                if workers:
+                    client.wait_for_workers(workers, timeout=120)
+                self.address = client.scheduler.address
+        except BaseException:
+            self.stop()
+            raise
 
     def _start(self, name: str, args: list[str]) -> subprocess.Popen:
         role = name.split("-")[0]
