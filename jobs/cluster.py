@@ -103,7 +103,7 @@ def tls_configured() -> bool:
 @contextlib.contextmanager
 def _remote_client(address: str) -> Iterator[Client]:
     protocol, location = parse_address(address)
-    if protocol == "tls" and not tls_configured():
+    if protocol == "tls" and not dask.config.get(TLS_KEYS["tls_cert"], None):
         raise ClusterError(
             f"scheduler {address} uses TLS: give --tls-ca-file, --tls-cert and --tls-key (or "
             "set distributed.comm.tls in Dask's configuration)"

@@ -245,7 +245,9 @@ def test_every_deployed_command_runs_against_a_tls_cluster_started_from_the_mani
             process.terminate()
         for process in processes:
             process.wait(timeout=30)
-    assert "Starting worker" in (logs / "DaskCluster-worker.log").read_text()
+    # The worker started from the DaskCluster's command line joined over TLS.
+    worker_log = (logs / "DaskCluster-worker.log").read_text()
+    assert re.search(r"Start worker at: +tls://127\.0\.0\.1:", worker_log), worker_log
 
 
 def run_deployed(tmp_path, substitute, found, env) -> None:
@@ -266,17 +268,26 @@ def run_deployed(tmp_path, substitute, found, env) -> None:
     assert (stores / "features-ale.zarr").is_dir()
     run("compose job", substitute(found["compose job"]))
 
-    # Without the client certificate the scheduler refuses the client (mutual TLS), in one line.
+    # Without a client certificate imgscale says what to give, in one line.
     argv = substitute(found["CronJob job"])
     tls = {i for i, a in enumerate(argv) if a.startswith("--tls-")}
     bare = [a for i, a in enumerate(argv) if i not in tls and i - 1 not in tls]
     refused = subprocess.run(bare, env=env, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1
-    assert len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert refused.stderr.splitlines() == [
+        f"imgscale: error: scheduler {substitute.address} uses TLS: give --tls-ca-file, "
+        "--tls-cert and --tls-key (or set distributed.comm.tls in Dask's configuration)"
+    ]
+    # With a certificate another CA signed, the scheduler refuses the handshake.
+    rogue = tmp_path / "rogue"
+    subprocess.run([DEPLOY / "tls" / "make-certs", rogue], check=True, capture_output=True)
+    forged = [str(rogue / Path(a).name) if "/client." in a else a for a in argv]
+    refused = subprocess.run(forged, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert refused.stderr.startswith(
         f"imgscale: error: could not connect to the scheduler at {substitute.address}: "
     )
-    # Nor does a client without any TLS configuration, over plain TCP.
+    # Nor does a client without any TLS configuration reach it over plain TCP.
     plain = [a.replace("tls://", "tcp://") for a in bare]
     refused = subprocess.run(plain, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
