@@ -127,6 +127,7 @@ def run_dataset(
     data_dir: Path | None,
     *,
     trials: int = FEW_TRIALS,
+    rff_dim: int = RFF_DIM,
     choices: bool = True,
     log: Callable[[str], None] = print,
 ) -> list[dict]:
@@ -146,7 +147,7 @@ def run_dataset(
     log(f"{name}: ALE from {(per_direction > 0).sum()} directions; exact σ {sigma_exact[[0, -1]]}")
     features = {
         "linear ridge": (X, None),
-        f"RFF-{RFF_DIM} + ridge": (RandomFourierFeatures(RFF_DIM, random_state=0).fit_transform(X),
+        f"RFF-{rff_dim} + ridge": (RandomFourierFeatures(rff_dim, random_state=0).fit_transform(X),
                                    None),
         "ALE + SSL": (U_ale, ale.eigenvalues_),
         "ALE + ridge": (U_ale, None),
@@ -223,7 +224,7 @@ def _slug(text: str) -> str:
 )
 def suite(ctx: Context) -> list[dict]:
     datasets, train_rows, test_rows, n_components = ctx.pick(
-        tiny=(("digits",), 1_000, 300, 40),
+        tiny=(("digits",), 600, 200, 20),
         small=(("usps",), 4_000, 1_000, 200),
         medium=(("mnist", "usps", "20news"), 8_000, 2_000, 500),
         large=(("mnist", "usps", "20news"), 16_000, 4_000, 500),
@@ -232,7 +233,9 @@ def suite(ctx: Context) -> list[dict]:
     for name in datasets:
         data_dir = ctx.data(FILES[name]).parent if name in FILES else None
         records += run_dataset(
-            name, train_rows, test_rows, n_components, data_dir, choices=ctx.scale != "tiny",
-            log=ctx.log,
+            name, train_rows, test_rows, n_components, data_dir,
+            trials=ctx.pick(tiny=1, small=FEW_TRIALS, medium=FEW_TRIALS, large=FEW_TRIALS),
+            rff_dim=ctx.pick(tiny=200, small=RFF_DIM, medium=RFF_DIM, large=RFF_DIM),
+            choices=ctx.scale != "tiny", log=ctx.log,
         )  # fmt: skip
     return records
