@@ -3,6 +3,8 @@ options are refused where they do not apply; a new entry trains through `jobs.tr
 
 from __future__ import annotations
 
+import re
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -52,7 +54,8 @@ def test_an_option_of_another_method_is_refused_naming_the_methods_that_take_it(
               "--max-iter", "5"],
     )  # fmt: skip
     assert result.exit_code == 2
-    assert "--max-iter applies to --method ncm-metric, knn only" in result.output
+    takers = re.search(r"--max-iter applies to --method (.*) only", result.output).group(1)
+    assert {"ncm-metric", "knn"} <= set(takers.split(", ")) and "ridge" not in takers
     assert not (tmp_path / "m").exists()
 
 
@@ -62,7 +65,9 @@ def test_a_validation_split_for_a_method_that_reads_none_is_refused(digits_store
               "--val-split", "val"],
     )  # fmt: skip
     assert result.exit_code == 2
-    assert "--val-split applies to --method ridge, ncm-metric, knn, ssl only" in result.output
+    takers = re.search(r"--val-split applies to --method (.*) only", result.output).group(1)
+    assert {"ridge", "ncm-metric", "knn", "ssl"} <= set(takers.split(", "))
+    assert "ncm" not in takers.split(", ")
     assert not (tmp_path / "m").exists()
 
 
