@@ -216,15 +216,18 @@ def offline_scaling(X, y, params, seed, name: str) -> list[dict]:
     kind="accuracy",
 )
 def suite(ctx: Context) -> list[dict]:
-    datasets, max_rows, params = ctx.pick(
+    # tiny: one task and no 1 -> 2 worker fits, so the whole suite's toy run stays in minutes.
+    datasets, max_rows, params, tasks, scaling = ctx.pick(
         tiny=(("digits",), 2000,
-              {"n_neighbourhoods": 200, "sizes": (20, 40, 80), "n_samples": 3}),
+              {"n_neighbourhoods": 100, "sizes": (20, 40), "n_samples": 2}, 1, False),
         small=(("usps",), 10_000,
-               {"n_neighbourhoods": 500, "sizes": (50, 100, 200, 400), "n_samples": 5}),
+               {"n_neighbourhoods": 500, "sizes": (50, 100, 200, 400), "n_samples": 5}, 2, True),
         medium=(("mnist", "usps", "20news"), 10_000,
-                {"n_neighbourhoods": 2000, "sizes": (50, 100, 200, 400), "n_samples": 5}),
+                {"n_neighbourhoods": 2000, "sizes": (50, 100, 200, 400), "n_samples": 5}, 2,
+                True),
         large=(("mnist", "usps", "20news"), 10_000,
-               {"n_neighbourhoods": 2000, "sizes": (50, 100, 200, 400), "n_samples": 10}),
+               {"n_neighbourhoods": 2000, "sizes": (50, 100, 200, 400), "n_samples": 10}, 2,
+               True),
     )  # fmt: skip
     records = []
     first = None
@@ -235,7 +238,7 @@ def suite(ctx: Context) -> list[dict]:
                 filename = NEWSGROUPS_FILE if dataset == "20news" else f"{dataset}.npz"
                 data_dir = ctx.data(filename).parent
             X_all, y_all = load_rows(dataset, data_dir)
-            for task in TASKS[dataset]:
+            for task in TASKS[dataset][:tasks]:
                 task_records, model, X = run_task(
                     dataset, task, X_all, y_all, params, max_rows, client, ctx.log
                 )
@@ -245,7 +248,8 @@ def suite(ctx: Context) -> list[dict]:
     dataset, task, model, X, _ = first
     records += recovery_records(model, X, f"{dataset} {task}")
     y = model.classes_[model.training_index_]
-    records += offline_scaling(X, y, params, 0, f"{dataset} {task}")
+    if scaling:
+        records += offline_scaling(X, y, params, 0, f"{dataset} {task}")
     for method in ("ours", "local b", "local u", "local ml", "global b", "global u"):
         values = [r["value"] for r in records if r["name"].endswith(f"accuracy {method}")]
         records.append(record(f"mean accuracy {method}", np.mean(values), "fraction"))
