@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from imgscale.storage.errors import StoreError
 
 # Version 2 lists each step's arrays and checksums every chunk; version 1 models did neither.
 MODEL_SCHEMA_VERSION = 2
+# Schema versions this imgscale reads: a version 1 model loads unverified, with a warning.
+READABLE_SCHEMA_VERSIONS = (1, MODEL_SCHEMA_VERSION)
 # zstd, then the checksum last so damage to the stored bytes is caught before decompression.
 MODEL_CODECS = (ZstdCodec(level=1), Crc32cCodec())
 # Every chunk is written, even one equal to the fill value, so a missing chunk means damage.
@@ -140,17 +143,28 @@ def load_model(path: str | os.PathLike) -> tuple[list[SavedStep], dict]:
         meta = root.attrs["imgscale_model"]
     except (FileNotFoundError, KeyError, ValueError) as exc:
         raise StoreError(f"model {path}: not an imgscale model ({exc})") from exc
-    if meta.get("schema_version") != MODEL_SCHEMA_VERSION:
+    version = meta.get("schema_version")
+    if version not in READABLE_SCHEMA_VERSIONS:
         raise StoreError(
-            f"model {path}: schema version {meta.get('schema_version')!r}; "
-            f"expected {MODEL_SCHEMA_VERSION} (train it again with this imgscale)"
+            f"model {path}: schema version {version!r}; expected one of "
+            f"{list(READABLE_SCHEMA_VERSIONS)} (train it again with this imgscale)"
+        )
+    if version == 1:
+        warnings.warn(
+            f"model {path}: saved without checksums (schema version 1), so it loads unverified; "
+            "train it again to have it verified on every load",
+            UserWarning,
+            stacklevel=2,
         )
     steps = []
     for i, step in enumerate(meta["steps"]):
-        arrays = {
-            name: _read_array(root, path, f"step{i}/{name}", expected)
-            for name, expected in step["arrays"].items()
-        }
+        if version == 1:
+            arrays = {name: np.asarray(a[...]) for name, a in root[f"step{i}"].arrays()}
+        else:
+            arrays = {
+                name: _read_array(root, path, f"step{i}/{name}", expected)
+                for name, expected in step["arrays"].items()
+            }
         steps.append(SavedStep(step["kind"], step["params"], arrays, step["scalars"]))
     return steps, meta["provenance"]
 
