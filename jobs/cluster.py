@@ -84,7 +84,11 @@ def connect(
             address = client.scheduler.address
         if not quiet:
             workers = len(client.scheduler_info(n_workers=-1)["workers"])
-            origin = "connected to" if scheduler or os.environ.get(SCHEDULER_ENV) else "started"
+            origin = (
+                "connected to"
+                if scheduler or os.environ.get(SCHEDULER_ENV)
+                else "started a LocalCluster at"
+            )
             print(
                 f"dask: {origin} {address}, {workers} workers, dashboard {client.dashboard_link}",
                 file=sys.stderr,
