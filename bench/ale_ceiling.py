@@ -217,7 +217,7 @@ def _slug(text: str) -> str:
 
 @benchmark(
     "ale-ceiling",
-    "issue 21: ALE vs exact Laplacian eigenmaps (kNN graph, eigsh) vs linear ridge and RFF, "
+    "ALE vs exact Laplacian eigenmaps (kNN graph, eigsh) vs linear ridge and RFF, "
     "eq. 3 and ridge, 3/10/30/300/all labelled rows per class",
     needs=("mnist.npz, usps.npz, 20news-bydate.tar.gz (small and up; tiny uses sklearn's digits)",),
     kind="accuracy",

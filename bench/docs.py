@@ -6,6 +6,10 @@ of the same benchmark and scale), copies the run's plots into ``DOCS/images/`` a
 documents from the merged table: for each benchmark, what it measures (its module's docstring),
 then per scale the machine, the commit, the command, and each figure beside its peer or anchor
 with the ratio. Speed and scale benchmarks go to benchmarks.md, accuracy ones to results.md.
+
+What a person concludes from the figures (where a method helps and where it does not, which
+figures an algorithm change has made stale) is kept in ``DOCS/findings/NAME.md`` and printed under
+the benchmark's heading, above its tables.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from imgscale.bench.registry import SCALES, Benchmark, benchmarks
 
 TABLE_FILE = "results.parquet"
 IMAGES = "images"
+FINDINGS = "findings"
 DOCUMENTS = {
     "speed": ("benchmarks.md", "Benchmarks: speed, memory and scale"),
     "accuracy": ("results.md", "Results: accuracy on real data and the papers' protocols"),
@@ -82,6 +87,9 @@ def _section(name: str, bench: Benchmark | None, rows: list[dict], docs: Path) -
         heading = f"{name}: {bench.summary}" if bench else name
         about = _about(bench)
     lines = [f"## {heading}", "", about, ""] if about else [f"## {heading}", ""]
+    findings = docs / FINDINGS / f"{name}.md"
+    if findings.is_file():
+        lines += [findings.read_text().strip(), ""]
     for scale in sorted({r["scale"] for r in mine}, key=_scale_order):
         at_scale = [r for r in mine if r["scale"] == scale]
         for run in _runs(at_scale):

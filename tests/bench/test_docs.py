@@ -63,6 +63,14 @@ def test_documents_show_each_figure_beside_its_peer_and_the_plots(tmp_path):
     assert "![ridge-small-ratios](images/ridge-small-ratios.png)" in speed
     assert (site / "images" / "ridge-small-ratios.png").read_bytes() == b"png"
     assert "usps linear 3" in accuracy and "usps linear 3" not in speed
+    assert "Findings" not in speed
+
+    (site / "findings").mkdir()
+    (site / "findings" / "ridge.md").write_text("**Findings.** Ridge streams.\n")
+    docs.write(site)
+    speed = (site / "benchmarks.md").read_text()
+    assert "## ridge" in speed and "**Findings.** Ridge streams." in speed
+    assert speed.index("**Findings.**") < speed.index("| ridge fit |")
 
     results.write(
         run / "results.parquet", _rows("ridge", "small", "t2", record("ridge fit", 4.0, "s"))
