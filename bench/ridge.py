@@ -19,12 +19,12 @@ from imgscale.bench.common import (
     peer_note,
     record,
     run_peer,
+    sklearn_ridge_grid,
     timed_mixture_store,
 )
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.pipeline.classify import RidgeClassifier
-from imgscale.pipeline.metrics import per_class_rate
 
 PEER_MEMORY_CAP = 20 * 2**30
 
@@ -91,16 +91,8 @@ def run(
 
 def _peer_fit(rows: int, dim: int, classes: int, rho_grid: list[float]) -> dict:
     """Child: regenerate the store's rows in memory and fit sklearn once per ρ."""
-    from sklearn.linear_model import RidgeClassifier as SklearnRidge
-
     X, y, val = mixture_in_memory(rows, dim, classes)
-    seconds, best = 0.0, 0.0
-    for rho in rho_grid:
-        started = time.perf_counter()
-        model = SklearnRidge(alpha=rho).fit(X[~val], y[~val])
-        predicted = model.predict(X[val])
-        seconds += time.perf_counter() - started
-        best = max(best, per_class_rate(y[val], predicted))
+    seconds, best = sklearn_ridge_grid(X[~val], y[~val], X[val], y[val], rho_grid)
     return {"seconds": seconds, "rate": best}
 
 
