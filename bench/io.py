@@ -64,7 +64,7 @@ CHUNK_MIB = (16, 64, 128)
 SHARDED = ((16, 128), (64, 512))
 DEFAULT_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
 CLASSES = 1000
-# Timed repeats of each pass (best kept): other helpers' jobs share the two cores.
+# Timed repeats of each pass (best kept): other processes may share the cores.
 REPEATS = 5
 # The histogram pass is PCALap's (pipeline/embed/pcalap.py defaults): 50 directions, 50 bins.
 HISTOGRAM_DIRECTIONS = 50
@@ -408,7 +408,7 @@ def _timed_passes(
 class Timing:
     """Best wall seconds of ``repeats`` runs, and the cores' worth of CPU used during the runs
     (mean) by this process (the client and a LocalCluster's scheduler), by its child processes
-    (workers) and by every other process on the machine (other helpers' jobs, say)."""
+    (workers) and by every other process on the machine."""
 
     seconds: float
     client_cores: float

@@ -58,7 +58,7 @@ def run(
     with connect(scheduler, quiet=True), PeakRSS() as rss:
         summary = compress(raw, pq_path, m)
         # Encode best of 2 (the second with the first's codec: training is not timed), like
-        # faiss below: one run each swung the ratio 0.76-1.08x with other helpers' load.
+        # faiss below: a single run of each is at the mercy of other load on the machine.
         codec = open_store(pq_path).codec
         shutil.rmtree(pq_path)
         again = compress(raw, pq_path, m, codec=codec)

@@ -85,6 +85,9 @@ def test_an_interrupted_compress_cancels_the_tasks_not_started_and_leaves_no_sto
             lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks]
         )
     encoded = [t for t in stream.data if "encode_and_write_chunk" in str(t["key"])]
-    assert 1 <= len(encoded) < chunks
+    # Ctrl-C lands at the first progress report: the tasks already running finish, the rest of
+    # the 400 never start (before cancellation every chunk was encoded). Half is a margin for
+    # tasks started while the client handles the interrupt on a loaded machine.
+    assert 1 <= len(encoded) < chunks // 2
     assert not [k for k in on_scheduler if "encode_and_write_chunk" in k]
     assert not dst.exists()
