@@ -8,12 +8,20 @@ import shlex
 import shutil
 import sys
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
 
 import click
 
 from imgscale.bench.registry import SCALES
 from imgscale.jobs.options import json_option, scheduler_option, verbose_option
+
+# The bench extra: plots (matplotlib) and each benchmark's Dask performance report (bokeh). Checked
+# on load, so that without the extra `imgscale bench` is a one-line install hint before any work,
+# not a failure after a benchmark has run.
+for _module in ("matplotlib", "bokeh"):
+    if find_spec(_module) is None:
+        raise ImportError(f"No module named {_module!r}", name=_module)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

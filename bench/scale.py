@@ -113,8 +113,8 @@ def suite(ctx: Context) -> list[dict]:
     sizes, dim, classes, rff_dim, ale_components, pq_m = ctx.pick(
         tiny=((2_000, 8_000), 32, 10, 64, 20, 8),
         small=((50_000, 150_000, 450_000), 512, 100, 1000, 200, 64),
-        medium=((100_000, 1_000_000, 3_000_000), 512, 100, 2000, 500, 64),
-        large=((100_000, 1_000_000, 10_000_000, 15_000_000), 512, 100, 2000, 500, 64),
+        medium=((100_000, 1_000_000, 3_000_000), 512, 100, 1000, 200, 64),
+        large=((100_000, 1_000_000, 10_000_000, 15_000_000), 512, 100, 1000, 200, 64),
     )
     scratch = ctx.scratch("scale")
     fits = _fits(rff_dim, ale_components, pq_m, scratch)
