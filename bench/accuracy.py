@@ -222,7 +222,7 @@ def run_dataset(
     trials, **shared)`` (default: one after the other here; :func:`cluster_mapper` runs them as
     parallel tasks on a Dask cluster with the embedded rows sent to every worker once).
     """
-    mapper = mapper or _serial_mapper
+    mapper = mapper or serial_mapper
     data = load_dataset(name, mnist_rows, data_dir=data_dir)
     X_train, y_train = data["X_train"], data["y_train"]
     n_features = X_train.shape[1]
@@ -301,7 +301,8 @@ def _trial_rate(
     return per_class_rate(y_test, model.predict(E_test))
 
 
-def _serial_mapper(function: Callable, items, **shared) -> list:
+def serial_mapper(function: Callable, items, **shared) -> list:
+    """A mapper running each item here, one after the other (the default without a cluster)."""
     return [function(item, **shared) for item in items]
 
 

@@ -15,11 +15,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from imgscale.bench.accuracy import load_dataset
+from imgscale.bench.accuracy import load_dataset, serial_mapper
 from imgscale.bench.common import PeakRSS, mixture_store, record
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
@@ -150,9 +151,16 @@ def run_accuracy(
     trials: int = TRIALS,
     data_dir: Path,
     log: Callable[[str], None] = print,
+    mapper: Callable | None = None,
 ) -> list[dict]:
     """Per (dataset, method, labelled per class): test MiAP and mean per-class rate, mean ± std
-    over `trials` random labelled sets; every other train row is unlabelled."""
+    over `trials` random labelled sets; every other train row is unlabelled.
+
+    The trials of each labelled-set size run through ``mapper(function, trials, **shared)``
+    (default: one after the other here; ``accuracy.cluster_mapper`` runs them as parallel tasks
+    on the cluster, the shared arrays sent to each worker once).
+    """
+    mapper = mapper or serial_mapper
     records = []
     for name in datasets:
         data = load_dataset(name, None, data_dir=data_dir)
@@ -163,42 +171,15 @@ def run_accuracy(
         ale = ALE(n_directions=ALE_DIRECTIONS, n_components=ALE_COMPONENTS).fit(X)
         U, U_val, U_test = ale.transform(X), ale.transform(X_val), ale.transform(X_test)
         log(f"{name}: ALE fit + embed {time.perf_counter() - t:.1f} s, U {U.shape}")
-        classes = np.unique(y)
-        relevant = y_test[:, None] == classes[None, :]
+        shared = dict(
+            X=X, y=y, X_val=X_val, y_val=y_val, X_test=X_test, y_test=y_test,
+            U=U, U_val=U_val, U_test=U_test, eigenvalues=ale.eigenvalues_,
+        )  # fmt: skip
         for count in per_class:
-            results = {m: {"miap": [], "rate": []} for m in METHODS}
-            for trial in range(trials):
-                rng = np.random.default_rng(1000 * count + trial)
-                chosen = np.concatenate(
-                    [rng.choice(np.flatnonzero(y == c), count, replace=False) for c in classes]
-                )
-                y_l = np.full(len(y), -1)
-                y_l[chosen] = y[chosen]
-                models = {
-                    "linear ridge": (
-                        RidgeClassifier().fit(X, y_l, X_val=X_val, y_val=y_val),
-                        X_test,
-                    ),
-                    "ALE + SSL (eq. 3)": (
-                        SemiSupervisedEigenSolver(lam=None).fit(
-                            U, y_l, ale.eigenvalues_, X_val=U_val, y_val=y_val
-                        ),
-                        U_test,
-                    ),
-                    "ALE + eigenvalue ridge": (
-                        EigenvalueRidgeClassifier().fit(
-                            U, y_l, ale.eigenvalues_, X_val=U_val, y_val=y_val
-                        ),
-                        U_test,
-                    ),
-                }
-                for method, (model, rows) in models.items():
-                    scores = _scores(model, rows)
-                    predicted = model.classes_[scores.argmax(axis=1)]
-                    results[method]["miap"].append(
-                        mean_interpolated_average_precision(relevant, scores)
-                    )
-                    results[method]["rate"].append(per_class_rate(y_test, predicted))
+            outcomes = mapper(partial(_ale_trial, per_class=count), range(trials), **shared)
+            results = {
+                m: {k: [o[m][k] for o in outcomes] for k in ("miap", "rate")} for m in METHODS
+            }
             for method, r in results.items():
                 for metric, unit in (("miap", "MiAP"), ("rate", "per-class rate")):
                     values = np.asarray(r[metric])
@@ -221,6 +202,40 @@ def run_accuracy(
             )
             log(f"{name} {count}/class: {line}")
     return records
+
+
+def _ale_trial(
+    trial: int, *, per_class: int, X, y, X_val, y_val, X_test, y_test, U, U_val, U_test, eigenvalues
+) -> dict[str, dict[str, float]]:
+    """One random labelled set: each method's test MiAP and per-class rate (ρ or λ validated)."""
+    rng = np.random.default_rng(1000 * per_class + trial)
+    classes = np.unique(y)
+    chosen = np.concatenate(
+        [rng.choice(np.flatnonzero(y == c), per_class, replace=False) for c in classes]
+    )
+    y_l = np.full(len(y), -1)
+    y_l[chosen] = y[chosen]
+    models = {
+        "linear ridge": (RidgeClassifier().fit(X, y_l, X_val=X_val, y_val=y_val), X_test),
+        "ALE + SSL (eq. 3)": (
+            SemiSupervisedEigenSolver(lam=None).fit(U, y_l, eigenvalues, X_val=U_val, y_val=y_val),
+            U_test,
+        ),
+        "ALE + eigenvalue ridge": (
+            EigenvalueRidgeClassifier().fit(U, y_l, eigenvalues, X_val=U_val, y_val=y_val),
+            U_test,
+        ),
+    }
+    relevant = y_test[:, None] == classes[None, :]
+    outcome = {}
+    for method, (model, rows) in models.items():
+        scores = _scores(model, rows)
+        predicted = model.classes_[scores.argmax(axis=1)]
+        outcome[method] = {
+            "miap": mean_interpolated_average_precision(relevant, scores),
+            "rate": per_class_rate(y_test, predicted),
+        }
+    return outcome
 
 
 def _slug(method: str) -> str:

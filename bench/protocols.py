@@ -2,17 +2,20 @@
 
 Paper 000 §4.1 (labelled rows per class, ρ validated, trials as parallel tasks) is ``accuracy``;
 this module adds paper 001's growing labelled sets (ALE + the semi-supervised solve of eq. 3 vs
-linear ridge, repeated random draws; ``ale.run_accuracy``) and paper 002's table of the projection
-dimension d of NCM with a learned metric, kNN, held-out classes and the zero-shot prior
-(``ncm.real_data``). Each ALE figure stands beside linear ridge's on the same labelled rows, and
-each learned-metric figure beside plain ℓ2 NCM's, both measured in the same run.
+linear ridge, repeated random draws as parallel tasks; ``ale.run_accuracy``) and paper 002's
+table of the projection dimension d of NCM with a learned metric, kNN, held-out classes and the
+zero-shot prior (``ncm.real_data``). Each ALE figure stands beside linear ridge's on the same
+labelled rows, and each learned-metric figure beside plain ℓ2 NCM's, both measured in the same run.
 """
 
 from __future__ import annotations
 
 import math
 
+from distributed import Client
+
 from imgscale.bench import ale, ncm
+from imgscale.bench.accuracy import cluster_mapper
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
 
@@ -39,13 +42,15 @@ def ale_ssl(ctx: Context) -> list[dict]:
         medium=(("usps", "mnist"), (3, 10, 30, 100, 300), 10),
         large=(("usps", "mnist"), (3, 10, 30, 100, 300), 10),
     )
-    records = ale.run_accuracy(
-        datasets,
-        per_class=per_class,
-        trials=trials,
-        data_dir=_data_dir(ctx, datasets),
-        log=ctx.log,
-    )
+    with Client(ctx.scheduler) as client:
+        records = ale.run_accuracy(
+            datasets,
+            per_class=per_class,
+            trials=trials,
+            data_dir=_data_dir(ctx, datasets),
+            log=ctx.log,
+            mapper=cluster_mapper(client),
+        )
     ale.plot_accuracy(records, ctx.plot("growing-sets"))
     linear = {
         (r["dataset"], r["metric"], r["labelled_per_class"]): r["value"]
