@@ -7,12 +7,21 @@ the training rows rather than on its nearest neighbours:
   label-balanced candidate sets drawn with a probability that falls with distance, a local
   classifier on each, and the members of the candidate whose Platt posterior for the instance's
   own label is highest, at the size whose mean posterior is highest;
-- offline (§3.2) the N indicator vectors (M-dimensional, sparse) are compressed by a random
-  D × M sign matrix φ and D ridge regressors learn to map a row to its compressed indicator
-  (one Gram matrix, ρ by generalised cross-validation; Hsu et al. 2009);
-- online (§3.3) a query's compressed indicator is predicted and its M confidences recovered by
-  a sparse-recovery algorithm; for each size k the k/C most confident training rows per label
-  train a local classifier, and the most confident of these classifies the query.
+- offline (§3.2) ridge regressors learn to map a row to its neighbourhood's indicator vector
+  (M-dimensional, sparse), all sharing one Gram matrix with ρ by generalised cross-validation:
+  either to the indicator itself, or, as in the paper, to its compression by a random D × M
+  sign matrix φ (Hsu et al. 2009);
+- online (§3.3) a query's M confidences are the regression's output, or recovered from its
+  predicted compressed indicator by a sparse-recovery algorithm; for each size k the k/C most
+  confident training rows per label train a local classifier, and the most confident of these
+  classifies the query.
+
+Compression is off by default. The paper compresses to afford its Bayesian regression and
+recovery; a ridge regression costs one Gram matrix and d × M coefficients whether it predicts
+D or M targets, and compression then only loses information: the neighbourhoods hold l of up
+to 400 rows, and a D = 15% M measurement of so dense an indicator is below the
+D = O(l log(M/l)) compressed sensing needs (§3.2), so the recovered confidences rank the target
+rows far less precisely than the regression itself does.
 
 The local classifier is ridge regression on ±1 targets (one-vs-rest for C > 2 labels, as §3.1
 footnote 1 suggests) solved in closed form in whichever of the k × k or d × d forms is smaller,
@@ -47,7 +56,7 @@ from imgscale.pipeline.gram import add_gram
 NEIGHBOURHOODS = ("predicted", "nearest")
 METRICS = ("euclidean", "learned")
 RECOVERIES = ("omp", "correlation")
-# The ρ of the compressed-target regression is chosen by GCV on this grid times the mean
+# The ρ of the indicator regression is chosen by GCV on this grid times the mean
 # eigenvalue of the centred Gram, so one grid fits features of any scale.
 RELATIVE_RHO_GRID = tuple(10.0**e for e in range(-5, 3))
 # Platt's sigmoid fit (Lin, Lin & Weng 2007): Newton iterations, step halvings, the gradient
@@ -248,7 +257,7 @@ def sensing_signs(n_measurements: int, n_rows: int, seed: int) -> np.ndarray:
     return np.where(rng.random((n_measurements, n_rows)) < 0.5, -1, 1).astype(np.int8)
 
 
-def compressed_ridge(
+def multi_target_ridge(
     X: np.ndarray, Z: np.ndarray, relative_grid: Sequence[float] = RELATIVE_RHO_GRID
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Multi-target ridge from rows X (n, d) to targets Z (n, D): (coef (d, D), x̄, z̄, ρ).
@@ -377,10 +386,11 @@ def _posterior_block(
         # −‖q − x‖² + ‖q‖²: the same order; shifted so that every row's confidence is positive.
         confidences -= confidences.min(axis=1, keepdims=True) - 1.0
     else:
-        phi = signs.astype(np.float32) / np.sqrt(len(signs))
         inputs = queries if embedding is None else _embed(queries, *embedding)
-        measurements = (inputs - x_mean) @ coef + z_mean
-        confidences = recover(measurements, phi, int(max(sizes)), recovery)
+        confidences = (inputs - x_mean) @ coef + z_mean
+        if signs is not None:
+            phi = signs.astype(np.float32) / np.sqrt(len(signs))
+            confidences = recover(confidences, phi, int(max(sizes)), recovery)
     posteriors, _ = predict_from_confidences(
         X, y_index, n_classes, queries, confidences, sizes, alpha, balanced
     )
@@ -408,8 +418,9 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         Candidate neighbourhood sizes k₁..k_K (§4: 50 to 500); k/C rows of each label.
     n_samples : int, default=10
         S, candidate sets per size and instance (§4 uses 100).
-    compression : float, default=0.15
-        D/M, compressed indicator length over training rows (§4: about 15%).
+    compression : float or None, default=None
+        None regresses the indicator vectors themselves; a float is D/M, the compressed
+        indicator length over training rows (§3.2; §4 uses about 15%).
     neighbourhood : {"predicted", "nearest"}, default="predicted"
         "nearest" is the Local baseline of §4: the k nearest rows, k chosen per query as here.
     balanced : bool, default=True
@@ -420,7 +431,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         `MetricKNeighborsClassifier` fitted on the training rows (Local+ML of §4).
     metric_dim : int, default=64
     recovery : {"omp", "correlation"}, default="correlation"
-        Sparse recovery of a query's confidences (`recover`).
+        Sparse recovery of a query's confidences from compressed indicators (`recover`).
     embedding_dim : int or None, default=None
         None regresses the compressed indicators on the features (§3.2); an int regresses them
         on that many random Fourier features of the Gaussian kernel (bandwidth as in
@@ -439,9 +450,10 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
     components_ : ndarray (d', d) float32 or None, the learned metric's projection.
     neighbourhood_instances_ : ndarray (N,) row ids; neighbourhood_indptr_ (N + 1,) and
         neighbourhood_members_: their target neighbourhoods (CSR); neighbourhood_sizes_ (N,) k*.
-    sensing_signs_ : ndarray (D, M) int8, φ·√D.
+    sensing_signs_ : ndarray (D, M) int8, φ·√D, or None without compression.
     regression_coef_ : ndarray (d, D) float32; regression_mean_ (d,), target_mean_ (D,),
-        regression_rho_: the compressed-target ridge (d: features or embedding dimensions).
+        regression_rho_: the indicator ridge (d: features or embedding dimensions; D = M
+        without compression).
     embedding_weights_, embedding_offset_ : the random Fourier features, or None.
     n_features_in_ : int
 
@@ -456,7 +468,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         n_neighbourhoods: int = 2000,
         sizes: tuple = (50, 100, 200, 400),
         n_samples: int = 10,
-        compression: float = 0.15,
+        compression: float | None = None,
         neighbourhood: str = "predicted",
         balanced: bool = True,
         metric: str = "euclidean",
@@ -519,7 +531,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
         if len(self.sizes) == 0 or min(self.sizes) < 1:
             raise ValueError(f"sizes must be positive, got {self.sizes}")
-        if not 0 < self.compression <= 1:
+        if self.compression is not None and not 0 < self.compression <= 1:
             raise ValueError(f"compression must be in (0, 1], got {self.compression}")
         if self.n_samples < 1 or self.n_neighbourhoods < 1:
             raise ValueError("n_samples and n_neighbourhoods must be positive")
@@ -548,10 +560,20 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         self.neighbourhood_indptr_ = np.concatenate([[0], np.cumsum([len(m) for m in members])])
         self.neighbourhood_members_ = np.concatenate(members).astype(np.int64)
         self.neighbourhood_sizes_ = np.concatenate([chosen for _, chosen, _ in results])
-        n_measurements = max(1, round(self.compression * n_rows))
-        self.sensing_signs_ = sensing_signs(n_measurements, n_rows, seed)
-        targets = self.compressed_indicators()
-        inputs = X[instances]
+        self.fit_regression()
+
+    def fit_regression(self) -> PredictedNeighbourhoodClassifier:
+        """Learn §3.2's regression from the target neighbourhoods `fit` found, with the current
+        `compression` and `embedding_dim`: changing these needs no new neighbourhood search."""
+        check_is_fitted(self, "neighbourhood_indptr_")
+        X, n_rows = self.training_rows_, len(self.training_rows_)
+        seed = check_random_state(self.random_state).randint(2**31)
+        self.sensing_signs_ = self.embedding_weights_ = self.embedding_offset_ = None
+        if self.compression is not None:
+            n_measurements = max(1, round(self.compression * n_rows))
+            self.sensing_signs_ = sensing_signs(n_measurements, n_rows, seed)
+        targets = self.regression_targets()
+        inputs = X[self.neighbourhood_instances_]
         if self.embedding_dim is not None:
             from imgscale.pipeline.embed import RandomFourierFeatures  # embed imports classify
 
@@ -559,20 +581,24 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
             self.embedding_weights_ = rff.random_weights_
             self.embedding_offset_ = rff.random_offset_
             inputs = _embed(inputs, self.embedding_weights_, self.embedding_offset_)
-        coef, x_mean, z_mean, rho = compressed_ridge(inputs, targets)
+        coef, x_mean, z_mean, rho = multi_target_ridge(inputs, targets)
         self.regression_coef_, self.regression_mean_, self.target_mean_ = coef, x_mean, z_mean
         self.regression_rho_ = rho
+        return self
 
-    def compressed_indicators(self) -> np.ndarray:
-        """φ y (N, D) of the N target neighbourhoods' indicator vectors y."""
-        check_is_fitted(self, "sensing_signs_")
-        signs = self.sensing_signs_
-        out = np.empty((len(self.neighbourhood_instances_), len(signs)), dtype=np.float32)
-        bounds = self.neighbourhood_indptr_
+    def regression_targets(self) -> np.ndarray:
+        """The N target neighbourhoods' indicator vectors y (N, M), or φ y (N, D) compressed."""
+        check_is_fitted(self, "neighbourhood_indptr_")
+        signs, bounds = self.sensing_signs_, self.neighbourhood_indptr_
+        n_targets = len(self.training_rows_) if signs is None else len(signs)
+        out = np.zeros((len(self.neighbourhood_instances_), n_targets), dtype=np.float32)
         for n in range(len(out)):
             members = self.neighbourhood_members_[bounds[n] : bounds[n + 1]]
-            out[n] = signs[:, members].sum(axis=1, dtype=np.float32)
-        return out / np.float32(np.sqrt(len(signs)))
+            if signs is None:
+                out[n, members] = 1.0
+            else:
+                out[n] = signs[:, members].sum(axis=1, dtype=np.float32)
+        return out if signs is None else out / np.float32(np.sqrt(len(signs)))
 
     def _score_params(self) -> tuple:
         check_is_fitted(self, "training_rows_")

@@ -11,8 +11,8 @@ from scipy import optimize, stats
 from imgscale.pipeline.classify import local
 from imgscale.pipeline.classify.local import (
     PredictedNeighbourhoodClassifier,
-    compressed_ridge,
     local_posteriors,
+    multi_target_ridge,
     predict_from_confidences,
     recover,
     sample_candidates,
@@ -114,12 +114,12 @@ def test_local_posterior_is_platt_scaled_ridge_of_the_set(n_classes, n, d):
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
-def test_compressed_ridge_solves_the_dense_system_at_the_gcv_choice():
+def test_multi_target_ridge_solves_the_dense_system_at_the_gcv_choice():
     rng = np.random.default_rng(4)
     X = rng.normal(size=(80, 5)).astype(np.float32)
     Z = X @ rng.normal(size=(5, 3)) + 0.5 * rng.normal(size=(80, 3)) + 2.0
     grid = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
-    coef, _, z_mean, rho = compressed_ridge(X, Z, grid)
+    coef, _, z_mean, rho = multi_target_ridge(X, Z, grid)
     Xc, Zc = X - X.mean(0), Z - Z.mean(0)
     G = Xc.T.astype(np.float64) @ Xc
     scale = np.trace(G) / 5
@@ -188,9 +188,39 @@ def test_neighbourhoods_do_not_depend_on_how_instances_are_blocked(monkeypatch):
     np.testing.assert_array_equal(first.regression_coef_, second.regression_coef_)
 
 
-@pytest.mark.parametrize("neighbourhood", ["predicted", "nearest"])
-def test_dask_queries_give_the_numpy_posteriors(neighbourhood):
-    model, X, _ = _fitted(neighbourhood=neighbourhood)
+@pytest.mark.parametrize("compression", [None, 0.3])
+def test_regression_targets_are_the_indicators_or_their_compression(compression):
+    model, X, _ = _fitted(compression=compression)
+    bounds = model.neighbourhood_indptr_
+    indicators = np.zeros((len(model.neighbourhood_instances_), len(X)))
+    for n in range(len(indicators)):
+        indicators[n, model.neighbourhood_members_[bounds[n] : bounds[n + 1]]] = 1.0
+    targets = model.regression_targets()
+    if compression is None:
+        assert model.sensing_signs_ is None
+        np.testing.assert_array_equal(targets, indicators)
+    else:
+        phi = model.sensing_signs_ / np.sqrt(len(model.sensing_signs_))
+        assert phi.shape == (round(0.3 * len(X)), len(X))
+        np.testing.assert_allclose(targets, indicators @ phi.T, atol=1e-5)
+    assert model.regression_coef_.shape == (X.shape[1], targets.shape[1])
+
+
+def test_refitting_the_regression_with_compression_equals_fitting_with_it():
+    compressed, X, _ = _fitted(compression=0.3)
+    refitted, _, _ = _fitted()
+    refitted.set_params(compression=0.3).fit_regression()
+    np.testing.assert_array_equal(refitted.sensing_signs_, compressed.sensing_signs_)
+    np.testing.assert_array_equal(refitted.regression_coef_, compressed.regression_coef_)
+    np.testing.assert_array_equal(refitted.predict_proba(X[:20]), compressed.predict_proba(X[:20]))
+
+
+@pytest.mark.parametrize(
+    "neighbourhood, compression",
+    [("predicted", None), ("predicted", 0.3), ("nearest", None)],
+)
+def test_dask_queries_give_the_numpy_posteriors(neighbourhood, compression):
+    model, X, _ = _fitted(neighbourhood=neighbourhood, compression=compression)
     expected = model.predict_proba(X[:50])
     lazy = model.predict_proba(da.from_array(X[:50], chunks=17))
     assert isinstance(lazy, da.Array)
