@@ -170,7 +170,6 @@ def chunk_hope_terms(
     y_index = np.asarray(y_index)
     if len(y_index) != len(X):
         raise ValueError(f"rows {row_start}..{row_start + len(X)}: {len(y_index)} labels")
-    dtype = net.V.dtype
     for start in range(0, len(X), _PIECE_ROWS):
         labels = y_index[start : start + _PIECE_ROWS]
         keep = labels >= 0
@@ -178,13 +177,9 @@ def chunk_hope_terms(
             continue
         rows = X[start : start + _PIECE_ROWS]
         rows, labels = (rows, labels) if keep.all() else (rows[keep], labels[keep])
-        Y, cache = net.forward(rows.astype(dtype, copy=False))
-        distances = _squared_distances(Y, Ye)
-        if not np.isfinite(distances).all():
-            bad = np.flatnonzero(~np.isfinite(distances).all(axis=1))[:10] + row_start + start
-            raise ValueError(f"non-finite embedding of rows {bad.tolist()}")
-        p = targets[labels]
-        similarity = 1 / (1 + distances)
+        Y, cache, distances, p, similarity = _similarities(
+            net, rows, labels, Ye, targets, row_start + start
+        )
         terms.n_rows += len(rows)
         terms.log_sum += float(np.sum(p * np.log1p(distances), dtype=np.float64))
         terms.similarity_sum += float(np.sum(similarity, dtype=np.float64))
@@ -197,6 +192,24 @@ def chunk_hope_terms(
             grads["Ye"] = dYe
             _accumulate(part, grads)
     return terms
+
+
+def _similarities(
+    net: Network,
+    rows: np.ndarray,
+    labels: np.ndarray,
+    Ye: np.ndarray,
+    targets: np.ndarray,
+    row_start: int,
+) -> tuple[np.ndarray, tuple, np.ndarray, np.ndarray, np.ndarray]:
+    """Embedded rows Y, the network's cache, d_ij, p_{j|i} and t_ij = (1 + d_ij)⁻¹ of labelled
+    rows (numbered from ``row_start`` in errors)."""
+    Y, cache = net.forward(rows.astype(net.V.dtype, copy=False))
+    distances = _squared_distances(Y, Ye)
+    if not np.isfinite(distances).all():
+        bad = np.flatnonzero(~np.isfinite(distances).all(axis=1))[:10] + row_start
+        raise ValueError(f"non-finite embedding of rows {bad.tolist()}")
+    return Y, cache, distances, targets[labels], 1 / (1 + distances)
 
 
 def _squared_distances(Y: np.ndarray, Ye: np.ndarray) -> np.ndarray:
@@ -289,12 +302,42 @@ class Problem:
         """Cross-entropy −Σ_ij p_{j|i} log q_{j|i} per row, minus log n, and its gradient: eq. 6's
         KL divergence per row up to constants (the entropy of p and log n, so that the value
         does not grow with n)."""
-        terms, (_, (on_scaled, cache)) = self.terms(X, y_index, theta)
+        terms, (_, exemplar_state) = self.terms(X, y_index, theta)
         if terms.n_rows == 0:
             raise ValueError("no labelled rows to fit")
         n, mean_similarity = terms.n_rows, terms.similarity_sum / terms.n_rows
         loss = terms.log_sum / n + np.log(mean_similarity)
         g = {k: (terms.attract[k] - terms.repel[k] / mean_similarity) / n for k in terms.attract}
+        return float(loss), self._gradient(g, exemplar_state)
+
+    def batch_objective(
+        self, X: np.ndarray, y_index: np.ndarray, theta: np.ndarray
+    ) -> tuple[float, np.ndarray]:
+        """`objective` of in-memory rows (a minibatch) with one backward pass instead of two:
+        the normaliser is known once the rows are embedded, so the upstream weights
+        (p_ij t_ij − t_ij²/G)/n are combined before back-propagating."""
+        keep = np.asarray(y_index) >= 0
+        if not keep.any():
+            raise ValueError("no labelled rows to fit")
+        blocks = self.layout.unpack(theta)
+        net, Ye, exemplar_state = self.exemplar_embedding(blocks)
+        Y, cache, distances, p, similarity = _similarities(
+            net, np.asarray(X)[keep], np.asarray(y_index)[keep], Ye, self.targets, 0
+        )
+        n = len(Y)
+        mean_similarity = np.sum(similarity, dtype=np.float64) / n
+        loss = np.sum(p * np.log1p(distances), dtype=np.float64) / n + np.log(mean_similarity)
+        dtype = similarity.dtype.type
+        weights = similarity * (p - similarity / dtype(mean_similarity)) / dtype(n)
+        dY, dYe = _exemplar_pull(weights, Y, Ye)
+        g, _ = net.backward(cache, dY)
+        g["Ye"] = dYe
+        return float(loss), self._gradient(g, exemplar_state)
+
+    def _gradient(self, g: dict, exemplar_state: tuple) -> np.ndarray:
+        """θ's gradient from the gradients with respect to the raw-row network and the
+        embedded exemplars ``Ye``."""
+        on_scaled, cache = exemplar_state
         # ∂ℓ/∂Ye flows back through the exemplars' own embedding (eq. 9 for learned exemplars).
         exemplar_grads, dE = on_scaled.backward(cache, g.pop("Ye").astype(on_scaled.V.dtype))
         C_grad = np.zeros(self.layout.shapes()["C"])
@@ -309,7 +352,7 @@ class Problem:
         }
         if self.layout.learn_exemplars:
             grads["E"] = dE
-        return float(loss), self.layout.pack(grads).astype(np.float64)
+        return self.layout.pack(grads).astype(np.float64)
 
 
 # -- kNN against the embedded exemplars --------------------------------------------------------
@@ -553,7 +596,7 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         beta1, beta2, eps = 0.9, 0.999, 1e-8
         for step in range(1, self.max_iter + 1):
             rows, labels = sampler.batch(self.batch_size)
-            loss, grad = problem.objective(rows, labels, theta)
+            loss, grad = problem.batch_objective(rows, labels, theta)
             first = beta1 * first + (1 - beta1) * grad
             second = beta2 * second + (1 - beta2) * grad * grad
             corrected = first / (1 - beta1**step)

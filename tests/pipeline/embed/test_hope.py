@@ -116,6 +116,16 @@ def test_pass_over_3_chunks_equals_in_memory_gradient(problem):
     np.testing.assert_allclose(grad_kept, grad, rtol=1e-10, atol=1e-14)
 
 
+def test_minibatch_objective_with_one_backward_pass_equals_the_streaming_pass(problem):
+    prob, X, labels, _, theta = problem
+    labels = labels.copy()
+    labels[::5] = -1
+    loss, grad = prob.objective(as_dask(X, rows=14), labels, theta)
+    loss_batch, grad_batch = prob.batch_objective(X, labels, theta)
+    assert loss_batch == pytest.approx(loss, rel=1e-12)
+    np.testing.assert_allclose(grad_batch, grad, rtol=1e-10, atol=1e-14)
+
+
 def test_float32_pass_matches_float64_gradient(problem):
     prob, X, labels, _, theta = problem
     _, grad = prob.objective(X, labels, theta)
