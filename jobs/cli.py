@@ -16,8 +16,7 @@ from pathlib import Path
 
 import click
 
-from imgscale.jobs import methods, models
-from imgscale.jobs.cluster import connect, shared_path
+from imgscale.jobs import methods
 from imgscale.jobs.options import (
     check_new_path,
     end_progress_line,
@@ -172,6 +171,7 @@ def info(store, as_json) -> None:
 @verbose_option
 def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
     """Product-quantize SRC into a new PQ store DST (M bytes a row), encoded on the cluster."""
+    from imgscale.jobs.cluster import connect, shared_path
     from imgscale.jobs.compress import compress as compress_store
     from imgscale.storage import open_store
 
@@ -263,6 +263,8 @@ def train(
     **options,
 ) -> None:  # fmt: skip
     """Train a classifier on STORE and save it to MODEL (zarr + JSON, no pickle)."""
+    from imgscale.jobs import models
+    from imgscale.jobs.cluster import connect, shared_path
     from imgscale.jobs.train import make_embedding
     from imgscale.jobs.train import train as train_model
     from imgscale.storage import open_store
@@ -324,7 +326,9 @@ def train(
 @verbose_option
 def predict(model, store, out, split, top_k, scheduler) -> None:
     """Write MODEL's predictions for STORE's rows to the parquet file OUT."""
+    from imgscale.jobs import models
     from imgscale.jobs.class_names import model_class_names
+    from imgscale.jobs.cluster import connect, shared_path
     from imgscale.jobs.predict import predict_to_parquet
     from imgscale.storage import open_store
 
@@ -350,7 +354,9 @@ def predict(model, store, out, split, top_k, scheduler) -> None:
 @verbose_option
 def evaluate(model, store, split, scheduler, as_json) -> None:
     """Per-class rate, top-1/top-5 flat error and MiAP of MODEL on STORE's labelled rows."""
+    from imgscale.jobs import models
     from imgscale.jobs.class_names import model_class_names
+    from imgscale.jobs.cluster import connect, shared_path
     from imgscale.jobs.evaluate import evaluate as evaluate_model
     from imgscale.storage import open_store
 
@@ -381,6 +387,8 @@ def evaluate(model, store, split, scheduler, as_json) -> None:
 @verbose_option
 def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
     """A PNG scatter of MODEL's 2-D embedding of STORE's rows by class, exemplars circled."""
+    from imgscale.jobs import models
+    from imgscale.jobs.cluster import connect, shared_path
     from imgscale.jobs.plot import plot_embedding
     from imgscale.storage import open_store
 
@@ -419,6 +427,7 @@ def add_class(model, store, label, split, out, replace, scheduler, as_json) -> N
     MODEL was trained on.
     """
     from imgscale.jobs.add_class import add_class as add_class_job
+    from imgscale.jobs.cluster import connect, shared_path
     from imgscale.storage import open_store
 
     check_new_path(out, "--out")
@@ -463,6 +472,8 @@ def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> 
     Each batch of source rows is one committed batch of DST (id rows-START-STOP), so a rerun
     embeds nothing twice and a killed run resumes where it stopped (paper 001 §3).
     """
+    from imgscale.jobs import models
+    from imgscale.jobs.cluster import connect, shared_path
     from imgscale.jobs.embed import embed_new_rows
     from imgscale.storage import open_store
 

@@ -5,6 +5,10 @@
 model file may name, which `evaluate`, `predict`, `embed` and `add-class` go through) are all
 built from `METHODS` and `EMBEDDINGS` below. Nothing else names a method.
 
+The table names estimator classes as ``"module:Class"`` strings, imported only when a model is
+fitted or loaded (`estimator_class`): reading the table, as every command's ``--help`` does,
+costs no import of scikit-learn, SciPy or numba.
+
 How to add a method
 -------------------
 1. Write the estimator in ``pipeline/classify/<method>.py`` (or ``pipeline/embed/``) and export
@@ -12,10 +16,11 @@ How to add a method
    ``decision_function(X)`` and ``predict_top_k(X, k)``, lazy on dask input; `jobs.models.save`
    keeps ``get_params()`` and the fitted attributes ending in ``_`` (numeric arrays or JSON).
 2. Write its fit function in this module, ``_fit_<name>(data: TrainingData, options: dict)``,
-   returning the fitted estimator. `TrainingData` is everything a method may read from the store:
-   ``data.X``/``data.y`` (the train split, lazy; label -1 = unlabelled), ``data.validation()``
-   (the validation split, or None when it has no labelled rows), ``data.codes`` (PQ codes and
-   codec, or None on a raw store) and ``data.eigenvalues`` (those of ``--embedding``, if any).
+   returning the fitted estimator (imported inside the function). `TrainingData` is everything
+   a method may read from the store: ``data.X``/``data.y`` (the train split, lazy; label -1 =
+   unlabelled), ``data.validation()`` (the validation split, or None when it has no labelled
+   rows), ``data.codes`` (PQ codes and codec, or None on a raw store) and ``data.eigenvalues``
+   (those of ``--embedding``, if any).
    ``options`` maps each `Option` the entry declares to its value (its default if not given).
 3. Append one `Method` to `METHODS`, e.g.::
 
@@ -25,7 +30,7 @@ How to add a method
            "hope",
            "en-HOPE embedding, then kNN on it (paper 003 §3)",  # a line of `train --help`
            _fit_hope,
-           estimators=(ExemplarHOPE,),  # every class the fitted model may hold
+           estimators=(f"{EMBED}:ExemplarHOPE",),  # every class the fitted model may hold
            options=(N_EXEMPLARS, MAX_ITER),  # method-specific options it reads
            uses_validation=True,  # reads the --val-split rows
        )
@@ -38,31 +43,25 @@ How to add a method
    entry up. Add a test that trains the method through `imgscale train` and evaluates the
    reloaded model.
 
-An embedding is one `EMBEDDINGS` entry: its class, the fixed parameters that distinguish the
-entry, and its fitted class joins the allow-list; ``--n-components``/``--gamma`` apply where the
-class has that parameter.
+An embedding is one `EMBEDDINGS` entry: its ``"module:Class"``, the fixed parameters that
+distinguish the entry, and its fitted class joins the allow-list; ``--n-components``/``--gamma``
+apply where the class has that parameter.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from sklearn.base import BaseEstimator
+if TYPE_CHECKING:
+    import numpy as np
+    from sklearn.base import BaseEstimator
 
-from imgscale.pipeline import embed
-from imgscale.pipeline.classify import (
-    EigenvalueRidgeClassifier,
-    MetricKNeighborsClassifier,
-    MetricNearestClassMean,
-    NearestClassMean,
-    PredictedNeighbourhoodClassifier,
-    RidgeClassifier,
-    SemiSupervisedEigenSolver,
-)
-from imgscale.pipeline.gram import GRAM_PRECISIONS
+# The packages whose ``__init__`` exports the estimators this table names.
+CLASSIFY = "imgscale.pipeline.classify"
+EMBED = "imgscale.pipeline.embed"
 
 # Classes from which ncm-metric validates W by the top-5 error rather than the top-1 error.
 VALIDATE_TOP5_CLASSES = 100
@@ -91,9 +90,11 @@ RHO = Option(
 )
 METRIC_DIM = Option("metric_dim", int, 64, "rows of the learned metric W (paper 002 §3).")
 MAX_ITER = Option("max_iter", int, None, "SGD iterations at most.")
+# Choices spelled out rather than read from the estimators, whose modules `--help` must not
+# import; tests/jobs/test_methods.py checks they are the estimators' own.
 GRAM_PRECISION = Option(
     "gram_precision",
-    GRAM_PRECISIONS,
+    ("float64", "float32"),
     "float64",
     "precision of the Gram products, summed in float64 (float32: faster, relative error ~1e-4).",
 )
@@ -114,7 +115,7 @@ HOPE_EXEMPLARS = Option(
 )
 HOPE_EXEMPLAR_INIT = Option(
     "exemplar_init",
-    embed.ExemplarHOPE.EXEMPLAR_INITS,
+    ("kmeans", "random", "learned"),
     "kmeans",
     "per-class k-means centres, random rows, or learned from k-means (paper 003 §3.2).",
 )
@@ -122,7 +123,7 @@ HOPE_FACTORS = Option("factors", int, 800, "factors F of the high-order layer (p
 HOPE_HIDDEN = Option("hidden_units", int, 400, "high-order hidden units m (paper 003 §4).")
 HOPE_SOLVER = Option(
     "solver",
-    embed.ExemplarHOPE.SOLVERS,
+    ("adam", "lbfgs"),
     "adam",
     "minibatch Adam, or full-batch L-BFGS (one pass over the store per evaluation).",
 )
@@ -184,13 +185,22 @@ class Method:
     name: str
     help: str
     fit: Callable[[TrainingData, dict], BaseEstimator]
-    estimators: tuple[type[BaseEstimator], ...]
+    estimators: tuple[str, ...]
+    """Every class its fitted model may hold, as ``"module:Class"`` (see `estimator_class`)."""
     options: tuple[Option, ...] = ()
     uses_validation: bool = False
     needs_eigenvalues: bool = False
 
 
+def estimator_class(reference: str) -> type[BaseEstimator]:
+    """The class a ``"module:Class"`` entry of the table names, imported now."""
+    module, name = reference.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def _fit_ridge(data: TrainingData, options: dict) -> BaseEstimator:
+    from imgscale.pipeline.classify import RidgeClassifier
+
     # ρ on the validation split when it has labelled rows, else by GCV (paper 000 §4.1).
     model = RidgeClassifier(rho=options["rho"], gram_precision=options["gram_precision"])
     validation = data.validation() if options["rho"] is None else None
@@ -201,6 +211,8 @@ def _fit_ridge(data: TrainingData, options: dict) -> BaseEstimator:
 
 
 def _fit_ncm(data: TrainingData, options: dict) -> BaseEstimator:
+    from imgscale.pipeline.classify import NearestClassMean
+
     pq = data.codes
     if pq is not None:
         # Class means from the codes' centroids: no row is decoded (pipeline/pq_codes.py).
@@ -219,6 +231,10 @@ def _fit_ncm_metric(data: TrainingData, options: dict) -> BaseEstimator:
     # W by SGD (paper 002 §3), the best W chosen on the labelled validation rows. W is chosen
     # by the top-5 error (§4.1, 1,000 classes); with few classes nearly every W has a top-5
     # error of 0, so the top-1 error decides.
+    import numpy as np
+
+    from imgscale.pipeline.classify import MetricNearestClassMean
+
     n_classes = len(np.unique(data.y[data.y >= 0]))
     validation_k = 5 if n_classes >= VALIDATE_TOP5_CLASSES else 1
     model = MetricNearestClassMean(**_metric_params(options), validation_k=validation_k)
@@ -234,6 +250,8 @@ def _fit_ncm_metric(data: TrainingData, options: dict) -> BaseEstimator:
 
 def _fit_knn(data: TrainingData, options: dict) -> BaseEstimator:
     # W by SGD with dynamic targets (paper 002 §3); W and k chosen on the labelled val rows.
+    from imgscale.pipeline.classify import MetricKNeighborsClassifier
+
     model = MetricKNeighborsClassifier(**_metric_params(options))
     X_val, y_val = data.validation(labelled_only=True) or (None, None)
     return model.fit(data.X, data.y, X_val, y_val)
@@ -242,7 +260,9 @@ def _fit_knn(data: TrainingData, options: dict) -> BaseEstimator:
 def _fit_hope(data: TrainingData, options: dict) -> BaseEstimator:
     # The labelled validation rows choose the iteration (early stopping, paper 003 §4); without
     # them a tenth of the train rows is held out.
-    model = embed.ExemplarHOPE(
+    from imgscale.pipeline.embed import ExemplarHOPE
+
+    model = ExemplarHOPE(
         n_components=options["n_components"],
         n_factors=options["factors"],
         n_hidden=options["hidden_units"],
@@ -259,6 +279,8 @@ def _fit_hope(data: TrainingData, options: dict) -> BaseEstimator:
 
 def _fit_ssl(data: TrainingData, options: dict) -> BaseEstimator:
     # Paper 001 eq. 3; λ chosen on the validation split like ρ, a fixed ρ means λ = 1/ρ.
+    from imgscale.pipeline.classify import SemiSupervisedEigenSolver
+
     model = SemiSupervisedEigenSolver(lam=None if options["rho"] is None else 1.0 / options["rho"])
     validation = data.validation()
     if validation is not None:
@@ -273,6 +295,7 @@ def _fit_local(data: TrainingData, options: dict) -> BaseEstimator:
     from distributed import default_client
 
     from imgscale.jobs.local import scattering_mapper
+    from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier
 
     try:
         sizes = tuple(int(k) for k in options["sizes"].split(","))
@@ -294,7 +317,7 @@ METHODS: dict[str, Method] = {
             "ridge",
             "ridge regression, ρ on the validation split or by GCV (paper 000 §3.3)",
             _fit_ridge,
-            estimators=(RidgeClassifier,),
+            estimators=(f"{CLASSIFY}:RidgeClassifier",),
             options=(RHO, GRAM_PRECISION),
             uses_validation=True,
         ),
@@ -302,13 +325,13 @@ METHODS: dict[str, Method] = {
             "ncm",
             "nearest class mean (paper 002 §2)",
             _fit_ncm,
-            estimators=(NearestClassMean,),
+            estimators=(f"{CLASSIFY}:NearestClassMean",),
         ),
         Method(
             "ncm-metric",
             "NCM with a learned low-rank metric W (paper 002 eqs. 6-9)",
             _fit_ncm_metric,
-            estimators=(MetricNearestClassMean,),
+            estimators=(f"{CLASSIFY}:MetricNearestClassMean",),
             options=(METRIC_DIM, MAX_ITER),
             uses_validation=True,
         ),
@@ -316,7 +339,7 @@ METHODS: dict[str, Method] = {
             "knn",
             "kNN with a learned metric W (paper 002 eq. 2)",
             _fit_knn,
-            estimators=(MetricKNeighborsClassifier,),
+            estimators=(f"{CLASSIFY}:MetricKNeighborsClassifier",),
             options=(METRIC_DIM, MAX_ITER),
             uses_validation=True,
         ),
@@ -324,7 +347,7 @@ METHODS: dict[str, Method] = {
             "hope",
             "en-HOPE 2-D embedding, kNN against exemplars (paper 003 §3)",
             _fit_hope,
-            estimators=(embed.ExemplarHOPE,),
+            estimators=(f"{EMBED}:ExemplarHOPE",),
             options=(
                 HOPE_DIM,
                 HOPE_EXEMPLARS,
@@ -343,7 +366,10 @@ METHODS: dict[str, Method] = {
             _fit_ssl,
             # The eigenvalue-regularised ridge of the same solve (paper 000 §4.1) is saved
             # from Python by the ALE benchmark.
-            estimators=(SemiSupervisedEigenSolver, EigenvalueRidgeClassifier),
+            estimators=(
+                f"{CLASSIFY}:SemiSupervisedEigenSolver",
+                f"{CLASSIFY}:EigenvalueRidgeClassifier",
+            ),
             options=(RHO,),
             uses_validation=True,
             needs_eigenvalues=True,
@@ -352,27 +378,27 @@ METHODS: dict[str, Method] = {
             "local",
             "lazy local learning on predicted neighbourhoods (paper 004 §3)",
             _fit_local,
-            estimators=(PredictedNeighbourhoodClassifier,),
+            estimators=(f"{CLASSIFY}:PredictedNeighbourhoodClassifier",),
             options=(NEIGHBOURHOODS, SIZES, SAMPLES),
         ),
     )
 }
 
 
-# --embedding name → (class, fixed parameters); --n-components / --gamma apply where the class
-# has that parameter. Defaults follow paper 000 §4.1.
-EMBEDDINGS: dict[str, tuple[type[BaseEstimator], dict]] = {
-    "rff": (embed.RandomFourierFeatures, {}),
-    "sqrt": (embed.SquareRoot, {}),
-    "hike": (embed.HistogramIntersection, {}),
-    "nystrom": (embed.Nystrom, {"kernel": "gaussian"}),
-    "nystrom-intersection": (embed.Nystrom, {"kernel": "intersection"}),
-    "addkpca": (embed.AddKPCA, {}),
-    "pca": (embed.PCA, {}),
-    "random-projection": (embed.GaussianRandomProjection, {}),
-    "pcalap": (embed.PCALap, {}),
-    "rplap": (embed.RPLap, {}),
-    "ale": (embed.ALE, {}),
+# --embedding name → ("module:Class", fixed parameters); --n-components / --gamma apply where the
+# class has that parameter. Defaults follow paper 000 §4.1.
+EMBEDDINGS: dict[str, tuple[str, dict]] = {
+    "rff": (f"{EMBED}:RandomFourierFeatures", {}),
+    "sqrt": (f"{EMBED}:SquareRoot", {}),
+    "hike": (f"{EMBED}:HistogramIntersection", {}),
+    "nystrom": (f"{EMBED}:Nystrom", {"kernel": "gaussian"}),
+    "nystrom-intersection": (f"{EMBED}:Nystrom", {"kernel": "intersection"}),
+    "addkpca": (f"{EMBED}:AddKPCA", {}),
+    "pca": (f"{EMBED}:PCA", {}),
+    "random-projection": (f"{EMBED}:GaussianRandomProjection", {}),
+    "pcalap": (f"{EMBED}:PCALap", {}),
+    "rplap": (f"{EMBED}:RPLap", {}),
+    "ale": (f"{EMBED}:ALE", {}),
 }
 
 
@@ -419,9 +445,10 @@ def _not_for(method: Method, name: str) -> str:
     return f"{options[name].flag} applies to --method {takers} only"
 
 
-def model_classes() -> Iterable[type[BaseEstimator]]:
-    """Every class a saved model may hold: each method's estimators and each embedding."""
+def model_classes() -> Iterable[str]:
+    """Every class a saved model may hold, as ``"module:Class"``: each method's estimators and
+    each embedding."""
     for method in METHODS.values():
         yield from method.estimators
-    for cls, _ in EMBEDDINGS.values():
-        yield cls
+    for reference, _ in EMBEDDINGS.values():
+        yield reference

@@ -2,7 +2,8 @@
 
 Only classes named in :data:`MODEL_CLASSES` can be loaded: a model file picks a class from this
 allow-list by name and supplies its JSON parameters and numeric arrays, nothing else. The
-allow-list is every class the method and embedding tables of `jobs.methods` name.
+allow-list is every class the method and embedding tables of `jobs.methods` name; a class is
+imported only once a model file names it.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
-from imgscale.jobs.methods import model_classes
+from imgscale.jobs.methods import estimator_class, model_classes
 from imgscale.storage import SavedStep, StoreError, load_model, save_model
 
-MODEL_CLASSES: dict[str, type[BaseEstimator]] = {cls.__name__: cls for cls in model_classes()}
+# Class name → "module:Class" (`jobs.methods.estimator_class` imports it).
+MODEL_CLASSES: dict[str, str] = {ref.split(":")[1]: ref for ref in model_classes()}
 
 
 class ClassifierPipeline(Pipeline):
@@ -69,7 +71,7 @@ def load(path: str | os.PathLike) -> tuple[BaseEstimator, dict]:
 
 def _to_step(estimator: BaseEstimator) -> SavedStep:
     kind = type(estimator).__name__
-    if MODEL_CLASSES.get(kind) is not type(estimator):
+    if kind not in MODEL_CLASSES or estimator_class(MODEL_CLASSES[kind]) is not type(estimator):
         raise TypeError(f"cannot save {kind}: not one of {sorted(MODEL_CLASSES)}")
     arrays, scalars = {}, {}
     for name, value in vars(estimator).items():
@@ -85,13 +87,12 @@ def _to_step(estimator: BaseEstimator) -> SavedStep:
 
 
 def _from_step(step: SavedStep, path) -> BaseEstimator:
-    cls = MODEL_CLASSES.get(step.kind)
-    if cls is None:
+    if step.kind not in MODEL_CLASSES:
         raise StoreError(
             f"model {path}: unknown estimator {step.kind!r}; expected one of "
             f"{sorted(MODEL_CLASSES)}"
         )
-    estimator = cls(**step.params)
+    estimator = estimator_class(MODEL_CLASSES[step.kind])(**step.params)
     for name, value in {**step.scalars, **step.arrays}.items():
         setattr(estimator, name, value)
     return estimator

@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from imgscale.storage import FileLock
-
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -147,6 +145,8 @@ def default_lock_path(command: list[str]) -> Path:
 
 def run_once_locked(command: list[str], lock_path: Path) -> int | None:
     """Run ``imgscale COMMAND`` holding the lock; None (and nothing run) if someone holds it."""
+    from imgscale.storage import FileLock  # imports the store layout: not on every --help
+
     lock = FileLock(lock_path)
     if not lock.acquire(blocking=False):
         return None

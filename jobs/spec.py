@@ -34,7 +34,7 @@ from typing import Any
 import click
 
 from imgscale.jobs.runs import RecordedCommand
-from imgscale.storage import StoreError, open_store
+from imgscale.storage import StoreError
 
 # Parameters a spec does not set: output format and ledger are the caller's choice.
 NOT_IN_SPECS = ("as_json", "ledger")
@@ -314,6 +314,8 @@ def _store_splits(
     store: str, made_stores: dict[str, set[str] | None], where: str, problems: list[str]
 ) -> None:
     """Learn the splits of an existing ``store`` (unless an earlier job makes it)."""
+    from imgscale.storage import open_store
+
     if store in made_stores:
         return
     try:

@@ -11,7 +11,6 @@ from typing import Any
 
 import click
 
-from imgscale.jobs.cluster import connect
 from imgscale.jobs.options import json_option, scheduler_option, verbose_option
 from imgscale.jobs.runs import (
     SpecOrigin,
@@ -59,6 +58,8 @@ def run(ctx: click.Context, spec: str, dry_run: bool, scheduler: str | None, led
     try:
         with contextlib.ExitStack() as stack:
             if any(_needs_cluster(job, params) for job, params in plans):
+                from imgscale.jobs.cluster import connect
+
                 origin.local_scheduler = stack.enter_context(connect(None)).scheduler.address
                 plans = [(job, _with_scheduler(job, origin.local_scheduler)) for job, _ in plans]
             for job, params in plans:

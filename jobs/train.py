@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from imgscale.jobs.methods import EMBEDDINGS, TrainingData, get_method, resolve_options
+from imgscale.jobs.methods import (
+    EMBEDDINGS,
+    TrainingData,
+    estimator_class,
+    get_method,
+    resolve_options,
+)
 from imgscale.jobs.models import classifier_pipeline
 from imgscale.storage import FeatureStore
 
@@ -16,7 +22,8 @@ def make_embedding(
     """An unfitted embedding by its CLI name, with the options that apply to it."""
     if name not in EMBEDDINGS:
         raise ValueError(f"unknown embedding {name!r}; expected one of {', '.join(EMBEDDINGS)}")
-    cls, params = EMBEDDINGS[name]
+    reference, params = EMBEDDINGS[name]
+    cls = estimator_class(reference)
     accepted = cls().get_params()
     options = {"n_components": n_components, "gamma": gamma, "random_state": random_state}
     for key, value in options.items():

@@ -12,39 +12,46 @@ Other layers use only the names listed here; zarr and parquet details stay insid
 - `Ledger`, `OUTCOMES`: the per-user record of computing runs.
 """
 
-from imgscale.storage.classes import read_class_names
-from imgscale.storage.create import create_or_open, create_pq_store, create_store
-from imgscale.storage.errors import StoreError
-from imgscale.storage.ingest import FORMATS, Ingested, ingest_file
-from imgscale.storage.ledger import OUTCOMES, Ledger
-from imgscale.storage.lock import FileLock
-from imgscale.storage.models import SavedStep, load_model, save_model
-from imgscale.storage.pq_codec import DEFAULT_SAMPLE, PQCodec, check_m, sample_indices
-from imgscale.storage.store import SCHEMA_VERSION, FeatureStore, open_store
-from imgscale.storage.writer import CopyWriter, write_row_chunk
+import importlib
 
-__all__ = [
-    "DEFAULT_SAMPLE",
-    "FORMATS",
-    "OUTCOMES",
-    "SCHEMA_VERSION",
-    "CopyWriter",
-    "FeatureStore",
-    "FileLock",
-    "Ingested",
-    "Ledger",
-    "PQCodec",
-    "SavedStep",
-    "StoreError",
-    "check_m",
-    "create_or_open",
-    "create_pq_store",
-    "create_store",
-    "ingest_file",
-    "load_model",
-    "open_store",
-    "read_class_names",
-    "sample_indices",
-    "save_model",
-    "write_row_chunk",
-]
+# Exported name → the module defining it. Imported on first use (PEP 562), so a command that
+# never opens a store does not pay for zarr, dask and pyarrow.
+_EXPORTS = {
+    "read_class_names": "classes",
+    "create_or_open": "create",
+    "create_pq_store": "create",
+    "create_store": "create",
+    "StoreError": "errors",
+    "FORMATS": "ingest",
+    "Ingested": "ingest",
+    "ingest_file": "ingest",
+    "OUTCOMES": "ledger",
+    "Ledger": "ledger",
+    "FileLock": "lock",
+    "SavedStep": "models",
+    "load_model": "models",
+    "save_model": "models",
+    "DEFAULT_SAMPLE": "pq_codec",
+    "PQCodec": "pq_codec",
+    "check_m": "pq_codec",
+    "sample_indices": "pq_codec",
+    "SCHEMA_VERSION": "store",
+    "FeatureStore": "store",
+    "open_store": "store",
+    "CopyWriter": "writer",
+    "write_row_chunk": "writer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -35,15 +35,38 @@ def test_each_method_is_a_choice_listed_in_help_with_its_options(name):
         assert option.flag in flags
 
 
+def assert_loadable(reference: str) -> None:
+    """The class ``reference`` names is an estimator of pipeline.classify or .embed (their
+    ``__init__`` exports it), under its own name in the model allow-list."""
+    module, name = reference.split(":")
+    assert module in (methods.CLASSIFY, methods.EMBED)
+    cls = methods.estimator_class(reference)
+    assert cls.__name__ == name and hasattr(cls, "fit") and hasattr(cls, "get_params")
+    assert MODEL_CLASSES[name] == reference
+
+
 @pytest.mark.parametrize("name", list(methods.METHODS))
 def test_each_method_estimator_is_loadable(name):
-    for cls in methods.METHODS[name].estimators:
-        assert MODEL_CLASSES[cls.__name__] is cls
+    for reference in methods.METHODS[name].estimators:
+        assert_loadable(reference)
 
 
 def test_every_embedding_is_loadable():
-    for cls, _ in methods.EMBEDDINGS.values():
-        assert MODEL_CLASSES[cls.__name__] is cls
+    for reference, _ in methods.EMBEDDINGS.values():
+        assert_loadable(reference)
+
+
+def test_option_choices_are_the_estimators_own():
+    """The table spells the choices out (--help imports no estimator); they must not drift."""
+    from imgscale.pipeline.classify import RidgeClassifier
+    from imgscale.pipeline.embed import ExemplarHOPE
+    from imgscale.pipeline.gram import GRAM_PRECISIONS
+
+    assert methods.GRAM_PRECISION.type == GRAM_PRECISIONS
+    assert methods.HOPE_EXEMPLAR_INIT.type == ExemplarHOPE.EXEMPLAR_INITS
+    assert methods.HOPE_SOLVER.type == ExemplarHOPE.SOLVERS
+    for value in GRAM_PRECISIONS:  # and the estimator accepts each
+        RidgeClassifier(gram_precision=value).fit(np.eye(3, dtype=np.float32), np.arange(3))
 
 
 def test_an_option_of_another_method_is_refused_naming_the_methods_that_take_it(
@@ -90,7 +113,9 @@ def test_a_new_entry_trains_with_the_store_data_and_options_it_declares(monkeypa
         seen["validation"] = data.validation(labelled_only=True)
         return NearestClassMean().fit(data.X, data.y)
 
-    entry = methods.Method("test-ncm", "test", fit, (NearestClassMean,), (shrink,), True)
+    entry = methods.Method(
+        "test-ncm", "test", fit, (f"{methods.CLASSIFY}:NearestClassMean",), (shrink,), True
+    )
     monkeypatch.setitem(methods.METHODS, "test-ncm", entry)
     model = train(digits_store, "test-ncm", shrink=0.5)
     assert seen["options"] == {"shrink": 0.5}
