@@ -348,7 +348,9 @@ def remove_last_batch(store: FeatureStore, batch_id: str) -> int:
     One atomic rewrite of the commit record (the committed rows end where the batch started),
     under the writer lock, then its rows file and row chunks are removed: readers see the store
     with the batch or without it, and a process killed after the commit leaves files the next
-    writer removes. Only the last batch can go, because rows are addressed by position.
+    writer removes. Only the last batch can go: rows are addressed by position (a model records
+    the rows it was trained on, `imgscale embed` resumes from a row watermark), so removing an
+    earlier batch would silently shift what every later row number means.
     """
     with StoreLock(store.path):
         record = read_record(store.path)
@@ -361,9 +363,13 @@ def remove_last_batch(store: FeatureStore, batch_id: str) -> int:
         position = ids.index(batch_id)
         later = ids[position + 1 :]
         if later:
+            newest_first = ", ".join(repr(b) for b in reversed(later[-5:]))
+            more = f" (and {len(later) - 5} more)" if len(later) > 5 else ""
             raise StoreError(
-                f"store {store.path}: batch {batch_id!r} is followed by {len(later)} batches "
-                f"({later[:5]}); expected the last batch (remove those first, newest first)"
+                f"store {store.path}: batch {batch_id!r} is followed by {len(later)} batches; "
+                "only the last batch can be removed, since rows are addressed by position "
+                f"(models' row counts, embed watermarks): remove {newest_first}{more} first, "
+                f"newest first, then {batch_id!r}, and ingest the later files again"
             )
         batch = record["batches"].pop()
         record["committed_rows"] = batch["start"]
