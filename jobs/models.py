@@ -1,7 +1,8 @@
 """Save and load fitted estimators (or pipelines of them) via ``storage.models``, without pickle.
 
 Only classes named in :data:`MODEL_CLASSES` can be loaded: a model file picks a class from this
-allow-list by name and supplies its JSON parameters and numeric arrays, nothing else. The
+allow-list by name and supplies its JSON parameters and numeric arrays, nothing else, whose
+shapes must agree with its parameters (`jobs.model_shapes`). The
 allow-list is every class the method and embedding tables of `jobs.methods` name; a class is
 imported only once a model file names it.
 """
@@ -18,6 +19,7 @@ from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from imgscale.jobs.methods import estimator_class, model_classes
+from imgscale.jobs.model_shapes import check_shapes
 from imgscale.storage import SavedStep, StoreError, load_model, save_model
 
 # Class name → "module:Class" (`jobs.methods.estimator_class` imports it).
@@ -92,6 +94,7 @@ def _from_step(step: SavedStep, path) -> BaseEstimator:
             f"model {path}: unknown estimator {step.kind!r}; expected one of "
             f"{sorted(MODEL_CLASSES)}"
         )
+    check_shapes(step.kind, step.params, step.scalars, step.arrays, f"model {path}")
     estimator = estimator_class(MODEL_CLASSES[step.kind])(**step.params)
     for name, value in {**step.scalars, **step.arrays}.items():
         setattr(estimator, name, value)
