@@ -44,6 +44,7 @@ MODULES = (
     "ale_ceiling",
     "local",
     "hope",
+    "overhead",
 )
 
 

@@ -1,5 +1,12 @@
 """Connect to a Dask cluster, or start a LocalCluster sized to this machine for one command.
 
+Without a scheduler, the LocalCluster's kind follows the size of the rows a command reads: up
+to :data:`THREADED_MAX_BYTES`, one worker in this process whose threads run the tasks (no worker
+process to start, no task code to import twice, no dashboard to serve: the fixed cost of a
+command on a small store); above it, one single-threaded worker process per core, each with a
+memory limit, where no task holds the GIL another needs (``imgscale bench overhead`` measures
+both).
+
 Cluster failures reach the user as one line (:class:`ClusterError`): a scheduler that refuses
 the connection within :data:`PROBE_SECONDS`, a scheduler lost mid-job as soon as the client
 notices, a store that the workers cannot see before anything is submitted. Dask's own log
@@ -24,6 +31,7 @@ from distributed import Client, LocalCluster, progress, wait
 from distributed.comm import parse_address
 from distributed.comm.addressing import parse_host_port
 from distributed.utils import silence_logging_cmgr
+from threadpoolctl import threadpool_limits
 
 from imgscale.pipeline.compute import use_compute
 
@@ -33,6 +41,9 @@ PROGRESS_AFTER_SECONDS = 2.0
 PROBE_SECONDS = 2.5
 # The Dask handshake once the port answers (TLS included).
 HANDSHAKE_SECONDS = 20
+# Rows of at most this many bytes are read by a threaded LocalCluster in this process (module
+# docstring). A 1 GiB NCM or ridge pass ran as fast on 2 threads as on 2 worker processes.
+THREADED_MAX_BYTES = 2**30
 # How long a job waits for the first worker of a scheduler that has none yet.
 WORKER_WAIT_SECONDS = 60
 # The Dask configuration keys that --tls-ca-file, --tls-cert and --tls-key set for the client.
@@ -54,9 +65,11 @@ def connect(
     quiet: bool = False,
     n_workers: int | None = None,
     shared_paths: Iterable[str | os.PathLike] = (),
+    data_bytes: int | None = None,
 ) -> Iterator[Client]:
     """Yield a client for ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``), else a new LocalCluster
-    of ``n_workers`` single-threaded workers (default: one per core).
+    of ``n_workers`` single-threaded workers (default: one per core), threads in this process if
+    ``data_bytes``, the size of the rows the command reads, is at most `THREADED_MAX_BYTES`.
 
     ``shared_paths`` (absolute) must exist on every worker of a given scheduler: workers read
     and write stores themselves, so a path only the client sees would fail mid-job.
@@ -79,20 +92,31 @@ def connect(
                     "--scheduler tls://HOST:PORT; without --scheduler imgscale starts a local "
                     "cluster on 127.0.0.1"
                 )
-            cluster = stack.enter_context(_local_cluster(n_workers))
+            threaded = data_bytes is not None and data_bytes <= THREADED_MAX_BYTES
+            if threaded:
+                cluster = stack.enter_context(_threaded_cluster(n_workers))
+                # One BLAS thread per task: the tasks already occupy every core.
+                stack.enter_context(threadpool_limits(limits=1))
+            else:
+                cluster = stack.enter_context(_local_cluster(n_workers))
             client = stack.enter_context(Client(cluster))
             address = client.scheduler.address
         if not quiet:
-            workers = len(client.scheduler_info(n_workers=-1)["workers"])
-            origin = (
-                "connected to"
-                if scheduler or os.environ.get(SCHEDULER_ENV)
-                else "started a LocalCluster at"
-            )
-            print(
-                f"dask: {origin} {address}, {workers} workers, dashboard {client.dashboard_link}",
-                file=sys.stderr,
-            )
+            if not address.startswith("inproc://"):
+                workers = len(client.scheduler_info(n_workers=-1)["workers"])
+                origin = (
+                    "connected to"
+                    if scheduler or os.environ.get(SCHEDULER_ENV)
+                    else "started a LocalCluster at"
+                )
+                line = f"{origin} {address}, {workers} workers, dashboard {client.dashboard_link}"
+            else:
+                threads = sum(client.nthreads().values())
+                line = (
+                    f"started a LocalCluster in this process, {threads} threads, no dashboard "
+                    f"(rows of at most {THREADED_MAX_BYTES / 2**30:g} GiB)"
+                )
+            print(f"dask: {line}", file=sys.stderr)
         stack.enter_context(
             use_compute(lambda *c: _compute_with_progress(client, address, c, quiet))
         )
@@ -189,6 +213,20 @@ def _local_cluster(n_workers: int | None) -> LocalCluster:
         host="127.0.0.1",
         memory_limit=int(0.8 * memory / n_workers),
         dashboard_address="127.0.0.1:0",
+        silence_logs=logging.CRITICAL,
+    )
+
+
+def _threaded_cluster(n_threads: int | None) -> LocalCluster:
+    """One worker in this process with a thread per core (``n_threads``), reached in-process:
+    nothing listens on a network port."""
+    return LocalCluster(
+        n_workers=1,
+        threads_per_worker=n_threads or psutil.cpu_count(logical=False) or os.cpu_count() or 1,
+        processes=False,
+        # Its HTTP endpoints (health, metrics) on a free loopback port; no dashboard (bokeh).
+        dashboard_address="127.0.0.1:0",
+        scheduler_kwargs={"dashboard": False},
         silence_logs=logging.CRITICAL,
     )
 
