@@ -1,7 +1,8 @@
 """Fixed cost of an `imgscale` command, and a whole NCM pass beside a plain numpy process.
 
 Every figure is a whole process timed from spawn to exit, beside a peer measured in the same
-run, runs of the two alternated (median of ``REPEATS``; the record gives the spread):
+run, runs of the two alternated after an untimed one of each (the median of 1 run at tiny scale,
+3 at small, 5 above; the record gives the spread):
 
 - ``imgscale --help`` and ``imgscale info STORE`` (a 5,000-row store) beside a bare interpreter
   (``python -c pass``): what a command pays before it does anything;
@@ -37,7 +38,6 @@ from imgscale.jobs.cluster import THREADED_MAX_BYTES, connect
 from imgscale.pipeline.classify import NearestClassMean
 from imgscale.storage.layout import FEATURES
 
-REPEATS = 5
 SMALL_ROWS = 5_000
 DIM = 512
 OVERHEAD_TARGET_S = 1.5
@@ -93,7 +93,7 @@ def _versus(name: str, ours: list[float], peer: list[float], peer_name: str, **e
     )  # fmt: skip
 
 
-def _fixed_costs(store, scratch: Path, env: dict[str, str], log) -> list[dict]:
+def _fixed_costs(store, scratch: Path, env: dict[str, str], repeats: int, log) -> list[dict]:
     seconds = _alternate(
         {
             "bare": _process("-c", "pass", env=env),
@@ -101,10 +101,10 @@ def _fixed_costs(store, scratch: Path, env: dict[str, str], log) -> list[dict]:
             "info": _process("-m", "imgscale", "info", store.path, env=env),
             "train": _train_ncm(store, scratch / "ncm-small.model", env),
         },
-        REPEATS,
+        repeats,
     )
     X, y = store.features().compute(), store.labels()
-    compute = _alternate({"fit": lambda: NearestClassMean().fit(X, y)}, REPEATS)["fit"]
+    compute = _alternate({"fit": lambda: NearestClassMean().fit(X, y)}, repeats)["fit"]
     overhead = statistics.median(seconds["train"]) - statistics.median(compute)
     log(
         f"--help {statistics.median(seconds['help']):.2f} s, info "
@@ -126,7 +126,7 @@ def _fixed_costs(store, scratch: Path, env: dict[str, str], log) -> list[dict]:
     ]  # fmt: skip
 
 
-def _cluster_kinds(store, log) -> list[dict]:
+def _cluster_kinds(store, repeats: int, log) -> list[dict]:
     X, y = store.features(), store.labels()
 
     def threaded() -> None:
@@ -137,7 +137,7 @@ def _cluster_kinds(store, log) -> list[dict]:
         with connect(quiet=True):
             NearestClassMean().fit(X, y)
 
-    seconds = _alternate({"threads": threaded, "processes": processes}, REPEATS)
+    seconds = _alternate({"threads": threaded, "processes": processes}, repeats)
     log(
         f"LocalCluster start + pass + stop: threads {statistics.median(seconds['threads']):.2f} s,"
         f" processes {statistics.median(seconds['processes']):.2f} s"
@@ -151,9 +151,11 @@ def _cluster_kinds(store, log) -> list[dict]:
     ]  # fmt: skip
 
 
-def _ncm_pass(store, scratch: Path, env: dict[str, str], log) -> list[dict]:
+def _ncm_pass(store, scratch: Path, env: dict[str, str], repeats: int, log) -> list[dict]:
     labels = scratch / f"{store.path.stem}-labels.npy"
-    np.save(labels, store.labels())
+    # `train` fits on split "train": the peer's rows of other splits are unlabelled (-1).
+    in_train = store.rows().column("split").to_numpy(zero_copy_only=False) == "train"
+    np.save(labels, np.where(in_train, store.labels(), -1))
     classes = len(store.class_names)
     model = scratch / f"{store.path.stem}-ncm.model"
     peer = _process(
@@ -162,7 +164,8 @@ def _ncm_pass(store, scratch: Path, env: dict[str, str], log) -> list[dict]:
     )  # fmt: skip
     peer_total = []
     seconds = _alternate(
-        {"ours": _train_ncm(store, model, env), "numpy": lambda: peer_total.append(peer())}, 3
+        {"ours": _train_ncm(store, model, env), "numpy": lambda: peer_total.append(peer())},
+        repeats,
     )
     fitted, _ = models.load(model)
     ours_total = float(fitted.class_sums_.sum())
@@ -195,14 +198,15 @@ def _ncm_pass(store, scratch: Path, env: dict[str, str], log) -> list[dict]:
 )
 def suite(ctx: Context) -> list[dict]:
     rows = ctx.pick(tiny=2_048, small=524_288, medium=3_145_728, large=3_145_728)
+    repeats = ctx.pick(tiny=1, small=3, medium=5, large=5)
     scratch = ctx.scratch("overhead")
     # The commands record themselves in a ledger of their own, not the user's.
     env = {**os.environ, "IMGSCALE_LEDGER": str(scratch / "ledger.sqlite")}
     env.pop("DASK_SCHEDULER_ADDRESS", None)
     small = mixture_store(scratch / f"mixture-{SMALL_ROWS}x{DIM}.zarr", SMALL_ROWS, DIM, 10)
-    records = _fixed_costs(small, scratch, env, ctx.log)
+    records = _fixed_costs(small, scratch, env, repeats, ctx.log)
     if not ctx.external_cluster:  # a benchmark given a cluster starts none of its own
-        records += _cluster_kinds(small, ctx.log)
+        records += _cluster_kinds(small, repeats, ctx.log)
     big = mixture_store(scratch / f"mixture-{rows}x{DIM}.zarr", rows, DIM, 100)
-    records += _ncm_pass(big, scratch, env, ctx.log)
+    records += _ncm_pass(big, scratch, env, repeats, ctx.log)
     return records
