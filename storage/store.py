@@ -34,6 +34,9 @@ from imgscale.storage.pq_store import (
 )
 from imgscale.storage.writer import BatchWriter, remove_last_batch
 
+# Row metadata columns kept dictionary-encoded in memory (few distinct values).
+_DICTIONARY = ("split", "batch_id")
+
 __all__ = ["SCHEMA_VERSION", "FeatureStore", "open_store"]
 
 ENCODINGS = ("raw", "pq")
@@ -55,9 +58,9 @@ class FeatureStore:
             )
         if self.encoding == "pq":
             pq_params(self.path, record)
-        # Committed rows files never change, so their tables are cached by name, and the ids of
-        # the files read so far are kept as one set that grows with each new batch.
-        self._rows_cache: dict[str, pa.Table] = {}
+        # Committed rows files never change, so their columns are cached by (file, column), and
+        # the ids of the files read so far are kept as one set that grows with each new batch.
+        self._rows_cache: dict[tuple[str, str], pa.ChunkedArray] = {}
         self._ids_seen: set[str] = set()
         self._ids_files: set[str] = set()
 
@@ -110,8 +113,8 @@ class FeatureStore:
 
     def split_counts(self) -> dict[str, int]:
         """Rows per split name, in order of first appearance."""
-        splits = self.rows().column("split").value_counts().to_pylist()
-        return {s["values"]: s["counts"] for s in splits}
+        splits = self._rows(read_record(self.path), None, ["split"]).column("split")
+        return {s["values"]: s["counts"] for s in splits.value_counts().to_pylist()}
 
     def require_split(self, split: str | None) -> None:
         """StoreError naming the available splits unless ``split`` (if given) has rows."""
@@ -180,7 +183,7 @@ class FeatureStore:
         mask = None
         if split is not None:
             # Compared by arrow: a numpy object array of 1M split names took 0.1 s more.
-            in_split = pc.equal(self._rows(record, None).column("split"), split)
+            in_split = pc.equal(self._rows(record, None, ["split"]).column("split"), split)
             mask = pc.fill_null(in_split, False).to_numpy(zero_copy_only=False)
         if where is not None:
             mask = _subset(np.ones(n, dtype=bool) if mask is None else mask, where, self.path)
@@ -218,53 +221,82 @@ class FeatureStore:
         """(D, D) float32 rotation of a PQ store (codes quantize ``x @ rotation``), or None."""
         return self.codec.rotation
 
-    def rows(self, split: str | None = None) -> pa.Table:
-        """Committed row metadata (id, label, split, batch_id) in row order."""
-        return self._rows(read_record(self.path), split)
+    def rows(self, split: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+        """Committed row metadata in row order: the columns of the rows schema (id, label, split,
+        batch_id), or only ``columns``; with ``split``, only that split's rows."""
+        names = list(columns or ROWS_SCHEMA.names)
+        schema = pa.schema([ROWS_SCHEMA.field(name) for name in names])
+        return self._rows(read_record(self.path), split, names).cast(schema)
 
     def labels(self, split: str | None = None) -> np.ndarray:
-        return self.rows(split).column("label").to_numpy().astype(np.int32, copy=False)
+        table = self._rows(read_record(self.path), split, ["label"])
+        return table.column("label").to_numpy().astype(np.int32, copy=False)
 
     def ids(self, split: str | None = None) -> np.ndarray:
-        return self.rows(split).column("id").to_numpy(zero_copy_only=False)
+        table = self._rows(read_record(self.path), split, ["id"])
+        return table.column("id").to_numpy(zero_copy_only=False)
 
     def splits(self, split: str | None = None) -> np.ndarray:
-        return self.rows(split).column("split").to_numpy(zero_copy_only=False)
+        table = self._rows(read_record(self.path), split, ["split"])
+        return table.column("split").to_numpy(zero_copy_only=False)
 
     def committed_ids(self) -> set[str]:
         """Ids of all committed rows; after the first call, only new batches' ids are read."""
         for batch in read_record(self.path)["batches"]:
             if batch["rows_file"] not in self._ids_files:
-                self._ids_seen.update(self._batch_rows(batch).column("id").to_pylist())
+                self._ids_seen.update(self._batch_rows(batch, ["id"]).column("id").to_pylist())
                 self._ids_files.add(batch["rows_file"])
         return self._ids_seen
 
-    def _rows(self, record: dict[str, Any], split: str | None) -> pa.Table:
-        tables = [self._batch_rows(b) for b in record["batches"]]
-        table = pa.concat_tables(tables) if tables else ROWS_SCHEMA.empty_table()
+    def _rows(
+        self, record: dict[str, Any], split: str | None, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Row metadata as stored in memory: ``split`` and ``batch_id`` dictionary-encoded."""
+        names = list(columns or ROWS_SCHEMA.names)
+        read = names if split is None or "split" in names else [*names, "split"]
+        tables = [self._batch_rows(b, read) for b in record["batches"]]
+        if not tables:
+            return pa.schema([ROWS_SCHEMA.field(name) for name in names]).empty_table()
+        table = pa.concat_tables(tables)
         if split is not None:
-            table = table.filter(pc.equal(table.column("split"), split))
-        return table
+            table = table.filter(pc.fill_null(pc.equal(table.column("split"), split), False))
+        return table.select(names)
 
-    def _batch_rows(self, batch: dict[str, Any]) -> pa.Table:
+    def _batch_rows(self, batch: dict[str, Any], columns: Sequence[str]) -> pa.Table:
+        """One batch's metadata ``columns``, each read once and cached.
+
+        A pass needs labels and splits; ids (a string per row) are most of a large store's
+        metadata and are read only when asked for. ``split`` and ``batch_id`` take few distinct
+        values, so they are kept dictionary-encoded: an int32 a row, not a string.
+        """
         name = batch["rows_file"]
-        if name not in self._rows_cache:
+        missing = [c for c in columns if (name, c) not in self._rows_cache]
+        if missing:
             file = self.path / name
+            where = (
+                f"store {self.path}: rows file {file} for rows {batch['start']}–{batch['stop'] - 1}"
+            )
             expected = batch["stop"] - batch["start"]
             try:
-                table = pq.read_table(file, schema=ROWS_SCHEMA)
+                table = pq.read_table(
+                    file, columns=missing, read_dictionary=[c for c in missing if c in _DICTIONARY]
+                )
             except (OSError, pa.ArrowException) as e:
                 raise StoreError(
-                    f"store {self.path}: rows file {file} for rows {batch['start']}–"
-                    f"{batch['stop'] - 1} unreadable ({e}); expected {expected} rows of metadata"
+                    f"{where} unreadable ({e}); expected {expected} rows of metadata"
                 ) from e
             if table.num_rows != expected:
-                raise StoreError(
-                    f"store {self.path}: rows file {file} has {table.num_rows} rows; expected "
-                    f"{expected} (rows {batch['start']}–{batch['stop'] - 1})"
-                )
-            self._rows_cache[name] = table
-        return self._rows_cache[name]
+                raise StoreError(f"{where} has {table.num_rows} rows; expected {expected}")
+            for column in missing:
+                stored = table.schema.field(column).type
+                value_type = stored.value_type if pa.types.is_dictionary(stored) else stored
+                if value_type != ROWS_SCHEMA.field(column).type:
+                    raise StoreError(
+                        f"{where}: column {column!r} is {value_type}; "
+                        f"expected {ROWS_SCHEMA.field(column).type}"
+                    )
+                self._rows_cache[(name, column)] = table.column(column)
+        return pa.table({c: self._rows_cache[(name, c)] for c in columns})
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -272,7 +304,7 @@ class FeatureStore:
         """Summary for `imgscale info`: flat, JSON-ready, keys stable."""
         record = read_record(self.path)
         names = self.class_names
-        rows = self._rows(record, None)
+        rows = self._rows(record, None, ["label", "split"])
         labels = rows.column("label").to_numpy()
         values, counts = np.unique(labels, return_counts=True)
         label_counts = {
@@ -301,7 +333,7 @@ class FeatureStore:
         self._rows_cache.clear()
         self._ids_seen.clear()
         self._ids_files.clear()
-        self._rows(record, None)
+        self._rows(record, None)  # every column of every rows file, read and checked
         if record["encoding"] == "pq":
             CodesChunkReader(self.path, record, n).verify()
             return
