@@ -424,8 +424,9 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
     neighbourhood : {"predicted", "nearest"}, default="predicted"
         "nearest" is the Local baseline of §4: the k nearest rows, k chosen per query as here.
     balanced : bool, default=True
-        Label-balanced nearest neighbourhoods (Local B; False is Local U). Predicted
-        neighbourhoods are always balanced (§3.3).
+        At inference, the k/C most confident (or nearest) rows of each label (§3.3; Local B);
+        False takes the k most confident rows whatever their labels (Local U). The target
+        neighbourhoods of §3.1 are always balanced.
     metric : {"euclidean", "learned"}, default="euclidean"
         Distances for the candidate sampling and for "nearest": "learned" is those of a
         `MetricKNeighborsClassifier` fitted on the training rows (Local+ML of §4).
