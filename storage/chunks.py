@@ -114,7 +114,7 @@ class SplitRows:
     A read copies only the rows it asks for, from one chunk: a piece cut from a chunk (an
     embedding's) takes its own rows, and an empty chunk reads nothing. A filter task after each
     read copied every selected row of the chunk, and each piece repeated it. Pickles with the
-    reader and the mask (one byte a row), once per worker.
+    reader and the mask, packed to one bit a row (it travels in the graph: 1.25 MB for 10⁷ rows).
     """
 
     ndim = 2
@@ -124,7 +124,7 @@ class SplitRows:
         if mask.shape != (reader.shape[0],):
             raise ValueError(f"mask of shape {mask.shape} for {reader.shape[0]} rows")
         self.reader = reader
-        self.mask = mask
+        self._packed_mask = np.packbits(mask)
         firsts = np.arange(0, len(mask), reader.rows_per_chunk)
         counts = np.add.reduceat(mask, firsts, dtype=np.int64) if len(mask) else firsts
         self.row_chunks = tuple(int(c) for c in counts)
@@ -142,7 +142,7 @@ class SplitRows:
         if stop > self._bounds[index + 1]:
             raise ValueError(f"read of rows {start}–{stop - 1} spans chunks; read one at a time")
         chunk_start = index * self.reader.rows_per_chunk
-        in_chunk = self.mask[chunk_start : chunk_start + self.reader.rows_per_chunk]
+        in_chunk = self._chunk_mask(chunk_start)
         offset = self._bounds[index]
         rows = np.flatnonzero(in_chunk)[start - offset : stop - offset]
         first, last = int(rows[0]), int(rows[-1])
@@ -150,3 +150,11 @@ class SplitRows:
         if last - first + 1 == len(rows):  # consecutive rows: the read itself
             return block[:, cols]
         return block[rows - first][:, cols]
+
+    def _chunk_mask(self, chunk_start: int) -> np.ndarray:
+        """The mask over the reader's chunk that starts at row ``chunk_start``."""
+        first_byte = chunk_start // 8
+        stop_byte = -(-(chunk_start + self.reader.rows_per_chunk) // 8)
+        bits = np.unpackbits(self._packed_mask[first_byte:stop_byte])
+        offset = chunk_start - 8 * first_byte
+        return bits[offset : offset + self.reader.rows_per_chunk].view(bool)

@@ -58,3 +58,19 @@ def test_missing_rows_file_is_reported(store: FeatureStore) -> None:
     (store.path / "rows" / "000000000000.parquet").unlink()
     with pytest.raises(StoreError, match="rows 0–24"):
         FeatureStore(store.path).rows()
+
+
+@pytest.mark.parametrize("column", ["label", "split"])
+def test_rows_file_column_of_another_type_is_reported(store: FeatureStore, column: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    file = store.path / "rows" / "000000000000.parquet"
+    table = pq.read_table(file)
+    retyped = table.set_column(
+        table.schema.get_field_index(column), column, pa.array([1.5] * table.num_rows)
+    )
+    pq.write_table(retyped, file)
+    reopened = FeatureStore(store.path)
+    with pytest.raises(StoreError, match=f"{re.escape(str(file))}.*column '{column}' is double"):
+        reopened.labels() if column == "label" else reopened.splits()

@@ -227,3 +227,18 @@ def test_empty_store_reads_as_zero_rows(tmp_path: Path) -> None:
     assert s.features().compute().shape == (0, 3)
     assert len(s.rows()) == 0 and s.info()["label_counts"] == {}
     s.verify()
+
+
+def test_rows_keep_the_schema_types_and_select_columns(store: FeatureStore) -> None:
+    """Splits are dictionary-encoded in memory, but rows() gives the stored schema's types."""
+    import pyarrow as pa
+
+    full = store.rows()
+    assert full.column_names == ["id", "label", "split", "batch_id"]
+    assert full.schema.field("split").type == pa.string()
+    assert full.schema.field("batch_id").type == pa.string()
+    some = store.rows("train", columns=["label"])
+    assert some.column_names == ["label"]
+    expected = [r["label"] for r in full.to_pylist() if r["split"] == "train"]
+    assert some.column("label").to_pylist() == expected
+    assert list(store.splits()) == full.column("split").to_pylist()
