@@ -5,14 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dask.array as da
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from dask.base import tokenize
 
 from imgscale.storage.chunks import ChunkReader, SplitRows
 from imgscale.storage.errors import StoreError
@@ -33,6 +31,9 @@ from imgscale.storage.pq_store import (
     record_pq_statistics,
 )
 from imgscale.storage.writer import BatchWriter, remove_last_batch
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 # Row metadata columns kept dictionary-encoded in memory (few distinct values).
 _DICTIONARY = ("split", "batch_id")
@@ -178,6 +179,10 @@ class FeatureStore:
     ) -> da.Array:
         """One task per zarr chunk of ``reader``; with ``split`` or ``where``, of the chunk's rows
         kept (`SplitRows`: chunks stay aligned to the zarr chunks, some shorter or empty)."""
+        # Imported here: commands that only describe a store (`imgscale info`) never need dask.
+        import dask.array as da
+        from dask.base import tokenize
+
         n, width = reader.shape
         row_chunks = self.rows_per_chunk
         mask = None

@@ -1,5 +1,5 @@
-"""A command imports only what it uses: `--help` none of the computing libraries. Checked on the
-module list ``python -X importtime`` prints, in a fresh interpreter."""
+"""A command imports only what it uses: `--help` none of the computing libraries, `info` no
+dask. Checked on the module list ``python -X importtime`` prints, in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -30,3 +30,9 @@ def test_help_imports_no_computing_library(args):
     imported = imported_packages(*args)
     assert "click" in imported
     assert not imported & set(COMPUTING), sorted(imported & set(COMPUTING))
+
+
+def test_info_reads_the_store_without_dask_or_estimators(digits_store):
+    imported = imported_packages("info", str(digits_store.path))
+    assert {"zarr", "pyarrow"} <= imported
+    assert not imported & {"dask", "distributed", "sklearn", "numba", "scipy"}
