@@ -12,10 +12,10 @@ Other layers use only the names listed here; zarr and parquet details stay insid
 - `Ledger`, `OUTCOMES`: the per-user record of computing runs.
 """
 
-import importlib
+from imgscale.exports import lazy_exports
 
-# Exported name → the module defining it. Imported on first use (PEP 562), so a command that
-# never opens a store does not pay for zarr, dask and pyarrow.
+# Exported name → the module defining it, imported on first use (imgscale.exports): a command
+# that never opens a store does not pay for zarr, dask and pyarrow.
 _EXPORTS = {
     "read_class_names": "classes",
     "create_or_open": "create",
@@ -44,14 +44,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

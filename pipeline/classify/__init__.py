@@ -1,20 +1,23 @@
-"""Classifiers trained by reductions over rows; numpy or row-chunked dask input."""
+"""Classifiers trained by reductions over rows; numpy or row-chunked dask input.
 
-from imgscale.pipeline.classify._base import top_k_columns
-from imgscale.pipeline.classify.knn import MetricKNeighborsClassifier
-from imgscale.pipeline.classify.local import PredictedNeighbourhoodClassifier
-from imgscale.pipeline.classify.ncm import NearestClassMean
-from imgscale.pipeline.classify.ncm_metric import MetricNearestClassMean
-from imgscale.pipeline.classify.ridge import RidgeClassifier
-from imgscale.pipeline.classify.ssl import EigenvalueRidgeClassifier, SemiSupervisedEigenSolver
+Each name is imported from its module on first use (PEP 562): a command that fits one method
+does not import the others (local learning alone imports scikit-learn's linear models).
+"""
 
-__all__ = [
-    "EigenvalueRidgeClassifier",
-    "MetricKNeighborsClassifier",
-    "MetricNearestClassMean",
-    "NearestClassMean",
-    "PredictedNeighbourhoodClassifier",
-    "RidgeClassifier",
-    "SemiSupervisedEigenSolver",
-    "top_k_columns",
-]
+from imgscale.exports import lazy_exports
+
+# Exported name → the module of this package defining it.
+_EXPORTS = {
+    "top_k_columns": "_base",
+    "MetricKNeighborsClassifier": "knn",
+    "PredictedNeighbourhoodClassifier": "local",
+    "NearestClassMean": "ncm",
+    "MetricNearestClassMean": "ncm_metric",
+    "RidgeClassifier": "ridge",
+    "EigenvalueRidgeClassifier": "ssl",
+    "SemiSupervisedEigenSolver": "ssl",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
