@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -81,7 +80,7 @@ def add_class(
             X = step.transform(X)
         classifier.partial_fit(X, y)
     provenance = {**provenance, "class_names": model_names}
-    _save_replacing(model, Path(model_path), None if out is None else Path(out), provenance, label)
+    _save_replacing(model, model_path, out, provenance, label)
     return {
         "label": label,
         "class_index": class_index,
@@ -101,7 +100,9 @@ def _forget_rows(classifier: NearestClassMean, label: int) -> None:
     classifier.class_counts_[j] = 0
 
 
-def _save_replacing(model, path: Path, out: Path | None, provenance: dict, label: str) -> None:
+def _save_replacing(
+    model, path: str | os.PathLike, out: str | os.PathLike | None, provenance: dict, label: str
+) -> None:
     added = [*provenance.get("added_classes", []), label]
     kept = {k: v for k, v in provenance.items() if k not in ("imgscale_version", "saved_at")}
     target = path if out is None else out

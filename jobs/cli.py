@@ -20,6 +20,7 @@ import click
 
 from imgscale.jobs import methods
 from imgscale.jobs.options import (
+    StorePath,
     check_new_path,
     end_progress_line,
     json_option,
@@ -27,7 +28,7 @@ from imgscale.jobs.options import (
     scheduler_option,
     verbose_option,
 )
-from imgscale.jobs.runs import RecordedCommand, report, report_progress
+from imgscale.jobs.runs import RecordedCommand, Terminated, report, report_progress
 from imgscale.jobs.submit import run, runs
 
 CONTRIBUTED_COMMANDS = "imgscale.commands"
@@ -77,7 +78,7 @@ def cli() -> None:
 
 @cli.command(cls=RecordedCommand)
 @click.argument("src", type=click.Path(exists=True, dir_okay=False))
-@click.argument("store", type=click.Path())
+@click.argument("store", type=StorePath())
 @click.option("--x-key", help="Array or column holding the features (npz, parquet).")
 @click.option(
     "--y-key", help="Array or column holding labels: integers (-1 = unlabelled) or class names."
@@ -129,7 +130,7 @@ def ingest(src, store, x_key, y_key, ids_key, labels_path, class_names_path, spl
 
 
 @cli.command("remove-batch")
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("store", type=StorePath(exists=True, file_okay=False))
 @click.argument("batch_id")
 @verbose_option
 def remove_batch(store, batch_id) -> None:
@@ -146,7 +147,7 @@ def remove_batch(store, batch_id) -> None:
 
 
 @cli.command()
-@click.argument("store", type=click.Path(exists=True))
+@click.argument("store", type=StorePath(exists=True))
 @json_option
 @verbose_option
 def info(store, as_json) -> None:
@@ -164,8 +165,8 @@ def info(store, as_json) -> None:
 
 
 @cli.command(cls=RecordedCommand)
-@click.argument("src", type=click.Path(exists=True))
-@click.argument("dst", type=click.Path())
+@click.argument("src", type=StorePath(exists=True))
+@click.argument("dst", type=StorePath())
 @click.option("--m", "m", default=64, show_default=True, help="Sub-quantizers (must divide D).")
 @click.option("--rotate", is_flag=True, help="Random orthogonal rotation before quantizing.")
 @click.option("--sample", default=65_536, show_default=True, help="Rows to train the codec on.")
@@ -239,8 +240,8 @@ METHOD_LIST = "\b\nMethods:\n" + "\n".join(
 
 
 @cli.command(cls=RecordedCommand, epilog=METHOD_LIST)
-@click.argument("store", type=click.Path(exists=True))
-@click.argument("model", type=click.Path())
+@click.argument("store", type=StorePath(exists=True))
+@click.argument("model", type=StorePath())
 @click.option(
     "--method",
     type=click.Choice(list(methods.METHODS)),
@@ -313,7 +314,7 @@ def train(
         models.save(
             fitted,
             model,
-            store=str(feature_store.path.resolve()),
+            store=str(shared_path(feature_store.path)),
             split=split,
             rows=len(feature_store.labels(split)),
             committed_rows=feature_store.committed_rows,
@@ -330,8 +331,8 @@ def train(
 
 
 @cli.command(cls=RecordedCommand)
-@click.argument("model", type=click.Path(exists=True))
-@click.argument("store", type=click.Path(exists=True))
+@click.argument("model", type=StorePath(exists=True))
+@click.argument("store", type=StorePath(exists=True))
 @click.argument("out", type=click.Path())
 @click.option("--split", default=None, help="Only rows of this split (default: all).")
 @click.option("--top-k", default=5, show_default=True, help="Labels kept per row.")
@@ -363,8 +364,8 @@ def predict(model, store, out, split, top_k, scheduler) -> None:
 
 
 @cli.command(cls=RecordedCommand)
-@click.argument("model", type=click.Path(exists=True))
-@click.argument("store", type=click.Path(exists=True))
+@click.argument("model", type=StorePath(exists=True))
+@click.argument("store", type=StorePath(exists=True))
 @click.option("--split", default="test", show_default=True)
 @scheduler_option
 @json_option
@@ -397,8 +398,8 @@ def evaluate(model, store, split, scheduler, as_json) -> None:
 
 
 @cli.command()
-@click.argument("model", type=click.Path(exists=True))
-@click.argument("store", type=click.Path(exists=True))
+@click.argument("model", type=StorePath(exists=True))
+@click.argument("store", type=StorePath(exists=True))
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option("--split", default="test", show_default=True, help="Rows to plot.")
 @click.option(
@@ -436,11 +437,11 @@ def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
 
 
 @cli.command("add-class", cls=RecordedCommand)
-@click.argument("model", type=click.Path(exists=True))
-@click.argument("store", type=click.Path(exists=True))
+@click.argument("model", type=StorePath(exists=True))
+@click.argument("store", type=StorePath(exists=True))
 @click.option("--label", required=True, help="Class name in STORE whose rows give the mean.")
 @click.option("--split", default=None, help="Only rows of this split (default: all).")
-@click.option("--out", type=click.Path(), help="Save here instead of replacing MODEL.")
+@click.option("--out", type=StorePath(), help="Save here instead of replacing MODEL.")
 @click.option(
     "--replace", is_flag=True, help="MODEL has class LABEL: its mean becomes that of these rows."
 )
@@ -490,9 +491,9 @@ def demo(workdir, scheduler) -> None:
 
 
 @cli.command("embed", cls=RecordedCommand)
-@click.argument("model", type=click.Path(exists=True))
-@click.argument("src", type=click.Path(exists=True))
-@click.argument("dst", type=click.Path())
+@click.argument("model", type=StorePath(exists=True))
+@click.argument("src", type=StorePath(exists=True))
+@click.argument("dst", type=StorePath())
 @click.option("--batch-rows", default=1000, show_default=True, help="Rows per committed batch.")
 @click.option("--max-rows", type=int, help="Embed at most this many rows in this run.")
 @scheduler_option
@@ -523,7 +524,7 @@ def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> 
             dst,
             batch_rows=batch_rows,
             max_rows=max_rows,
-            provenance={"model": str(Path(model).resolve())},
+            provenance={"model": str(shared_path(model))},
             on_commit=lambda start, stop: report_progress(stop, source.committed_rows, "embed"),
         )
     report(summary)
@@ -605,9 +606,10 @@ def main() -> None:
         hint = " (see --help)" if isinstance(exc, click.UsageError) else ""
         click.echo(f"imgscale: error: {exc.format_message()}{hint}", err=True)
         sys.exit(exc.exit_code)
-    except click.Abort:
+    except click.Abort as exc:
         click.echo("imgscale: aborted", err=True)
-        sys.exit(130)
+        # The shell's codes for a process ended by a signal: 128 + SIGTERM (15) or SIGINT (2).
+        sys.exit(143 if isinstance(exc.__cause__, Terminated) else 130)
     except Exception as exc:
         if "--verbose" in sys.argv:
             traceback.print_exc()

@@ -176,7 +176,9 @@ def _probe(address: str, host: str, port: int | None) -> None:
 
 
 def _check_shared_paths(client: Client, paths: Iterable[str | os.PathLike]) -> None:
-    paths = [str(p) for p in paths]
+    from imgscale.storage import is_url
+
+    paths = [str(p) for p in paths if not is_url(p)]  # a URL reaches the same bucket anywhere
     if not paths:
         return
     seen = client.run(_existing, paths)
@@ -193,9 +195,12 @@ def _existing(paths: list[str]) -> list[bool]:
     return [os.path.exists(p) for p in paths]
 
 
-def shared_path(path: str | os.PathLike) -> Path:
-    """``path`` made absolute: workers do not share the client's working directory."""
-    return Path(path).absolute()
+def shared_path(path: str | os.PathLike) -> os.PathLike:
+    """``path`` made absolute: workers do not share the client's working directory. An
+    object-store URL (storage's `location`) is the same for every worker."""
+    from imgscale.storage import is_url, location
+
+    return location(path) if is_url(path) else Path(path).absolute()
 
 
 def _local_cluster(n_workers: int | None) -> LocalCluster:

@@ -34,6 +34,8 @@ from imgscale.storage import (
     check_m,
     create_or_open,
     create_pq_store,
+    is_url,
+    location,
     sample_indices,
     write_row_chunk,
 )
@@ -93,13 +95,13 @@ def compress(
     ``codec``: one already trained (e.g. another store's, so both share a codebook) instead of
     training on ``sample`` rows; its M must be ``m``.
     """
-    dst = Path(dst)
+    dst = location(dst)
     n = src.committed_rows
     if n == 0:
         raise StoreError(f"store {src.path}: no committed rows to compress")
     if src.encoding != "raw":
         raise StoreError(f"store {src.path}: encoding {src.encoding!r}; expected a raw store")
-    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+    if dst.exists() and (is_url(dst) or not dst.is_dir() or any(dst.iterdir())):
         raise StoreError(f"store {dst}: path exists and is not empty; refusing to overwrite it")
     check_m(src.dim, m)
     started = time.perf_counter()

@@ -57,6 +57,18 @@ def scheduler_option(command: Callable) -> Callable:
     return command
 
 
+class StorePath(click.Path):
+    """A store's or model's location: a local path, checked as `click.Path` checks it, or an
+    object-store URL (``s3://bucket/store.zarr``), kept as given and checked when opened."""
+
+    def convert(self, value, param, ctx):
+        from imgscale.storage import is_url
+
+        if isinstance(value, str) and is_url(value):
+            return value
+        return super().convert(value, param, ctx)
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object only.")
 
 
@@ -112,6 +124,12 @@ def check_new_path(path: str | None, what: str) -> None:
     """Refuse, before any work, an output path that exists or whose folder is missing or not
     writable: a command must not compute for minutes and then fail to save."""
     if path is None:
+        return
+    from imgscale.storage import is_url, location
+
+    if is_url(path):
+        if location(path).exists():
+            raise click.UsageError(f"{what} {path} already exists; expected a new path")
         return
     target = Path(path)
     if target.exists() or target.is_symlink():

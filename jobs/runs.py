@@ -246,16 +246,21 @@ def _heartbeat(run: ActiveRun, stop: threading.Event) -> None:
             run.beat()
 
 
+class Terminated(KeyboardInterrupt):
+    """The KeyboardInterrupt a SIGTERM raises, so the process can exit with SIGTERM's code."""
+
+
 @contextlib.contextmanager
 def _sigterm_interrupts(received: list[str]) -> Iterator[None]:
-    """Within the block, SIGTERM raises KeyboardInterrupt in the main thread, as Ctrl-C does."""
+    """Within the block, SIGTERM raises KeyboardInterrupt (`Terminated`) in the main thread, as
+    Ctrl-C does."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum, frame) -> None:
         received.append(signal.Signals(signum).name)
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:

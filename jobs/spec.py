@@ -18,7 +18,9 @@ The whole spec is checked before anything runs, and every problem is reported, o
 naming the file, the job and the key: unknown keys, wrong types, missing required keys, inputs
 (stores, models, files) that neither exist nor come from an earlier job of the spec, outputs that
 would be overwritten, splits a store does not have, and secrets (which belong in the
-environment). Relative paths are relative to the spec's folder.
+environment). Relative paths are relative to the spec's folder; a URL (``s3://bucket/x.zarr``)
+is kept as it is, and a top-level ``[storage_options]`` table gives fsspec the options to reach it
+(e.g. ``endpoint_url``; credentials still come from the environment).
 """
 
 from __future__ import annotations
@@ -34,12 +36,18 @@ from typing import Any
 import click
 
 from imgscale.jobs.runs import RecordedCommand
-from imgscale.storage import StoreError
+from imgscale.storage import StoreError, is_url, location, use_storage_options
 
 # Parameters a spec does not set: output format and ledger are the caller's choice.
 NOT_IN_SPECS = ("as_json", "ledger")
 # A key whose name says it holds a secret, at any depth of the spec.
-SECRET_KEY = re.compile(r"secret|password|passwd|token|credential|private_key|access_key", re.I)
+SECRET_KEY = re.compile(
+    r"secret|password|passwd|token|credential|private_key|access_key|^key$", re.I
+)
+# A value shaped like an AWS access key id or secret access key, under any key name.
+SECRET_VALUE = re.compile(
+    r"^(AKIA|ASIA)[0-9A-Z]{16}$|^(?=.*[a-z])(?=.*[A-Z])(?=.*[0-9])[A-Za-z0-9/+]{40}$"
+)
 SECRETS_GO = (
     "secrets go in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...) or the "
     "provider's credentials file, never in a spec file"
@@ -91,6 +99,8 @@ class Job:
     number: int
     command: click.Command
     params: dict[str, Any]
+    # fsspec options for the job's URLs (the spec's [storage_options]).
+    storage_options: dict[str, Any] | None = None
 
     @property
     def kind(self) -> str:
@@ -129,6 +139,10 @@ def load_spec(path: str | os.PathLike, root: click.Group) -> list[Job]:
     problems += [
         f"{path}: key '{key}' holds a secret; {SECRETS_GO}" for key in _secret_keys(document)
     ]
+    problems += [
+        f"{path}: key '{key}' has a value that looks like an AWS credential; {SECRETS_GO}"
+        for key in _secret_values(document)
+    ]
     tables, defaults = _job_tables(path, document, problems)
     kinds = job_kinds(root)
     jobs = []
@@ -137,7 +151,8 @@ def load_spec(path: str | os.PathLike, root: click.Group) -> list[Job]:
         if job is not None:
             jobs.append(job)
     if not problems:
-        _check_flow(path, jobs, problems)
+        with use_storage_options(defaults.get("storage_options") or {}):
+            _check_flow(path, jobs, problems)
     if problems:
         raise SpecError(path, problems)
     return jobs
@@ -157,20 +172,39 @@ def _secret_keys(value: Any, prefix: str = "") -> list[str]:
     return found
 
 
+def _secret_values(value: Any, prefix: str = "") -> list[str]:
+    if isinstance(value, dict):
+        return [k for key, item in value.items() for k in _secret_values(item, f"{prefix}{key}.")]
+    if isinstance(value, list):
+        name = prefix.rstrip(".")
+        return [k for i, item in enumerate(value, 1) for k in _secret_values(item, f"{name}[{i}].")]
+    return [prefix.rstrip(".")] if isinstance(value, str) and SECRET_VALUE.match(value) else []
+
+
 def _job_tables(path: Path, document: dict, problems: list[str]) -> tuple[list[dict], dict]:
-    """The job tables and the keys every job inherits (a top-level ``scheduler``)."""
+    """The job tables and the keys every job inherits (a top-level ``scheduler``), with the
+    top-level ``storage_options`` under that key."""
+    defaults: dict[str, Any] = {}
+    options = document.get("storage_options", {})
+    if isinstance(options, dict):
+        defaults["storage_options"] = options
+    else:
+        problems.append(f"{path}: key 'storage_options' must be a table (fsspec options)")
     if "kind" in document:
         if "jobs" in document:
             problems.append(f"{path}: both 'kind' and 'jobs'; expected one job or a list of jobs")
-        return [document], {}
-    unknown = sorted(set(document) - {"jobs", "scheduler"})
+        table = {k: v for k, v in document.items() if k != "storage_options"}
+        return [table], defaults
+    unknown = sorted(set(document) - {"jobs", "scheduler", "storage_options"})
     for key in unknown:
-        problems.append(f"{path}: unknown top-level key '{key}'; expected 'jobs' or 'scheduler'")
+        problems.append(
+            f"{path}: unknown top-level key '{key}'; expected 'jobs', 'scheduler' or "
+            "'storage_options'"
+        )
     jobs = document.get("jobs")
     if not isinstance(jobs, list) or not jobs or not all(isinstance(j, dict) for j in jobs):
         problems.append(f"{path}: expected a top-level 'kind' (one job) or [[jobs]] tables")
-        return [], {}
-    defaults = {}
+        return [], defaults
     if "scheduler" in document:
         if isinstance(document["scheduler"], str):
             defaults["scheduler"] = document["scheduler"]
@@ -221,7 +255,9 @@ def _parse_job(
     for param in command.params:
         if param.required and param.name not in params:
             problems.append(f"{where}: missing key '{param.name}'")
-    return Job(number, command, params) if len(problems) == count else None
+    if len(problems) != count:
+        return None
+    return Job(number, command, params, defaults.get("storage_options") or None)
 
 
 def _params_by_key(command: click.Command) -> dict[str, click.Parameter]:
@@ -258,7 +294,7 @@ def _type_problem(param: click.Parameter, value: Any) -> str | None:
 
 def _resolve(spec: Path, value: str) -> str:
     """A local path relative to the spec's folder, made absolute; URLs are kept as they are."""
-    if "://" in value:
+    if is_url(value):
         return value
     return os.path.abspath(spec.parent / os.path.expanduser(value))
 
@@ -276,7 +312,7 @@ def _check_flow(path: Path, jobs: list[Job], problems: list[str]) -> None:
                 problems.append(f"{where}: key '{key}': file {values[key]} does not exist")
         for key in flow.models_in:
             model = values[key]
-            if model not in made_models and not (Path(model) / "zarr.json").is_file():
+            if model not in made_models and not (location(model) / "zarr.json").is_file():
                 problems.append(
                     f"{where}: key '{key}': model {model} does not exist and no earlier job "
                     "saves it"
@@ -295,7 +331,7 @@ def _check_flow(path: Path, jobs: list[Job], problems: list[str]) -> None:
                 )
         if flow.model_out and values.get(flow.model_out) is not None:
             model = values[flow.model_out]
-            if model in made_models or Path(model).exists():
+            if model in made_models or location(model).exists():
                 problems.append(
                     f"{where}: key '{flow.model_out}': {model} already exists; expected a new path"
                 )
@@ -334,10 +370,13 @@ def _record_output_store(
     problems: list[str],
 ) -> None:
     store = values[flow.store_out]
-    exists = Path(store).exists()
-    if job.kind == "compress" and (store in made_stores or (exists and any(Path(store).iterdir()))):
+    target = location(store)
+    exists = target.exists()
+    if job.kind == "compress" and (
+        store in made_stores or (exists and (is_url(store) or any(target.iterdir())))
+    ):
         problems.append(f"{where}: key '{flow.store_out}': {store} exists; expected a new path")
-    if store not in made_stores and exists and (Path(store) / "zarr.json").is_file():
+    if store not in made_stores and exists and (target / "zarr.json").is_file():
         _store_splits(store, made_stores, f"{where}: key '{flow.store_out}'", problems)
     splits = made_stores.get(store) or set()
     if flow.split_key:

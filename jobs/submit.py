@@ -22,7 +22,7 @@ from imgscale.jobs.runs import (
 )
 from imgscale.jobs.schedule import parse_every
 from imgscale.jobs.spec import SpecError, load_spec
-from imgscale.storage import Ledger
+from imgscale.storage import Ledger, use_storage_options
 
 
 @click.command()
@@ -68,7 +68,8 @@ def run(ctx: click.Context, spec: str, dry_run: bool, scheduler: str | None, led
                 if ledger:
                     argv += ["--ledger", ledger]
                 try:
-                    root.main(args=argv[1:], prog_name="imgscale", standalone_mode=False)
+                    with use_storage_options(job.storage_options or {}):
+                        root.main(args=argv[1:], prog_name="imgscale", standalone_mode=False)
                 except Exception as e:
                     raise click.ClickException(
                         f"job {job.number} ({job.kind}) failed: {one_line(e)}"

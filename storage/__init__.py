@@ -8,6 +8,8 @@ Other layers use only the names listed here; zarr and parquet details stay insid
 - Copying a store chunk-parallel (`imgscale compress`): `CopyWriter`, `write_row_chunk`.
 - Product quantization: `PQCodec`, `check_m`, `sample_indices`, `DEFAULT_SAMPLE`.
 - Saved models: `SavedStep`, `save_model` (``replace=True`` swaps atomically), `load_model`.
+- Where stores and models live: `location` (a local `Path`, or a `UPath` for an ``s3://``,
+  ``gs://``... URL), `is_url`, `use_storage_options` (fsspec options for a block of work).
 - `FileLock`: an exclusive flock released when its holder dies.
 - `Ledger`, `OUTCOMES`: the per-user record of computing runs.
 """
@@ -27,6 +29,9 @@ _EXPORTS = {
     "ingest_file": "ingest",
     "OUTCOMES": "ledger",
     "Ledger": "ledger",
+    "is_url": "location",
+    "location": "location",
+    "use_storage_options": "location",
     "FileLock": "lock",
     "SavedStep": "models",
     "load_model": "models",

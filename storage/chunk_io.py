@@ -15,12 +15,13 @@ import math
 import mmap
 import os
 import sys
-from pathlib import Path
 
 import google_crc32c
 import numpy as np
 import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
+
+from imgscale.storage.location import Location, is_local
 
 CHECKSUM_BYTES = 4
 
@@ -41,27 +42,36 @@ def direct_checksum(array: zarr.Array) -> bool | None:
     return None
 
 
-def read_chunk_file(file: Path, chunk_shape: tuple[int, ...], dtype, checksum: bool) -> np.ndarray:
+def read_chunk_file(
+    file: Location, chunk_shape: tuple[int, ...], dtype, checksum: bool
+) -> np.ndarray:
     """The chunk in ``file`` as a read-only array; ValueError on a wrong size or checksum.
 
-    The file is memory-mapped rather than copied: the checksum pass faults its pages in from the
-    page cache and consumers read them in place, with no copy into fresh memory (``imgscale
+    A local file is memory-mapped rather than copied: the checksum pass faults its pages in from
+    the page cache and consumers read them in place, with no copy into fresh memory (``imgscale
     bench io`` measures both). Chunk files are only ever replaced
-    by rename, never rewritten in place, so a mapping always sees one complete version.
+    by rename, never rewritten in place, so a mapping always sees one complete version. An
+    object is fetched whole in one GET.
     """
     dtype = np.dtype(dtype)
     n_bytes = math.prod(chunk_shape) * dtype.itemsize
     expected = n_bytes + (CHECKSUM_BYTES if checksum else 0)
-    with open(file, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size != expected:
-            raise ValueError(
-                f"{size} bytes on disk; expected {expected} (truncated or foreign file?)"
-            )
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    data = np.frombuffer(mapped, np.uint8)
+    if is_local(file):
+        with open(file, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            _check_size(size, expected)
+            buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    else:
+        buffer = file.read_bytes()
+        _check_size(len(buffer), expected)
+    data = np.frombuffer(buffer, np.uint8)
     if checksum:
         stored = int.from_bytes(data[n_bytes:].tobytes(), "little")
         if google_crc32c.value(data[:n_bytes]) != stored:
             raise ValueError("crc32c checksum mismatch (corrupt chunk)")
     return data[:n_bytes].view(dtype).reshape(chunk_shape)
+
+
+def _check_size(size: int, expected: int) -> None:
+    if size != expected:
+        raise ValueError(f"{size} bytes on disk; expected {expected} (truncated or foreign file?)")

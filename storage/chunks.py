@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +11,7 @@ import numpy as np
 from imgscale.storage.chunk_io import direct_checksum, read_chunk_file
 from imgscale.storage.errors import StoreError
 from imgscale.storage.layout import chunk_file, open_features_array
+from imgscale.storage.location import Location, location
 
 
 class OneChunkReader:
@@ -42,7 +42,7 @@ class OneChunkReader:
         return self.read_chunk(index, start, stop)
 
     def _locate(
-        self, index: int, start: int | None, stop: int | None, file: Path, what: str
+        self, index: int, start: int | None, stop: int | None, file: Location, what: str
     ) -> tuple[int, int, int, str]:
         """(chunk_start, start, stop, where) of a read of chunk ``index``, whose ``file`` must
         exist (zarr returns the fill value for a missing chunk instead of failing)."""
@@ -56,7 +56,7 @@ class OneChunkReader:
         return chunk_start, start, stop, where
 
     def _read_direct(
-        self, file: Path, chunk_start: int, start: int, stop: int, width: int, dtype: Any
+        self, file: Location, chunk_start: int, start: int, stop: int, width: int, dtype: Any
     ) -> np.ndarray:
         """Rows ``start:stop`` of the open array, read from ``file`` directly (storage/chunk_io.py)
         when the codec allows it."""
@@ -87,8 +87,8 @@ class ChunkReader(OneChunkReader):
     zarr chunking guarantees it), so every task reads exactly one chunk file.
     """
 
-    def __init__(self, path: Path, n_rows: int, dim: int, rows_per_chunk: int) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Location, n_rows: int, dim: int, rows_per_chunk: int) -> None:
+        self.path = location(path)
         self.shape = (n_rows, dim)
         self.rows_per_chunk = rows_per_chunk
         self.dtype = np.dtype(np.float32)

@@ -6,6 +6,11 @@ then the commit record, written last: until the record exists, `open_store` refu
 directory. `create_or_open` builds the store in a scratch directory beside ``path`` and renames
 it into place under a creation lock, so a creator killed half-way leaves no half-made store, and
 of two concurrent creators one creates and the other opens.
+
+On an object store (storage/location.py) nothing renames a folder: the creator claims commit 0
+(storage/commit_log.py), writes the skeleton in place and creates commit 0 last, so until then
+`open_store` refuses the prefix just the same; a second creator is refused while the first one
+lives, and a creation that was killed is cleared and made again by the next creator.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from imgscale.storage.commit_log import CLAIMS, latest_commit
 from imgscale.storage.errors import StoreError
 from imgscale.storage.layout import (
     DEFAULT_CODEC,
@@ -34,7 +40,15 @@ from imgscale.storage.layout import (
     default_rows_per_chunk,
     write_record,
 )
-from imgscale.storage.lock import FileLock, StoreLock
+from imgscale.storage.location import (
+    Location,
+    has_entries,
+    is_local,
+    location,
+    remove_tree,
+    zarr_target,
+)
+from imgscale.storage.lock import FileLock, writer_lock
 from imgscale.storage.pq_codec import PQCodec, check_codec
 from imgscale.storage.pq_store import pq_record, write_codec
 from imgscale.storage.store import FeatureStore
@@ -56,7 +70,7 @@ def create_store(
     ``codec`` names the chunk compression (see ``storage.layout.CODECS``); the default stores
     chunks uncompressed with a checksum, the fastest to stream.
     """
-    path = Path(path)
+    path = location(path)
     if not isinstance(dim, int | np.integer) or dim < 1:
         raise StoreError(f"store {path}: dim {dim!r}; expected a positive integer")
     dim = int(dim)
@@ -82,7 +96,7 @@ def create_pq_store(
     ``rows_per_chunk`` defaults to that of a raw store of the same D, so a decoded chunk is the
     usual ~64 MiB of float32 and every estimator sees the same task sizes on either store.
     """
-    path = Path(path)
+    path = location(path)
     check_codec(codec, codec.dim, f"store {path}")
 
     def arrays(rows_per_chunk: int) -> None:
@@ -98,7 +112,7 @@ def create_pq_store(
 
 
 def _create(
-    path: Path,
+    path: Location,
     dim: int,
     rows_per_chunk: int | None,
     create_arrays: Callable[[int], None],
@@ -107,13 +121,37 @@ def _create(
     class_names: Sequence[str] | None,
 ) -> FeatureStore:
     """The skeleton every store shares: group, row arrays, then the commit record, last."""
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise StoreError(f"store {path}: path exists and is not empty; refusing to overwrite it")
     rows_per_chunk = default_rows_per_chunk(dim) if rows_per_chunk is None else int(rows_per_chunk)
     if rows_per_chunk < 1:
         raise StoreError(f"store {path}: rows_per_chunk {rows_per_chunk}; expected ≥ 1")
-    path.mkdir(parents=True, exist_ok=True)
-    zarr.create_group(store=str(path))
+    if not is_local(path):
+        with writer_lock(path) as claim:
+            if claim.commit != 0:
+                raise StoreError(f"store {path}: exists; refusing to overwrite it")
+            remove_tree(path, keep=CLAIMS)  # what a killed creation left
+            _write_skeleton(path, dim, rows_per_chunk, create_arrays, record, provenance)
+    else:
+        if has_entries(path):
+            raise StoreError(
+                f"store {path}: path exists and is not empty; refusing to overwrite it"
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        _write_skeleton(path, dim, rows_per_chunk, create_arrays, record, provenance)
+    store = FeatureStore(path)
+    if class_names:
+        store.set_class_names(class_names)
+    return store
+
+
+def _write_skeleton(
+    path: Location,
+    dim: int,
+    rows_per_chunk: int,
+    create_arrays: Callable[[int], None],
+    record: dict[str, Any],
+    provenance: dict[str, Any] | None,
+) -> None:
+    zarr.create_group(**zarr_target(path))
     create_arrays(rows_per_chunk)
     record = {
         "committed_rows": 0,
@@ -126,10 +164,6 @@ def _create(
     }
     # The record goes last: until it exists, open_store refuses the directory.
     write_record(path, record)
-    store = FeatureStore(path)
-    if class_names:
-        store.set_class_names(class_names)
-    return store
 
 
 @contextmanager
@@ -148,7 +182,11 @@ def create_or_open(
     is removed again, unless another writer has committed rows to it meanwhile, so a failed
     first write leaves ``path`` as it was (an empty directory given stays).
     """
-    path = Path(path)
+    path = location(path)
+    if not is_local(path):
+        with _created_on_object_store(path, create, exist_ok) as opened:
+            yield opened
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     created = False
     with FileLock(path.parent / f".{path.name}.create.lock"):
@@ -177,16 +215,33 @@ def create_or_open(
         raise
 
 
+@contextmanager
+def _created_on_object_store(
+    path: Location, create: Callable[[Location], FeatureStore], exist_ok: bool
+) -> Iterator[tuple[FeatureStore, bool]]:
+    """`create_or_open` on an object store: ``create`` writes in place, commit 0 last."""
+    created = latest_commit(path) is None
+    if not created and not exist_ok:
+        raise StoreError(f"store {path}: exists; refusing to overwrite it")
+    store = create(path) if created else FeatureStore(path)
+    try:
+        yield store, created
+    except BaseException:
+        if created:
+            _remove_if_empty(path, False)
+        raise
+
+
 def _is_store_path(path: Path) -> bool:
     # An empty directory counts as missing, so callers may pre-create the target.
-    return path.exists() and (not path.is_dir() or any(path.iterdir()))
+    return has_entries(path)
 
 
-def _remove_if_empty(path: Path, keep_directory: bool) -> None:
-    with StoreLock(path):
+def _remove_if_empty(path: Location, keep_directory: bool) -> None:
+    with writer_lock(path):
         if FeatureStore(path).committed_rows:
             return
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path, keep=CLAIMS if not is_local(path) else None)
     if keep_directory:
         path.mkdir(exist_ok=True)
 

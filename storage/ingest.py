@@ -16,6 +16,7 @@ from imgscale.storage.errors import StoreError
 from imgscale.storage.formats import FORMATS, open_source
 from imgscale.storage.formats.base import Source
 from imgscale.storage.layout import default_rows_per_chunk
+from imgscale.storage.location import location
 from imgscale.storage.store import FeatureStore
 
 # A small first file gets chunks of its size rounded up to this many rows.
@@ -60,7 +61,7 @@ def ingest_file(
     labels are names themselves).
     """
     src = Path(src)
-    store_path = Path(store_path)
+    store_path = location(store_path)
     if not src.is_file():
         raise StoreError(f"{src}: no such file")
     source = open_source(src, x_key=x_key, y_key=y_key, ids_key=ids_key)

@@ -8,6 +8,10 @@ A store is a zarr v3 group directory::
     classes.parquet         label -> class name
     .lock                   flock target serialising writers
 
+On an object store (an ``s3://`` URL, storage/location.py) the commit record is instead the
+latest of ``commits/{n:012d}.json`` and writers claim the next commit instead of taking the flock
+(storage/commit_log.py says how that stays all-or-nothing).
+
 Readers trust only the commit record: rows past ``committed_rows`` and rows files that no batch
 names are leftovers of a writer that died and are overwritten or removed by the next writer.
 """
@@ -26,7 +30,16 @@ import pyarrow.parquet as pq
 import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
+from imgscale.storage.commit_log import read_commit, write_commit
 from imgscale.storage.errors import StoreError
+from imgscale.storage.location import (
+    Location,
+    is_local,
+    put_object,
+    read_table,
+    table_bytes,
+    zarr_target,
+)
 
 SCHEMA_VERSION = 1
 # PQ stores carry their own version so an imgscale that predates them (and knows only version 1)
@@ -83,13 +96,13 @@ def rows_file_name(start: int) -> str:
     return f"{ROWS_DIR}/{start:012d}.parquet"
 
 
-def chunk_file(path: Path, chunk_index: int) -> Path:
+def chunk_file(path: Location, chunk_index: int) -> Location:
     """File holding row-chunk ``chunk_index`` (default v3 chunk key encoding, one column chunk)."""
     return path / FEATURES / "c" / str(chunk_index) / "0"
 
 
 def create_features_array(
-    path: Path, dim: int, rows_per_chunk: int, codec: str = DEFAULT_CODEC
+    path: Location, dim: int, rows_per_chunk: int, codec: str = DEFAULT_CODEC
 ) -> None:
     if codec not in CODECS:
         raise StoreError(f"store {path}: codec {codec!r}; expected one of {sorted(CODECS)}")
@@ -97,16 +110,16 @@ def create_features_array(
     _create_row_array(path, FEATURES, dim, rows_per_chunk, "float32", CODECS[codec], float("nan"))
 
 
-def open_features_array(path: Path, mode: str = "r") -> zarr.Array:
-    return zarr.open_array(store=str(path / FEATURES), mode=mode, config=ARRAY_CONFIG)
+def open_features_array(path: Location, mode: str = "r") -> zarr.Array:
+    return zarr.open_array(**zarr_target(path / FEATURES), mode=mode, config=ARRAY_CONFIG)
 
 
-def codes_chunk_file(path: Path, chunk_index: int) -> Path:
+def codes_chunk_file(path: Location, chunk_index: int) -> Location:
     """File holding row-chunk ``chunk_index`` of a PQ store's codes."""
     return path / CODES / "c" / str(chunk_index) / "0"
 
 
-def create_codes_array(path: Path, m: int, rows_per_chunk: int) -> None:
+def create_codes_array(path: Location, m: int, rows_per_chunk: int) -> None:
     """The n x M uint8 codes of a PQ store: row-chunked like features, same codecs.
 
     Uncompressed + crc32c like features: zstd-1 and blosc-lz4 saved no bytes at all on M = 64
@@ -117,7 +130,7 @@ def create_codes_array(path: Path, m: int, rows_per_chunk: int) -> None:
 
 
 def _create_row_array(
-    path: Path,
+    path: Location,
     name: str,
     width: int,
     rows_per_chunk: int,
@@ -127,7 +140,7 @@ def _create_row_array(
 ) -> None:
     """An empty (0, width) array that grows by rows, one chunk file per row chunk."""
     zarr.create_array(
-        store=str(path),
+        **zarr_target(path),
         name=name,
         shape=(0, width),
         chunks=(rows_per_chunk, width),
@@ -140,14 +153,14 @@ def _create_row_array(
     )
 
 
-def open_codes_array(path: Path, mode: str = "r") -> zarr.Array:
-    return zarr.open_array(store=str(path / CODES), mode=mode, config=ARRAY_CONFIG)
+def open_codes_array(path: Location, mode: str = "r") -> zarr.Array:
+    return zarr.open_array(**zarr_target(path / CODES), mode=mode, config=ARRAY_CONFIG)
 
 
-def write_small_array(path: Path, name: str, values: np.ndarray) -> None:
+def write_small_array(path: Location, name: str, values: np.ndarray) -> None:
     """A small array (codebook, rotation) written whole as one checksummed chunk."""
     array = zarr.create_array(
-        store=str(path),
+        **zarr_target(path),
         name=name,
         shape=values.shape,
         chunks=values.shape,
@@ -159,27 +172,32 @@ def write_small_array(path: Path, name: str, values: np.ndarray) -> None:
     array[...] = values
 
 
-def open_small_array(path: Path, name: str) -> zarr.Array:
-    return zarr.open_array(store=str(path / name), mode="r")
+def open_small_array(path: Location, name: str) -> zarr.Array:
+    return zarr.open_array(**zarr_target(path / name), mode="r")
 
 
-def read_record(path: Path) -> dict[str, Any]:
+def read_record(path: Location) -> dict[str, Any]:
     """The commit record, read straight from disk so commits by other processes are seen.
 
-    zarr.json is replaced atomically by zarr's LocalStore, so this sees one commit or the next.
+    zarr.json is replaced atomically by zarr's LocalStore, so this sees one commit or the next;
+    on an object store, the latest of ``commits/`` is read (storage/commit_log.py).
     """
     meta_file = path / "zarr.json"
     if not path.exists():
         raise StoreError(f"store {path}: does not exist; expected an imgscale feature store")
-    try:
-        meta = json.loads(meta_file.read_bytes())
-    except FileNotFoundError:
-        raise StoreError(
-            f"store {path}: no zarr.json; expected an imgscale feature store (zarr v3 group)"
-        ) from None
-    except ValueError as e:
-        raise StoreError(f"{meta_file}: not valid JSON ({e})") from e
-    record = meta.get("attributes", {}).get(ATTRS_KEY) if isinstance(meta, dict) else None
+    if not is_local(path):
+        record = read_commit(path)
+        meta_file = path / "commits"
+    else:
+        try:
+            meta = json.loads(meta_file.read_bytes())
+        except FileNotFoundError:
+            raise StoreError(
+                f"store {path}: no zarr.json; expected an imgscale feature store (zarr v3 group)"
+            ) from None
+        except ValueError as e:
+            raise StoreError(f"{meta_file}: not valid JSON ({e})") from e
+        record = meta.get("attributes", {}).get(ATTRS_KEY) if isinstance(meta, dict) else None
     if not isinstance(record, dict):
         raise StoreError(
             f"{meta_file}: no '{ATTRS_KEY}' attributes; expected an imgscale feature store"
@@ -194,8 +212,12 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
-def write_record(path: Path, record: dict[str, Any]) -> None:
-    """The commit: one atomic write of the group's zarr.json (LocalStore: tmp file + rename)."""
+def write_record(path: Location, record: dict[str, Any]) -> None:
+    """The commit: one atomic write of the group's zarr.json (LocalStore: tmp file + rename), or
+    on an object store one create-only PUT of the next ``commits/`` record."""
+    if not is_local(path):
+        write_commit(path, record)
+        return
     group = zarr.open_group(store=str(path), mode="r+")
     group.update_attributes({ATTRS_KEY: record})
 
@@ -204,8 +226,12 @@ def tmp_path_for(target: Path) -> Path:
     return target.with_name(f"{target.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
 
 
-def write_table_atomic(table: pa.Table, target: Path) -> None:
-    """Write a parquet file so a reader or a crash sees the old file or the new one, never half."""
+def write_table_atomic(table: pa.Table, target: Location) -> None:
+    """Write a parquet file so a reader or a crash sees the old file or the new one, never half
+    (an object store's PUT is atomic by itself)."""
+    if not is_local(target):
+        put_object(target, table_bytes(table))
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_path_for(target)
     try:
@@ -216,18 +242,18 @@ def write_table_atomic(table: pa.Table, target: Path) -> None:
         raise
 
 
-def read_classes(path: Path) -> list[str]:
+def read_classes(path: Location) -> list[str]:
     file = path / CLASSES_FILE
     if not file.exists():
         return []
-    table = pq.read_table(file).sort_by("label")
+    table = read_table(file).sort_by("label")
     labels = table.column("label").to_pylist()
     if labels != list(range(len(labels))):
         raise StoreError(f"{file}: labels {labels[:10]}…, expected 0..{len(labels) - 1} in order")
     return table.column("name").to_pylist()
 
 
-def write_classes(path: Path, names: list[str]) -> None:
+def write_classes(path: Location, names: list[str]) -> None:
     table = pa.table(
         {"label": pa.array(range(len(names)), pa.int32()), "name": pa.array(names, pa.string())},
         schema=CLASSES_SCHEMA,

@@ -131,9 +131,7 @@ class Ledger:
             "outcome": "running",
             "started": utc_now(),
             "heartbeat": time.time(),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "pid_started": _process_started(os.getpid()),
+            **process_identity(),
         }
         with self._transaction(write=True) as db:
             _mark_lost(db)
@@ -195,17 +193,37 @@ def _process_started(pid: int) -> float | None:
         return None
 
 
+def holder_gone(
+    host: str, pid: int, pid_started: float | None, heartbeat: float, stale_after: float
+) -> bool:
+    """Whether the process that recorded (host, pid, pid_started) and last beat at ``heartbeat``
+    is gone: on this host, its pid is not alive with that start time; anywhere, the heartbeat is
+    older than ``stale_after`` seconds."""
+    if host == socket.gethostname():
+        started = _process_started(pid)
+        if started is None or pid_started is None:
+            return True
+        if abs(started - pid_started) > _START_TIME_TOLERANCE:
+            return True
+    return time.time() - heartbeat > stale_after
+
+
+def process_identity() -> dict[str, Any]:
+    """This process as `holder_gone` checks it: host, pid and the pid's start time."""
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "pid_started": _process_started(os.getpid()),
+    }
+
+
 def _mark_lost(db: sqlite3.Connection) -> int:
-    host, now = socket.gethostname(), time.time()
     lost = []
     query = "SELECT run_id, host, pid, pid_started, heartbeat FROM runs WHERE outcome = 'running'"
     for row in db.execute(query):
-        gone = False
-        if row["host"] == host:
-            started = _process_started(row["pid"])
-            same = started is not None and row["pid_started"] is not None
-            gone = not same or abs(started - row["pid_started"]) > _START_TIME_TOLERANCE
-        if gone or now - row["heartbeat"] > STALE_AFTER_SECONDS:
+        if holder_gone(
+            row["host"], row["pid"], row["pid_started"], row["heartbeat"], STALE_AFTER_SECONDS
+        ):
             lost.append(row["run_id"])
     for run_id in lost:
         _update(db, run_id, {"outcome": "lost", "error": LOST_ERROR}, only_running=True)

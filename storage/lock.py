@@ -3,6 +3,9 @@
 flock (not a lock file's existence) because the kernel drops the lock when the last holder of
 the open file dies, so no stale-lock recovery is ever needed. Locks belong to the open file, so a
 second lock on the same file in the same process blocks too: don't nest them.
+
+A store on an object store has no flock: its writers claim the next commit instead
+(`storage.commit_log.CommitClaim`), which `writer_lock` returns for such a store.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import fcntl
 import os
 from pathlib import Path
 
+from imgscale.storage.commit_log import CommitClaim
 from imgscale.storage.layout import LOCK_FILE, PARTIAL_SUFFIX
+from imgscale.storage.location import Location, is_local
 
 
 class FileLock:
@@ -52,15 +57,19 @@ class FileLock:
         self.release()
 
 
-class StoreLock(FileLock):
-    """The writer lock of the store at ``path`` (``<store>/.lock``)."""
+def writer_lock(path: Location) -> FileLock | CommitClaim:
+    """The writer lock of the store at ``path``: a flock on ``<store>/.lock``, or on an object
+    store the claim on its next commit."""
+    if is_local(path):
+        return FileLock(Path(path) / LOCK_FILE)
+    return CommitClaim(path)
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(Path(path) / LOCK_FILE)
 
-
-def remove_partials(path: Path) -> int:
-    """Delete tmp files a killed writer left; only safe while holding the lock."""
+def remove_partials(path: Location) -> int:
+    """Delete tmp files a killed writer left; only safe while holding the lock. (An object
+    store has none: every object is written by one PUT.)"""
+    if not is_local(path):
+        return 0
     removed = 0
     for tmp in path.rglob(f"*{PARTIAL_SUFFIX}"):
         tmp.unlink(missing_ok=True)

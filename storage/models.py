@@ -9,6 +9,12 @@ A model is verified as it loads: the JSON lists every array with its shape and d
 must be present (zarr would read a missing one as its fill value) and carries a crc32c that is
 checked on read, so a damaged model file is refused with one line naming the model and the array
 instead of answering with wrong weights.
+
+On an object store (an ``s3://`` URL, storage/location.py) no folder can be renamed, so a model's
+arrays go under a fresh prefix ``{model}/{version}/`` and the model's root ``zarr.json``, which
+names that prefix, is written last in one PUT: a reader sees the old model or the new one. With
+``replace`` the old prefix is deleted after that PUT, so a load that had already read the old
+root may then fail on a missing array (and is refused, never answered from a mixture).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +35,14 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from imgscale.storage.errors import StoreError
+from imgscale.storage.location import (
+    Location,
+    is_local,
+    location,
+    put_object,
+    remove_tree,
+    zarr_target,
+)
 
 # Version 2 lists each step's arrays and checksums every chunk; version 1 models did neither.
 MODEL_SCHEMA_VERSION = 2
@@ -58,33 +73,18 @@ def save_model(
     exchange of the two directories: a reader opens either the old model or the new, never a
     mixture or nothing, and a failed save leaves the old model untouched.
     """
-    path = Path(path)
+    path = location(path)
+    if not is_local(path):
+        _save_on_object_store(path, steps, provenance, replace)
+        return
     if path.exists() and not replace:
         raise StoreError(f"model {path}: already exists; expected a new path")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         root = zarr.open_group(tmp, mode="w", zarr_format=3)
-        for i, step in enumerate(steps):
-            group = root.create_group(f"step{i}")
-            for name, value in step.arrays.items():
-                _write_array(group, name, value)
-        root.attrs["imgscale_model"] = {
-            "schema_version": MODEL_SCHEMA_VERSION,
-            "steps": [
-                {
-                    "kind": s.kind,
-                    "params": _jsonable(s.params),
-                    "scalars": _jsonable(s.scalars),
-                    "arrays": {
-                        name: {"shape": list(value.shape), "dtype": np.dtype(value.dtype).str}
-                        for name, value in s.arrays.items()
-                    },
-                }
-                for s in steps
-            ],
-            "provenance": _jsonable(provenance),
-        }
+        _write_steps(root, steps)
+        root.attrs["imgscale_model"] = _model_meta(steps, provenance)
         if path.exists():
             load_model(path)  # only a model is ever replaced
             _exchange(tmp, path)
@@ -92,6 +92,60 @@ def save_model(
             os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the scratch, or the old model after a swap
+
+
+def _save_on_object_store(
+    path: Location, steps: list[SavedStep], provenance: dict, replace: bool
+) -> None:
+    """`save_model` where nothing renames: arrays under a new prefix, then the root in one PUT."""
+    root_file = path / "zarr.json"
+    old = None
+    if root_file.exists():
+        if not replace:
+            raise StoreError(f"model {path}: already exists; expected a new path")
+        load_model(path)  # only a model is ever replaced
+        old = _read_meta(zarr.open_group(**zarr_target(path), mode="r"), path).get("prefix")
+    prefix = f"v-{uuid.uuid4().hex}"
+    try:
+        _write_steps(zarr.open_group(**zarr_target(path / prefix), mode="w"), steps)
+        root = {
+            "zarr_format": 3,
+            "node_type": "group",
+            "attributes": {"imgscale_model": {**_model_meta(steps, provenance), "prefix": prefix}},
+        }
+        put_object(root_file, json.dumps(root).encode())
+    except BaseException:
+        remove_tree(path / prefix)
+        raise
+    if old:
+        remove_tree(path / old)
+
+
+def _write_steps(root: zarr.Group, steps: list[SavedStep]) -> None:
+    for i, step in enumerate(steps):
+        group = root.create_group(f"step{i}")
+        for name, value in step.arrays.items():
+            _write_array(group, name, value)
+
+
+def _model_meta(steps: list[SavedStep], provenance: dict) -> dict:
+    """The model's JSON: each step's class, parameters, scalars and the arrays it must have."""
+    return {
+        "schema_version": MODEL_SCHEMA_VERSION,
+        "steps": [
+            {
+                "kind": s.kind,
+                "params": _jsonable(s.params),
+                "scalars": _jsonable(s.scalars),
+                "arrays": {
+                    name: {"shape": list(value.shape), "dtype": np.dtype(value.dtype).str}
+                    for name, value in s.arrays.items()
+                },
+            }
+            for s in steps
+        ],
+        "provenance": _jsonable(provenance),
+    }
 
 
 # renameat2(2) flags: swap two existing paths atomically (Linux ≥ 3.15).
@@ -137,12 +191,19 @@ def _write_array(group: zarr.Group, name: str, value: np.ndarray | da.Array) -> 
 
 def load_model(path: str | os.PathLike) -> tuple[list[SavedStep], dict]:
     """Read the steps and provenance written by :func:`save_model`."""
-    path = Path(path)
+    path = location(path)
     try:
-        root = zarr.open_group(path, mode="r", zarr_format=3)
-        meta = root.attrs["imgscale_model"]
+        root = zarr.open_group(**zarr_target(path), mode="r", zarr_format=3)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         raise StoreError(f"model {path}: not an imgscale model ({exc})") from exc
+    meta = _read_meta(root, path)
+    try:
+        arrays_root = root[meta["prefix"]] if meta.get("prefix") else root
+    except KeyError:
+        raise StoreError(
+            f"model {path}: arrays folder {meta['prefix']} is missing; expected the arrays its "
+            "zarr.json names (replaced while loading? load it again)"
+        ) from None
     version = meta.get("schema_version")
     if version not in READABLE_SCHEMA_VERSIONS:
         raise StoreError(
@@ -162,14 +223,21 @@ def load_model(path: str | os.PathLike) -> tuple[list[SavedStep], dict]:
             arrays = {name: np.asarray(a[...]) for name, a in root[f"step{i}"].arrays()}
         else:
             arrays = {
-                name: _read_array(root, path, f"step{i}/{name}", expected)
+                name: _read_array(arrays_root, path, f"step{i}/{name}", expected)
                 for name, expected in step["arrays"].items()
             }
         steps.append(SavedStep(step["kind"], step["params"], arrays, step["scalars"]))
     return steps, meta["provenance"]
 
 
-def _read_array(root: zarr.Group, path: Path, key: str, expected: dict) -> np.ndarray:
+def _read_meta(root: zarr.Group, path: Location) -> dict:
+    try:
+        return root.attrs["imgscale_model"]
+    except KeyError as exc:
+        raise StoreError(f"model {path}: not an imgscale model ({exc})") from exc
+
+
+def _read_array(root: zarr.Group, path: Location, key: str, expected: dict) -> np.ndarray:
     """The array ``key``, after checking it is the one the model's JSON lists: its shape and
     dtype, every chunk present, every chunk's crc32c."""
     shape, dtype = tuple(expected["shape"]), np.dtype(expected["dtype"])

@@ -9,7 +9,6 @@ whose record has ``encoding="pq"`` and ``schema_version`` ``PQ_SCHEMA_VERSION``,
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,8 @@ from imgscale.storage.layout import (
     write_record,
     write_small_array,
 )
-from imgscale.storage.lock import StoreLock
+from imgscale.storage.location import Location, location
+from imgscale.storage.lock import writer_lock
 from imgscale.storage.pq_codec import KSUB, PQCodec, check_codec
 
 
@@ -43,26 +43,26 @@ def pq_record(codec: PQCodec, source: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def write_codec(path: Path, codec: PQCodec) -> None:
+def write_codec(path: Location, codec: PQCodec) -> None:
     """Write the codebook (and rotation) of a new PQ store."""
     write_small_array(path, CODEBOOK, codec.codebook)
     if codec.rotation is not None:
         write_small_array(path, ROTATION, codec.rotation)
 
 
-def record_pq_statistics(path: Path, **statistics: float) -> None:
+def record_pq_statistics(path: Location, **statistics: float) -> None:
     """Add measured figures (e.g. ``mse``, ``relative_mse``) to a PQ store's ``pq`` record.
 
     Under the writer lock, so a concurrent commit is neither lost nor overwritten.
     """
-    with StoreLock(path):
+    with writer_lock(path):
         record = read_record(path)
         pq_params(path, record)
         record["pq"].update({name: float(value) for name, value in statistics.items()})
         write_record(path, record)
 
 
-def pq_params(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+def pq_params(path: Location, record: dict[str, Any]) -> dict[str, Any]:
     """The record's ``pq`` entry, checked; StoreError naming the store if missing or malformed."""
     params = record.get("pq")
     ok = (
@@ -80,7 +80,7 @@ def pq_params(path: Path, record: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def load_codec(path: Path, record: dict[str, Any]) -> PQCodec:
+def load_codec(path: Location, record: dict[str, Any]) -> PQCodec:
     """The store's codebook and rotation, checked against its record."""
     params = pq_params(path, record)
     try:
@@ -97,7 +97,7 @@ def load_codec(path: Path, record: dict[str, Any]) -> PQCodec:
     return codec
 
 
-def check_codes_array(path: Path, array: zarr.Array, m: int) -> None:
+def check_codes_array(path: Location, array: zarr.Array, m: int) -> None:
     if array.dtype != np.uint8 or array.ndim != 2 or array.shape[1] != m:
         raise StoreError(
             f"store {path}: {path / CODES} has shape {array.shape} {array.dtype}; expected "
@@ -116,9 +116,9 @@ class CodesChunkReader(OneChunkReader):
     _transient = ("_array", "_codec")
 
     def __init__(
-        self, path: Path, record: dict[str, Any], n_rows: int, *, decode: bool = False
+        self, path: Location, record: dict[str, Any], n_rows: int, *, decode: bool = False
     ) -> None:
-        self.path = Path(path)
+        self.path = location(path)
         self.record = record
         self.rows_per_chunk = record["rows_per_chunk"]
         self.m = pq_params(self.path, record)["m"]
@@ -159,7 +159,7 @@ class CodesChunkReader(OneChunkReader):
             self.read_chunk(index)
 
 
-def pq_info(path: Path, record: dict[str, Any], bytes_on_disk: int) -> dict[str, Any]:
+def pq_info(path: Location, record: dict[str, Any], bytes_on_disk: int) -> dict[str, Any]:
     """Extra `imgscale info` keys of a PQ store: M, sub-vector size, rotation, compression."""
     params = pq_params(path, record)
     raw_bytes = record["committed_rows"] * record["dim"] * 4

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from imgscale.storage.chunks import ChunkReader, SplitRows
 from imgscale.storage.errors import StoreError
@@ -21,7 +20,8 @@ from imgscale.storage.layout import (
     read_record,
     write_classes,
 )
-from imgscale.storage.lock import StoreLock
+from imgscale.storage.location import Location, absolute, location, read_table, tree_bytes
+from imgscale.storage.lock import writer_lock
 from imgscale.storage.pq_codec import PQCodec
 from imgscale.storage.pq_store import (
     CodesChunkReader,
@@ -47,8 +47,8 @@ class FeatureStore:
     """An open feature store. Cheap to construct; every read re-reads the commit record so rows
     committed by other processes appear, and rows being written never do."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | Path | Location) -> None:
+        self.path = location(path)
         record = read_record(self.path)
         self.dim: int = record["dim"]
         self.rows_per_chunk: int = record["rows_per_chunk"]
@@ -90,7 +90,7 @@ class FeatureStore:
         names = list(names)
         if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
             raise StoreError(f"store {self.path}: class names must be unique non-empty strings")
-        with StoreLock(self.path):
+        with writer_lock(self.path):
             old = read_classes(self.path)
             common = min(len(old), len(names))
             if names[:common] != old[:common]:
@@ -198,7 +198,7 @@ class FeatureStore:
         return da.from_array(
             reader,
             chunks=(row_chunks, width),
-            name=prefix + tokenize(str(self.path.resolve()), n, record["created"], mask),
+            name=prefix + tokenize(str(absolute(self.path)), n, record["created"], mask),
             asarray=False,
             fancy=False,
             meta=np.empty((0, width), reader.dtype),
@@ -283,7 +283,7 @@ class FeatureStore:
             )
             expected = batch["stop"] - batch["start"]
             try:
-                table = pq.read_table(
+                table = read_table(
                     file, columns=missing, read_dictionary=[c for c in missing if c in _DICTIONARY]
                 )
             except (OSError, pa.ArrowException) as e:
@@ -321,7 +321,7 @@ class FeatureStore:
             "encoding": record["encoding"],
             "classes": names or [int(v) for v in values if v >= 0],
             "label_counts": label_counts,
-            "bytes_on_disk": sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file()),
+            "bytes_on_disk": tree_bytes(self.path),
             "rows_per_chunk": record["rows_per_chunk"],
             "schema_version": record["schema_version"],
             "splits": self.split_counts(),
@@ -370,12 +370,12 @@ def _label_key(label: int, names: list[str]) -> str:
     return names[label] if label < len(names) else str(label)
 
 
-def open_store(path: str | Path) -> FeatureStore:
+def open_store(path: str | Path | Location) -> FeatureStore:
     """Open an existing store; StoreError if missing, not a store, or of another schema version."""
     return FeatureStore(path)
 
 
-def _subset(mask: np.ndarray, where: Any, path: Path) -> np.ndarray:
+def _subset(mask: np.ndarray, where: Any, path: Location) -> np.ndarray:
     """A copy of `mask` with its True rows narrowed to those where `where` (one value per True
     row)."""
     where = np.asarray(where)

@@ -27,7 +27,7 @@ from imgscale.storage.layout import (
     write_record,
     write_table_atomic,
 )
-from imgscale.storage.lock import StoreLock, remove_partials
+from imgscale.storage.lock import remove_partials, writer_lock
 from imgscale.storage.validate import as_codes, as_features, as_strings, check_unique_ids
 
 
@@ -55,7 +55,7 @@ class _LockedWriter:
 
     def __init__(self, store: FeatureStore) -> None:
         self.store = store
-        self._lock = StoreLock(store.path)
+        self._lock = writer_lock(store.path)
 
     def __enter__(self) -> Self:
         self._lock.acquire()
@@ -352,7 +352,7 @@ def remove_last_batch(store: FeatureStore, batch_id: str) -> int:
     the rows it was trained on, `imgscale embed` resumes from a row watermark), so removing an
     earlier batch would silently shift what every later row number means.
     """
-    with StoreLock(store.path):
+    with writer_lock(store.path):
         record = read_record(store.path)
         ids = [b["batch_id"] for b in record["batches"]]
         if batch_id not in ids:

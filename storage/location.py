@@ -1,0 +1,137 @@
+"""Where a store or a model lives: a local POSIX path, or an object-store URL read through fsspec.
+
+A local path (or a ``file://`` URL) becomes a `pathlib.Path`, and the commit protocol uses what a
+POSIX file system gives: rename replaces a file atomically and flock excludes writers. Any other
+URL (``s3://``, ``gs://``, ``memory://``) becomes a `upath.UPath`, which has the same path API
+(``/``, ``exists``, ``glob``, ``read_bytes``...) and carries the fsspec ``storage_options``, so a
+path pickled to a worker on another host reaches the same bucket with the same options (the
+credentials come from that host's environment). On an object store a PUT replaces an object
+atomically but nothing renames a folder and nothing locks: `storage.commit_log` holds the commit
+protocol there.
+
+The endpoint of an S3-compatible server comes from the standard ``AWS_ENDPOINT_URL`` variable,
+which botocore reads, or from ``storage_options={"endpoint_url": ...}`` (given to `location`, or
+for a whole job through `use_storage_options`: a spec's ``[storage_options]`` table).
+Credentials never travel in the options: each process reads its own environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import io
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from upath import UPath
+
+# A store's or model's location: local, or on an object store.
+Location: TypeAlias = Path | UPath
+
+
+def is_url(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names an object-store location (a URL other than ``file://``)."""
+    if isinstance(path, UPath):
+        return path.protocol not in ("", "file", "local")
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+_default_options: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "storage_options", default=None
+)
+
+
+@contextlib.contextmanager
+def use_storage_options(options: dict[str, Any]) -> Iterator[None]:
+    """Within the block, a URL given to `location` without options gets ``options``."""
+    token = _default_options.set(dict(options))
+    try:
+        yield
+    finally:
+        _default_options.reset(token)
+
+
+def location(path: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> Location:
+    """``path`` as a `Path` (local paths and ``file://`` URLs) or a `UPath` (any other URL,
+    with ``storage_options``, by default those of the enclosing `use_storage_options`)."""
+    if isinstance(path, UPath) and is_url(path):
+        return path if storage_options is None else UPath(str(path), **storage_options)
+    text = os.fspath(path) if not isinstance(path, UPath) else str(path)
+    if text.startswith("file://"):
+        return Path(text.removeprefix("file://"))
+    if is_url(text):
+        options = (_default_options.get() or {}) if storage_options is None else storage_options
+        return UPath(text, **options)
+    return Path(text)
+
+
+def is_local(path: Location) -> bool:
+    return not is_url(path)
+
+
+def absolute(path: Location) -> Location:
+    """``path`` made absolute (a URL is already): workers do not share the client's folder."""
+    return path.absolute() if is_local(path) else path
+
+
+def zarr_target(path: Location) -> dict[str, Any]:
+    """The ``store=`` (and ``storage_options=``) arguments zarr's open and create functions take
+    for ``path``: a folder for a local path, a URL opened as zarr's ``FsspecStore`` otherwise."""
+    if is_local(path):
+        return {"store": str(path)}
+    return {"store": str(path), "storage_options": dict(path.storage_options)}
+
+
+def read_table(file: Location, **options: Any) -> pa.Table:
+    """A parquet file, local or remote (fetched whole: rows files and class tables are small);
+    ``options`` are `pyarrow.parquet.read_table`'s (``columns``, ``read_dictionary``...)."""
+    if is_local(file):
+        return pq.read_table(file, **options)
+    return pq.read_table(io.BytesIO(file.read_bytes()), **options)
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
+
+
+def put_object(file: UPath, data: bytes, *, create_only: bool = False) -> None:
+    """Write one object in one PUT: a reader sees the old object or the new one, never half.
+
+    ``create_only`` sends ``If-None-Match: *`` (fsspec's ``mode="create"``): FileExistsError if
+    the object exists, decided by the server, so of two concurrent creators exactly one succeeds.
+    """
+    file.fs.pipe_file(file.path, data, mode="create" if create_only else "overwrite")
+
+
+def remove_tree(path: Location, *, keep: str | None = None) -> None:
+    """Delete ``path`` and everything under it (on an object store, except the objects under
+    ``path / keep``); missing is fine."""
+    if is_local(path):
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    kept = f"{path.path.rstrip('/')}/{keep}/" if keep else None
+    found = path.fs.find(path.path)
+    doomed = [key for key in found if kept is None or not key.startswith(kept)]
+    if doomed:
+        path.fs.rm(doomed)
+
+
+def tree_bytes(path: Location) -> int:
+    """Bytes of every file under ``path``."""
+    if is_local(path):
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return int(path.fs.du(path.path, total=True))
+
+
+def has_entries(path: Location) -> bool:
+    """Whether ``path`` is a file, or a folder (prefix) holding anything."""
+    if is_local(path):
+        return path.exists() and (not path.is_dir() or any(path.iterdir()))
+    return bool(path.fs.find(path.path, maxdepth=None, withdirs=False)[:1])
