@@ -21,7 +21,7 @@ import numpy as np
 import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
 
-from imgscale.storage.location import Location, is_local
+from imgscale.storage.fs import Location, is_local
 
 CHECKSUM_BYTES = 4
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from imgscale.storage.chunk_io import direct_checksum, read_chunk_file
 from imgscale.storage.errors import StoreError
+from imgscale.storage.fs import Location, location
 from imgscale.storage.layout import chunk_file, open_features_array
-from imgscale.storage.location import Location, location
 
 
 class OneChunkReader:

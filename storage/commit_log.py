@@ -35,8 +35,8 @@ from typing import Any
 from upath import UPath
 
 from imgscale.storage.errors import StoreError
+from imgscale.storage.fs import put_object
 from imgscale.storage.ledger import holder_gone, process_identity
-from imgscale.storage.location import put_object
 
 COMMITS = "commits"
 CLAIMS = "claims"

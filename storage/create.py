@@ -7,7 +7,7 @@ directory. `create_or_open` builds the store in a scratch directory beside ``pat
 it into place under a creation lock, so a creator killed half-way leaves no half-made store, and
 of two concurrent creators one creates and the other opens.
 
-On an object store (storage/location.py) nothing renames a folder: the creator claims commit 0
+On an object store (storage/fs.py) nothing renames a folder: the creator claims commit 0
 (storage/commit_log.py), writes the skeleton in place and creates commit 0 last, so until then
 `open_store` refuses the prefix just the same; a second creator is refused while the first one
 lives, and a creation that was killed is cleared and made again by the next creator.
@@ -31,6 +31,14 @@ import zarr
 
 from imgscale.storage.commit_log import CLAIMS, latest_commit
 from imgscale.storage.errors import StoreError
+from imgscale.storage.fs import (
+    Location,
+    has_entries,
+    is_local,
+    location,
+    remove_tree,
+    zarr_target,
+)
 from imgscale.storage.layout import (
     DEFAULT_CODEC,
     PQ_SCHEMA_VERSION,
@@ -39,14 +47,6 @@ from imgscale.storage.layout import (
     create_features_array,
     default_rows_per_chunk,
     write_record,
-)
-from imgscale.storage.location import (
-    Location,
-    has_entries,
-    is_local,
-    location,
-    remove_tree,
-    zarr_target,
 )
 from imgscale.storage.lock import FileLock, writer_lock
 from imgscale.storage.pq_codec import PQCodec, check_codec

@@ -15,8 +15,8 @@ from imgscale.storage.create import create_or_open, create_store
 from imgscale.storage.errors import StoreError
 from imgscale.storage.formats import FORMATS, open_source
 from imgscale.storage.formats.base import Source
+from imgscale.storage.fs import location
 from imgscale.storage.layout import default_rows_per_chunk
-from imgscale.storage.location import location
 from imgscale.storage.store import FeatureStore
 
 # A small first file gets chunks of its size rounded up to this many rows.

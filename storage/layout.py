@@ -8,7 +8,7 @@ A store is a zarr v3 group directory::
     classes.parquet         label -> class name
     .lock                   flock target serialising writers
 
-On an object store (an ``s3://`` URL, storage/location.py) the commit record is instead the
+On an object store (an ``s3://`` URL, storage/fs.py) the commit record is instead the
 latest of ``commits/{n:012d}.json`` and writers claim the next commit instead of taking the flock
 (storage/commit_log.py says how that stays all-or-nothing).
 
@@ -32,7 +32,7 @@ from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
 from imgscale.storage.commit_log import read_commit, write_commit
 from imgscale.storage.errors import StoreError
-from imgscale.storage.location import (
+from imgscale.storage.fs import (
     Location,
     is_local,
     put_object,

@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 
 from imgscale.storage.commit_log import CommitClaim
+from imgscale.storage.fs import Location, is_local
 from imgscale.storage.layout import LOCK_FILE, PARTIAL_SUFFIX
-from imgscale.storage.location import Location, is_local
 
 
 class FileLock:

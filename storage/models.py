@@ -10,7 +10,7 @@ must be present (zarr would read a missing one as its fill value) and carries a 
 checked on read, so a damaged model file is refused with one line naming the model and the array
 instead of answering with wrong weights.
 
-On an object store (an ``s3://`` URL, storage/location.py) no folder can be renamed, so a model's
+On an object store (an ``s3://`` URL, storage/fs.py) no folder can be renamed, so a model's
 arrays go under a fresh prefix ``{model}/{version}/`` and the model's root ``zarr.json``, which
 names that prefix, is written last in one PUT: a reader sees the old model or the new one. With
 ``replace`` the old prefix is deleted after that PUT, so a load that had already read the old
@@ -35,7 +35,7 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from imgscale.storage.errors import StoreError
-from imgscale.storage.location import (
+from imgscale.storage.fs import (
     Location,
     is_local,
     location,

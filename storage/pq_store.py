@@ -16,6 +16,7 @@ import zarr
 
 from imgscale.storage.chunks import OneChunkReader, unreadable_as_store_error
 from imgscale.storage.errors import StoreError
+from imgscale.storage.fs import Location, location
 from imgscale.storage.layout import (
     CODEBOOK,
     CODES,
@@ -27,7 +28,6 @@ from imgscale.storage.layout import (
     write_record,
     write_small_array,
 )
-from imgscale.storage.location import Location, location
 from imgscale.storage.lock import writer_lock
 from imgscale.storage.pq_codec import KSUB, PQCodec, check_codec
 

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from imgscale.storage.chunks import ChunkReader, SplitRows
 from imgscale.storage.errors import StoreError
+from imgscale.storage.fs import Location, absolute, location, read_table, tree_bytes
 from imgscale.storage.layout import (
     ROWS_SCHEMA,
     SCHEMA_VERSION,
@@ -20,7 +21,6 @@ from imgscale.storage.layout import (
     read_record,
     write_classes,
 )
-from imgscale.storage.location import Location, absolute, location, read_table, tree_bytes
 from imgscale.storage.lock import writer_lock
 from imgscale.storage.pq_codec import PQCodec
 from imgscale.storage.pq_store import (

@@ -29,3 +29,60 @@ def _run_ledger(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("IMGSCALE_LEDGER", str(tmp_path_factory.mktemp("ledger") / "runs.sqlite"))
         yield
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    """moto's S3-compatible server as a process on 127.0.0.1, one per test module; the AWS
+    variables point this process and the workers it starts at it (test credentials)."""
+    import socket
+    import sys
+    import urllib.request
+
+    import fsspec
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(endpoint, timeout=2).close()
+                break
+            except OSError:
+                assert server.poll() is None, "moto_server exited at start"
+                assert time.monotonic() < deadline, "moto_server did not answer within 60 s"
+                time.sleep(0.2)
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in {
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1",
+            }.items():
+                patch.setenv(name, value)
+            fsspec.get_filesystem_class("s3").clear_instance_cache()  # none for another server
+            yield endpoint
+            fsspec.get_filesystem_class("s3").clear_instance_cache()
+    finally:
+        server.kill()
+        server.wait()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint) -> str:
+    """A new empty bucket on the module's server, as an ``s3://`` URL."""
+    import uuid
+
+    import fsspec
+
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    fsspec.filesystem("s3").mkdir(name)
+    return f"s3://{name}"
