@@ -333,7 +333,7 @@ def train(
 @cli.command(cls=RecordedCommand)
 @click.argument("model", type=StorePath(exists=True))
 @click.argument("store", type=StorePath(exists=True))
-@click.argument("out", type=click.Path())
+@click.argument("out", type=StorePath())
 @click.option("--split", default=None, help="Only rows of this split (default: all).")
 @click.option("--top-k", default=5, show_default=True, help="Labels kept per row.")
 @scheduler_option
@@ -415,7 +415,7 @@ def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
     from imgscale.jobs.plot import plot_embedding
     from imgscale.storage import open_store
 
-    check_new_path(out, "OUT")
+    check_new_path(out, "OUT", local_only=True)
     fitted, _ = models.load(model)
     feature_store = open_store(shared_path(store))
     feature_store.require_split(split)

@@ -120,13 +120,16 @@ def progress_line(label: str, *, quiet: bool = False):
     return report
 
 
-def check_new_path(path: str | None, what: str) -> None:
+def check_new_path(path: str | None, what: str, *, local_only: bool = False) -> None:
     """Refuse, before any work, an output path that exists or whose folder is missing or not
-    writable: a command must not compute for minutes and then fail to save."""
+    writable: a command must not compute for minutes and then fail to save. A URL is refused
+    with ``local_only`` (an output written by a library that knows only local files)."""
     if path is None:
         return
     from imgscale.storage import is_url, location
 
+    if is_url(path) and local_only:
+        raise click.UsageError(f"{what} {path}: expected a local path, not a URL")
     if is_url(path):
         if location(path).exists():
             raise click.UsageError(f"{what} {path} already exists; expected a new path")

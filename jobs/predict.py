@@ -1,12 +1,14 @@
 """Write a model's top-k predictions for a store's rows to parquet, a block of rows at a time.
 
-The file is written beside OUT and renamed onto it at the end, so a failed or cancelled run
-leaves no half-written OUT (and an earlier OUT stays as it was).
+The file is written beside OUT (in the temporary folder when OUT is an object-store URL) and
+renamed onto it, or uploaded whole, at the end, so a failed or cancelled run leaves no
+half-written OUT (and an earlier OUT stays as it was).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,7 @@ from sklearn.base import BaseEstimator
 
 from imgscale.jobs.class_names import is_numbered, to_model_labels
 from imgscale.pipeline.compute import compute
-from imgscale.storage import FeatureStore
+from imgscale.storage import FeatureStore, is_url, location, publish_file
 
 # Blocks computed together per round trip: enough to keep every worker busy.
 BLOCKS_PER_ROUND = 8
@@ -56,7 +58,8 @@ def predict_to_parquet(
     )
     blocks = top_k.to_delayed().ravel()
     start = 0
-    partial = Path(out).with_name(f".{Path(out).name}.{os.getpid()}.partial")
+    folder = Path(tempfile.gettempdir()) if is_url(out) else Path(out).parent
+    partial = folder / f".{location(out).name}.{os.getpid()}.partial"
     try:
         with pq.ParquetWriter(partial, schema) as writer:
             for first in range(0, len(blocks), BLOCKS_PER_ROUND):
@@ -80,7 +83,7 @@ def predict_to_parquet(
                         )
                     )
                     start = stop
-        os.replace(partial, out)
+        publish_file(partial, out)
     finally:
         partial.unlink(missing_ok=True)
     return start

@@ -9,7 +9,8 @@ Other layers use only the names listed here; zarr and parquet details stay insid
 - Product quantization: `PQCodec`, `check_m`, `sample_indices`, `DEFAULT_SAMPLE`.
 - Saved models: `SavedStep`, `save_model` (``replace=True`` swaps atomically), `load_model`.
 - Where stores and models live: `location` (a local `Path`, or a `UPath` for an ``s3://``,
-  ``gs://``... URL), `is_url`, `use_storage_options` (fsspec options for a block of work).
+  ``gs://``... URL), `is_url`, `use_storage_options` (fsspec options for a block of work),
+  `publish_file` (a finished local file moved whole to a local path or an object store).
 - `FileLock`: an exclusive flock released when its holder dies.
 - `Ledger`, `OUTCOMES`: the per-user record of computing runs.
 """
@@ -31,6 +32,7 @@ _EXPORTS = {
     "Ledger": "ledger",
     "is_url": "fs",
     "location": "fs",
+    "publish_file": "fs",
     "use_storage_options": "fs",
     "FileLock": "lock",
     "SavedStep": "models",

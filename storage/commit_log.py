@@ -22,7 +22,8 @@ its pid ended, or a heartbeat older than `STALE_AFTER_SECONDS`) is taken over by
 attempt ``claims/{n+1}-{a+1}``, again create-only, so of two writers taking over one wins. The
 commit itself is created create-only too, so even a holder that lost its claim unawares (a
 heartbeat stalled past the limit) can never replace a commit; before that PUT it also checks that
-no later attempt took its claim. The holder deletes its claim when it is done.
+no later attempt took its claim. The holder deletes its claim when it is done, and the records
+older than the last `KEEP_COMMITS` (a reader that listed before the deletion reads again).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ CLAIMS = "claims"
 # A claim whose heartbeat is older than this is taken over even where its pid cannot be checked.
 STALE_AFTER_SECONDS = 60.0
 HEARTBEAT_SECONDS = 5.0
+# Commit records kept: each read lists them, so the listing stays one short page.
+KEEP_COMMITS = 16
 
 
 def commit_file(path: UPath, n: int) -> UPath:
@@ -57,15 +60,23 @@ def latest_commit(path: UPath) -> int | None:
 
 def read_commit(path: UPath) -> dict[str, Any]:
     """The latest commit record, with its number under ``"commit"``; StoreError if none."""
-    n = latest_commit(path)
-    if n is None:
-        raise StoreError(
-            f"store {path}: no {COMMITS}/ record; expected an imgscale feature store "
-            "(one being created, or a creation that was killed, has none yet)"
-        )
-    file = commit_file(path, n)
+    for _ in range(10):  # a record pruned between listing and reading: list again
+        n = latest_commit(path)
+        if n is None:
+            raise StoreError(
+                f"store {path}: no {COMMITS}/ record; expected an imgscale feature store "
+                "(one being created, or a creation that was killed, has none yet)"
+            )
+        file = commit_file(path, n)
+        try:
+            text = file.read_bytes()
+            break
+        except FileNotFoundError:
+            continue
+    else:
+        raise StoreError(f"store {path}: commits are pruned faster than they can be read")
     try:
-        record = json.loads(file.read_bytes())
+        record = json.loads(text)
     except ValueError as e:
         raise StoreError(f"{file}: not valid JSON ({e})") from e
     if not isinstance(record, dict):
@@ -92,6 +103,9 @@ def write_commit(path: UPath, record: dict[str, Any]) -> None:
             "were not committed (run it again)"
         ) from None
     record["commit"] = n
+    for old in _numbers(path / COMMITS, ".json"):
+        if old <= n - KEEP_COMMITS:
+            _delete(commit_file(path, old))
 
 
 # The claim each store's writer in this process holds, by store URL (checked before a commit).

@@ -134,4 +134,17 @@ def has_entries(path: Location) -> bool:
     """Whether ``path`` is a file, or a folder (prefix) holding anything."""
     if is_local(path):
         return path.exists() and (not path.is_dir() or any(path.iterdir()))
-    return bool(path.fs.find(path.path, maxdepth=None, withdirs=False)[:1])
+    return path.exists()
+
+
+def publish_file(finished: Path, target: str | os.PathLike) -> None:
+    """Put the finished local file ``finished`` at ``target`` whole: renamed onto a local target
+    (``finished`` must be on the same disk), uploaded to an object store in one PUT (or one
+    multipart upload, which also appears at once) and then deleted. A reader sees the old file
+    or the new one."""
+    target = location(target)
+    if is_local(target):
+        os.replace(finished, target)
+        return
+    target.fs.put_file(str(finished), target.path)
+    finished.unlink()

@@ -5,6 +5,9 @@ holding a secret is refused before anything runs."""
 
 from __future__ import annotations
 
+import io
+
+import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -66,7 +69,7 @@ store = "{root}digits.zarr"
 kind = "predict"
 model = "{root}ridge.model"
 store = "{root}digits.zarr"
-out = "{out}"
+out = "{root}predictions.parquet"
 split = "test"
 
 [[jobs]]
@@ -106,7 +109,7 @@ def folder(tmp_path_factory):
 
 def _run(folder, name: str, root: str, options: str = "") -> list[dict]:
     spec = folder / f"{name}.toml"
-    spec.write_text(SPEC.format(root=root, out=folder / f"{name}.parquet", options=options))
+    spec.write_text(SPEC.format(root=root, options=options))
     ledger = folder / f"{name}.sqlite"
     result = CliRunner().invoke(cli, ["run", str(spec), "--ledger", str(ledger)])
     assert result.exit_code == 0, result.output
@@ -145,9 +148,10 @@ def test_a_spec_on_s3_urls_gives_the_results_it_gives_on_local_paths(
             np.testing.assert_allclose(_fitted_arrays(remote)[key], value, rtol=1e-6, err_msg=key)
     evaluated = [r["figures"] for r in (on_disk, on_s3) for r in r if r["kind"] == "evaluate"]
     assert evaluated[0] == evaluated[1] and evaluated[0]["top1_error"] < 0.2
-    predicted = pq.read_table(folder / "s3.parquet")
+    uploaded = fsspec.filesystem("s3").cat_file(f"{s3_bucket}/predictions.parquet")
+    predicted = pq.read_table(io.BytesIO(uploaded))
     assert predicted.num_rows == 397
-    assert predicted.equals(pq.read_table(folder / "local.parquet"))
+    assert predicted.equals(pq.read_table(local / "predictions.parquet"))
 
 
 def _fitted_arrays(model) -> dict[str, np.ndarray]:
@@ -179,3 +183,11 @@ def test_a_spec_holding_a_secret_is_refused_naming_where_secrets_go(tmp_path):
     refusals = [line for line in lines if "holds a secret" in line or "AWS credential" in line]
     assert len(refusals) == 2 and all("secrets go in the environment" in r for r in refusals)
     assert not (tmp_path / "ledger.sqlite").exists()
+
+
+def test_an_output_only_written_locally_refuses_a_url_before_any_work():
+    result = CliRunner().invoke(
+        cli, ["plot", "s3://bucket/m.model", "s3://bucket/s.zarr", "s3://bucket/plot.png"]
+    )
+    assert result.exit_code == 2
+    assert "OUT s3://bucket/plot.png: expected a local path, not a URL" in result.output

@@ -20,6 +20,7 @@ import pytest
 from imgscale.storage import (
     SavedStep,
     StoreError,
+    commit_log,
     create_store,
     load_model,
     location,
@@ -67,6 +68,17 @@ def test_a_store_on_s3_holds_what_a_local_store_holds(s3_bucket, tmp_path):
     assert reopened.remove_batch("b2") == 5
     np.testing.assert_array_equal(open_store(f"{s3_bucket}/a.zarr").features().compute(), X1)
     assert _keys(s3_bucket + "/a.zarr", "claims") == []  # every claim was released
+
+
+def test_only_the_latest_commit_records_are_kept(s3_bucket, monkeypatch):
+    monkeypatch.setattr(commit_log, "KEEP_COMMITS", 2)
+    url = f"{s3_bucket}/p.zarr"
+    store = create_store(url, 4, rows_per_chunk=3)
+    for i in range(4):
+        store.append(f"b{i}", X1 + i)
+    assert _keys(url, "commits") == [f"{n:012d}.json" for n in (3, 4)]
+    expected = np.concatenate([X1 + i for i in range(4)])
+    np.testing.assert_array_equal(open_store(url).features().compute(), expected)
 
 
 def test_a_prefix_without_a_commit_is_not_a_store(s3_bucket):
