@@ -24,14 +24,21 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from upath import UPath
+
+from imgscale.storage.errors import StoreError
+
+if TYPE_CHECKING:  # pyarrow is imported by the functions that read or write parquet
+    import pyarrow as pa
 
 # A store's or model's location: local, or on an object store.
 Location: TypeAlias = Path | UPath
+# Object stores whose fsspec implementation creates an object only if its key is free in one
+# request the server decides (S3's If-None-Match: *, GCS's ifGenerationMatch=0; memory:// is one
+# process). fsspec's fallback elsewhere checks, then writes: two writers could both create.
+ATOMIC_CREATE = ("s3", "s3a", "gs", "gcs", "memory")
 
 
 def is_url(path: str | os.PathLike) -> bool:
@@ -90,12 +97,16 @@ def zarr_target(path: Location) -> dict[str, Any]:
 def read_table(file: Location, **options: Any) -> pa.Table:
     """A parquet file, local or remote (fetched whole: rows files and class tables are small);
     ``options`` are `pyarrow.parquet.read_table`'s (``columns``, ``read_dictionary``...)."""
+    import pyarrow.parquet as pq
+
     if is_local(file):
         return pq.read_table(file, **options)
     return pq.read_table(io.BytesIO(file.read_bytes()), **options)
 
 
 def table_bytes(table: pa.Table) -> bytes:
+    import pyarrow.parquet as pq
+
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
     return buffer.getvalue()
@@ -106,7 +117,13 @@ def put_object(file: UPath, data: bytes, *, create_only: bool = False) -> None:
 
     ``create_only`` sends ``If-None-Match: *`` (fsspec's ``mode="create"``): FileExistsError if
     the object exists, decided by the server, so of two concurrent creators exactly one succeeds.
+    StoreError for an object store without such a create (see `ATOMIC_CREATE`).
     """
+    if create_only and file.protocol not in ATOMIC_CREATE:
+        raise StoreError(
+            f"{file}: {file.protocol}:// has no atomic create-only write, which the commits of "
+            f"stores need; expected one of {', '.join(p + '://' for p in ATOMIC_CREATE)}"
+        )
     file.fs.pipe_file(file.path, data, mode="create" if create_only else "overwrite")
 
 

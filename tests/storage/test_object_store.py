@@ -197,3 +197,10 @@ def test_a_model_on_s3_loads_as_saved_and_is_replaced_whole(s3_bucket, tmp_path)
     # One version of the arrays is left: the old one went after the new root was written.
     versions = {k.split("/")[2] for k in fsspec.filesystem("s3").find(f"{url[5:]}")}
     assert len(versions - {"zarr.json"}) == 1
+
+
+def test_an_object_store_without_an_atomic_create_is_refused_before_writing():
+    from imgscale.storage.fs import put_object
+
+    with pytest.raises(StoreError, match=r"http:// has no atomic create-only write"):
+        put_object(location("http://127.0.0.1:1/x.zarr/commits/0.json"), b"{}", create_only=True)
