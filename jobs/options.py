@@ -58,14 +58,17 @@ def scheduler_option(command: Callable) -> Callable:
 
 
 class StorePath(click.Path):
-    """A store's or model's location: a local path, checked as `click.Path` checks it, or an
-    object-store URL (``s3://bucket/store.zarr``), kept as given and checked when opened."""
+    """A store's or model's location: a local path (or ``file://`` URL), checked as `click.Path`
+    checks it, or an object-store URL (``s3://bucket/store.zarr``), kept as given and checked
+    when opened."""
 
     def convert(self, value, param, ctx):
-        from imgscale.storage import is_url
+        from imgscale.storage import is_url, location
 
         if isinstance(value, str) and is_url(value):
             return value
+        if isinstance(value, str) and value.startswith("file://"):
+            value = str(location(value))
         return super().convert(value, param, ctx)
 
 

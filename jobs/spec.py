@@ -294,7 +294,7 @@ def _type_problem(param: click.Parameter, value: Any) -> str | None:
 
 def _resolve(spec: Path, value: str) -> str:
     """A local path relative to the spec's folder, made absolute; URLs are kept as they are."""
-    if is_url(value):
+    if "://" in value:  # file:// included: its path is absolute
         return value
     return os.path.abspath(spec.parent / os.path.expanduser(value))
 
