@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import dask.array as da
 import fsspec
@@ -158,6 +159,59 @@ def test_two_writers_racing_for_one_commit_one_wins_the_other_gets_one_line(s3_b
     # Later the second writer proceeds.
     assert open_store(url).append("second", X2, labels=Y2) == 5
     assert open_store(url).committed_rows == 24
+
+
+# The child holds the claim on the next commit, stopped just before its commit until told to go.
+STALLED_WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    import numpy as np
+    import imgscale.storage.layout as layout
+    from imgscale.storage import open_store
+
+    url, progress, go = sys.argv[1], sys.argv[2], sys.argv[3]
+    commit = layout.write_commit
+
+    def stall(path, record):
+        with open(progress, "a") as f:
+            f.write("committing\\n")
+        while not os.path.exists(go):
+            time.sleep(0.05)
+        commit(path, record)
+
+    layout.write_commit = stall
+    open_store(url).append("child", np.full((8, 4), 7.0, np.float32), labels=np.zeros(8, int))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_cli_writer_racing_another_process_for_its_commit_fails_in_one_line(
+    s3_bucket, tmp_path
+):
+    url = f"{s3_bucket}/race.zarr"
+    _filled(url)
+    progress, go = tmp_path / "progress", tmp_path / "go"
+    child = subprocess.Popen(
+        [sys.executable, "-c", STALLED_WRITER, url, str(progress), str(go)], env=os.environ.copy()
+    )
+    try:
+        wait_for_report(progress, "committing", child, timeout=120, who="the writer")
+        np.savez(tmp_path / "more.npz", X=X2, y=Y2)
+        imgscale = [str(Path(sys.executable).with_name("imgscale")), "ingest"]
+        args = [*imgscale, str(tmp_path / "more.npz"), url, "--y-key", "y"]
+        lost = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        assert lost.returncode == 1
+        assert lost.stderr.count("\n") == 1, lost.stderr
+        assert "another writer is writing commit 3" in lost.stderr
+        assert f"pid {child.pid}" in lost.stderr
+        go.touch()
+        assert child.wait(timeout=120) == 0
+    finally:
+        child.kill()
+    assert open_store(url).info()["batches"][-1]["batch_id"] == "child"
+    assert subprocess.run(args, capture_output=True, timeout=300).returncode == 0
+    assert open_store(url).committed_rows == 12 + 8 + 5
 
 
 def test_the_commit_record_is_created_only_once_by_the_server(s3_bucket):
