@@ -186,9 +186,7 @@ STALLED_WRITER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_a_cli_writer_racing_another_process_for_its_commit_fails_in_one_line(
-    s3_bucket, tmp_path
-):
+def test_a_cli_writer_racing_another_process_for_its_commit_fails_in_one_line(s3_bucket, tmp_path):
     url = f"{s3_bucket}/race.zarr"
     _filled(url)
     progress, go = tmp_path / "progress", tmp_path / "go"
