@@ -243,6 +243,7 @@ def _compute_with_progress(
     if in_process:
         # The tasks already occupy every core: one BLAS thread each while they run (2-3x faster
         # Gram passes than BLAS threads on top of them), all of them again for the solve after.
+        # (numpy's and SciPy's OpenBLAS; an OpenMP build, faiss's, sets threads per thread.)
         with threadpool_limits(limits=1):
             return _compute_with_progress(client, address, collections, quiet, False)
     futures = client.compute(list(collections))

@@ -18,7 +18,13 @@ def _worker_processes() -> list[psutil.Process]:
 
 
 def _blas_threads() -> list[int]:
-    return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    """Threads of numpy's and SciPy's OpenBLAS (pthreads: one setting for the whole process; an
+    OpenMP build, such as faiss's, keeps a setting per thread)."""
+    return [
+        pool["num_threads"]
+        for pool in threadpool_info()
+        if pool["user_api"] == "blas" and pool.get("threading_layer") == "pthreads"
+    ]
 
 
 def test_a_small_store_runs_on_threads_in_this_process(capsys):
