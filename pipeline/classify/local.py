@@ -434,7 +434,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
     recovery : {"omp", "correlation"}, default="correlation"
         Sparse recovery of a query's confidences from compressed indicators (`recover`).
     embedding_dim : int or None, default=None
-        None regresses the compressed indicators on the features (§3.2); an int regresses them
+        None regresses the (compressed) indicators on the features (§3.2); an int regresses them
         on that many random Fourier features of the Gaussian kernel (bandwidth as in
         `RandomFourierFeatures`), which lets a confidence depend on the query's distance to the
         instances whose neighbourhoods hold the row, not on a linear function of it.
