@@ -33,7 +33,7 @@ from typing import Any
 
 import click
 
-from imgscale.storage import Ledger
+from imgscale.storage import Ledger, current_storage_options
 
 LEDGER_ENV = "IMGSCALE_LEDGER"
 HEARTBEAT_SECONDS = 2.0
@@ -133,7 +133,10 @@ class RecordedCommand(click.Command):
         if origin and origin.local_scheduler and params.get("scheduler") == origin.local_scheduler:
             # The rerun starts its own LocalCluster, as the spec's run did.
             del rerun["scheduler"]
-        with recorded_run(self.name, params, command_line(self, rerun), ledger):
+        # A spec's [storage_options] (no secrets: the spec was checked) belong to the record.
+        options = current_storage_options()
+        spec = {**params, "storage_options": options} if options else params
+        with recorded_run(self.name, spec, command_line(self, rerun), ledger):
             return super().invoke(ctx)
 
 

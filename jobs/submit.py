@@ -140,6 +140,9 @@ def show(ctx: click.Context, run_id: str, as_json: bool, ledger) -> None:
     """Show run RUN_ID (or a unique prefix of it) in full, with the command that reruns it."""
     record = Ledger(ledger_path(ledger or ctx.obj)).get(run_id)
     record["rerun"] = shlex.join(record["command"])
+    endpoint = (record["spec"].get("storage_options") or {}).get("endpoint_url")
+    if endpoint:  # the spec's endpoint, as the variable the command line reads
+        record["rerun"] = f"AWS_ENDPOINT_URL={shlex.quote(endpoint)} {record['rerun']}"
     if as_json:
         click.echo(json.dumps(record))
         return

@@ -9,7 +9,8 @@ Other layers use only the names listed here; zarr and parquet details stay insid
 - Product quantization: `PQCodec`, `check_m`, `sample_indices`, `DEFAULT_SAMPLE`.
 - Saved models: `SavedStep`, `save_model` (``replace=True`` swaps atomically), `load_model`.
 - Where stores and models live: `location` (a local `Path`, or a `UPath` for an ``s3://``,
-  ``gs://``... URL), `is_url`, `use_storage_options` (fsspec options for a block of work),
+  ``gs://``... URL), `is_url`, `use_storage_options` (fsspec options for a block of work;
+  `current_storage_options`),
   `publish_file` (a finished local file moved whole to a local path or an object store).
 - `FileLock`: an exclusive flock released when its holder dies.
 - `Ledger`, `OUTCOMES`: the per-user record of computing runs.
@@ -30,6 +31,7 @@ _EXPORTS = {
     "ingest_file": "ingest",
     "OUTCOMES": "ledger",
     "Ledger": "ledger",
+    "current_storage_options": "fs",
     "is_url": "fs",
     "location": "fs",
     "publish_file": "fs",

@@ -63,6 +63,11 @@ def use_storage_options(options: dict[str, Any]) -> Iterator[None]:
         _default_options.reset(token)
 
 
+def current_storage_options() -> dict[str, Any]:
+    """The options of the enclosing `use_storage_options` (none outside one)."""
+    return dict(_default_options.get() or {})
+
+
 def location(path: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> Location:
     """``path`` as a `Path` (local paths and ``file://`` URLs) or a `UPath` (any other URL,
     with ``storage_options``, by default those of the enclosing `use_storage_options`)."""

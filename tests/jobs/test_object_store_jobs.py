@@ -6,6 +6,7 @@ holding a secret is refused before anything runs."""
 from __future__ import annotations
 
 import io
+import json
 
 import fsspec
 import numpy as np
@@ -117,6 +118,8 @@ def _run(folder, name: str, root: str, options: str = "") -> list[dict]:
 
 
 @pytest.mark.slow
+# 22 jobs on two LocalClusters: 5 min here at a load of 10, 11 min at a load far past the cores.
+@pytest.mark.timeout(1200)
 def test_a_spec_on_s3_urls_gives_the_results_it_gives_on_local_paths(
     folder, s3_endpoint, s3_bucket, monkeypatch
 ):
@@ -129,6 +132,14 @@ def test_a_spec_on_s3_urls_gives_the_results_it_gives_on_local_paths(
     on_s3 = _run(folder, "s3", f"{s3_bucket}/", options)
     assert [r["outcome"] for r in on_s3] == ["ok"] * 11
     assert [r["kind"] for r in on_s3] == [r["kind"] for r in on_disk]
+    # The record keeps the spec's options; its rerun gives the endpoint as the variable.
+    assert on_s3[0]["spec"]["storage_options"] == {"endpoint_url": s3_endpoint}
+    shown = CliRunner().invoke(
+        cli, ["runs", "show", on_s3[0]["run_id"], "--json", "--ledger", str(folder / "s3.sqlite")]
+    )
+    assert json.loads(shown.stdout)["rerun"].startswith(
+        f"AWS_ENDPOINT_URL={s3_endpoint} imgscale ingest "
+    )
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
 
     def store(name, root):
