@@ -242,7 +242,7 @@ def _peer_fit(rows: int, dim: int, classes: int, gamma: float, rff_dim: int) -> 
 def suite(ctx: Context) -> list[dict]:
     rows, dim, classes, paper_rows, rff_dim = ctx.pick(
         tiny=(4_000, 32, 10, 0, 256),
-        small=(200_000, 512, 100, 0, RFF_DIM),
+        small=(100_000, 512, 100, 0, RFF_DIM),
         medium=(1_000_000, 512, 100, PAPER_ROWS, RFF_DIM),
         large=(1_000_000, 512, 100, PAPER_ROWS, RFF_DIM),
     )

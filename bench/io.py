@@ -589,6 +589,6 @@ def suite(ctx: Context) -> list[dict]:
             "it compares LocalClusters of 1 and 2 workers of its own; run it without --scheduler"
         )
     size_gib, repeats, pq_m = ctx.pick(
-        tiny=(0.02, 1, 0), small=(1.0, 3, 64), medium=(4.0, 5, 64), large=(4.0, 5, 64)
+        tiny=(0.02, 1, 0), small=(1.0, 2, 64), medium=(4.0, 5, 64), large=(4.0, 5, 64)
     )
     return run(size_gib, 512, ctx.scratch("io"), matrix=False, repeats=repeats, pq_m=pq_m)

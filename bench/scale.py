@@ -112,7 +112,7 @@ def _fits(rff_dim: int, ale_components: int, pq_m: int, scratch: Path) -> dict[s
 def suite(ctx: Context) -> list[dict]:
     sizes, dim, classes, rff_dim, ale_components, pq_m = ctx.pick(
         tiny=((2_000, 8_000), 32, 10, 64, 20, 8),
-        small=((50_000, 150_000, 450_000), 512, 100, 1000, 200, 64),
+        small=((30_000, 100_000, 300_000), 512, 100, 1000, 200, 64),
         medium=((100_000, 1_000_000, 3_000_000), 512, 100, 1000, 200, 64),
         large=((100_000, 1_000_000, 10_000_000, 15_000_000), 512, 100, 1000, 200, 64),
     )
