@@ -39,8 +39,14 @@ def add(docs: Path, table: Path) -> int:
     results.write(path, results.merge(old, new))
     images = docs / IMAGES
     images.mkdir(parents=True, exist_ok=True)
-    for benchmark, scale in {(r["benchmark"], r["scale"]) for r in new}:
+    measured = {(r["benchmark"], r["scale"]) for r in new}
+    for benchmark, scale in measured:
+        # "ale-ssl-*.png" are ale-ssl's plots, not ale's.
+        names = {b for b, _ in measured} | set(benchmarks())
+        longer = [b for b in names if b != benchmark and b.startswith(f"{benchmark}-")]
         for plot in table.parent.glob(f"{benchmark}-*.png"):
+            if any(plot.name.startswith(f"{other}-") for other in longer):
+                continue
             rest = plot.name.removeprefix(f"{benchmark}-")
             shutil.copyfile(plot, images / f"{benchmark}-{scale}-{rest}")
     return len(new)

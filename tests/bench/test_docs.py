@@ -79,3 +79,18 @@ def test_documents_show_each_figure_beside_its_peer_and_the_plots(tmp_path):
     docs.write(site)
     speed = (site / "benchmarks.md").read_text()
     assert "| ridge fit | 4 | s |" in speed and "| ridge fit | 2 |" not in speed
+
+
+def test_a_benchmark_whose_name_prefixes_another_gets_only_its_own_plots(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = _rows("ale", "small", "t1", record("fit", 1.0, "s"))
+    rows += _rows("ale-ssl", "small", "t1", record("usps 3", 0.6, "rate"))
+    results.write(run / "results.parquet", rows)
+    (run / "ale-ratios.png").write_bytes(b"ale")
+    (run / "ale-ssl-growing-sets.png").write_bytes(b"ssl")
+    site = tmp_path / "docs"
+    docs.add(site, run / "results.parquet")
+    assert sorted(p.name for p in (site / "images").iterdir()) == [
+        "ale-small-ratios.png", "ale-ssl-small-growing-sets.png",
+    ]  # fmt: skip
