@@ -1,5 +1,6 @@
 """Run registered benchmarks at one scale: machine limits first, then each benchmark on one
-cluster with a Dask performance report, then the results table, the report and the plots."""
+cluster with a Dask performance report. The results table and the report are rewritten after
+every benchmark, so a long run that is stopped keeps what it finished."""
 
 from __future__ import annotations
 
@@ -81,7 +82,15 @@ def run_suite(
     limit_records = machine.limits(workdir, *_LIMIT_BYTES[scale])
     table_rows = results.rows(limit_records, benchmark="machine", **columns)
     outcome = Outcome(out / RESULTS_FILE, out / REPORT_FILE)
-    runs = []
+    runs: list[dict] = []
+
+    def save() -> None:
+        results.write(outcome.results, table_rows)
+        limit_rows = [r for r in table_rows if r["benchmark"] == "machine"]
+        outcome.report.write_text(report.markdown(runs, limit_rows, header, out))
+        outcome.rows = len(table_rows)
+
+    save()
     with connect(scheduler, quiet=True) as client:
         address = client.scheduler.address
         for bench in chosen:
@@ -108,7 +117,6 @@ def run_suite(
                 entry.update(status="skipped", reason=str(exc))
                 outcome.skipped[bench.name] = str(exc)
                 log(f"{bench.name}: skipped: {exc}")
-                continue
             except Exception as exc:  # one benchmark's failure is reported; the others still run
                 reason = f"{type(exc).__name__}: {exc}"
                 entry.update(status="failed", reason=reason)
@@ -116,18 +124,16 @@ def run_suite(
                 log(f"{bench.name}: failed: {reason}")
                 if traceback_log:
                     traceback_log(traceback.format_exc())
-                continue
-            bench_rows = results.rows(records, benchmark=bench.name, **columns)
-            plots = sorted(out.glob(f"{bench.name}-*.png"))
-            ratios = out / f"{bench.name}-ratios.png"
-            if ratios not in plots and report.ratio_plot(bench_rows, ratios, bench.name):
-                plots.append(ratios)
-            entry.update(rows=bench_rows, plots=plots, html=html if html.exists() else None)
-            table_rows += bench_rows
-            outcome.ran.append(bench.name)
-            log(f"{bench.name}: {len(records)} figures in {time.perf_counter() - started:.0f} s")
-    results.write(outcome.results, table_rows)
-    limit_rows = [r for r in table_rows if r["benchmark"] == "machine"]
-    outcome.report.write_text(report.markdown(runs, limit_rows, header, out))
-    outcome.rows = len(table_rows)
+            else:
+                bench_rows = results.rows(records, benchmark=bench.name, **columns)
+                plots = sorted(out.glob(f"{bench.name}-*.png"))
+                ratios = out / f"{bench.name}-ratios.png"
+                if ratios not in plots and report.ratio_plot(bench_rows, ratios, bench.name):
+                    plots.append(ratios)
+                entry.update(rows=bench_rows, plots=plots, html=html if html.exists() else None)
+                table_rows += bench_rows
+                outcome.ran.append(bench.name)
+                seconds = time.perf_counter() - started
+                log(f"{bench.name}: {len(records)} figures in {seconds:.0f} s")
+            save()
     return outcome

@@ -156,6 +156,41 @@ def test_lbfgs_objective_decreases_monotonically(digits):
     assert trace[-1] < trace[0] - 0.1
 
 
+@pytest.mark.parametrize(
+    "schedule, steps",
+    [("adaptive", [1, 1, 1, 1 / 2, 1 / 2, 1 / 4, 1 / 4]), ("constant", [1] * 7)],
+)
+def test_adaptive_schedule_halves_the_step_after_two_validations_without_improvement(
+    digits, monkeypatch, schedule, steps
+):
+    """With a constant gradient Adam moves every parameter by exactly its step; the validation
+    error never improves after the first validation, so the run stops at the 8th (7 stale).
+    The first 7 steps are compared, in units of the initial step."""
+    X, y, _, _ = digits
+    thetas = []
+
+    def constant_gradient(self, rows, labels, theta):
+        thetas.append(theta.copy())
+        return 0.0, np.ones_like(theta)
+
+    monkeypatch.setattr(Problem, "batch_objective", constant_gradient)
+    monkeypatch.setattr(ExemplarHOPE, "_validation_error", lambda self, theta: 0.5)
+    model = ExemplarHOPE(
+        **SMALL, learning_rate=1e-2, learning_rate_schedule=schedule, max_iter=50,
+        validate_every=1, n_iter_no_change=7,
+    )  # fmt: skip
+    model.fit(X[:300], y[:300])
+    assert model.n_iter_ == 8
+    moved = -np.diff(np.array(thetas), axis=0)[:, 0] / 1e-2
+    np.testing.assert_allclose(moved, steps, rtol=1e-6)
+
+
+def test_unknown_learning_rate_schedule_is_refused(digits):
+    X, y, _, _ = digits
+    with pytest.raises(ValueError, match="learning_rate_schedule must be one of adaptive"):
+        ExemplarHOPE(**SMALL, learning_rate_schedule="cosine").fit(X[:100], y[:100])
+
+
 def test_learned_2d_embedding_beats_pca_2d_knn_on_digits(digits):
     X, y, X_test, y_test = digits
     model = ExemplarHOPE(**SMALL, exemplar_init="learned", learning_rate=1e-2, batch_size=500)
