@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import tarfile
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -38,8 +37,10 @@ import scipy.linalg
 
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
+from imgscale.jobs.fanout import cluster_mapper
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.classify.ridge import RHO_GRID
+from imgscale.pipeline.compute import Mapper, run_in_process
 from imgscale.pipeline.embed import (
     AddKPCA,
     HistogramIntersection,
@@ -214,15 +215,14 @@ def run_dataset(
     per_class: tuple[int, ...] = LABELLED_PER_CLASS,
     trials: int = TRIALS,
     rff_dim: int = RFF_DIM,
-    mapper: Callable | None = None,
+    mapper: Mapper = run_in_process,
 ):
     """Records (mean and std of the test per-class rate) for every embedding and regime.
 
-    The trials of each (embedding, labelled rows per class) run through ``mapper(function,
-    trials, **shared)`` (default: one after the other here; :func:`cluster_mapper` runs them as
-    parallel tasks on a Dask cluster with the embedded rows sent to every worker once).
+    The trials of each (embedding, labelled rows per class) run through ``mapper`` (default: one
+    after the other here; ``imgscale.jobs.fanout.cluster_mapper`` runs them as parallel tasks on
+    a Dask cluster with the embedded rows sent to every worker once).
     """
-    mapper = mapper or serial_mapper
     data = load_dataset(name, mnist_rows, data_dir=data_dir)
     X_train, y_train = data["X_train"], data["y_train"]
     n_features = X_train.shape[1]
@@ -252,17 +252,17 @@ def run_dataset(
             peer = label.startswith(RBF_PEER)
             if regime == "few":
                 mean = E["train"].astype(np.float64).mean(axis=0)
-                shared = {
-                    "E_train": E["train"], "y_train": y_train, "mean": mean,
-                    "E_val": E["val"], "y_val": data["y_val"], "E_test": E["test"],
-                    "y_test": data["y_test"], "peer": peer,
-                }  # fmt: skip
+                shared = (
+                    E["train"], y_train, mean, E["val"], data["y_val"], E["test"],
+                    data["y_test"], peer,
+                )  # fmt: skip
                 for count in per_class:
                     if count > smallest_class:
                         log(f"{name}: {count} labelled rows per class skipped (a class has "
                             f"{smallest_class})")  # fmt: skip
                         continue
-                    rates = mapper(partial(_trial_rate, per_class=count), range(trials), **shared)
+                    trial_rate = partial(_trial_rate, per_class=count)
+                    rates = mapper(trial_rate, shared, [(t,) for t in range(trials)])
                     records.append(_record(name, label, dim, count, rates))
             else:
                 args = (E["train"], y_train, E["val"], data["y_val"], E["test"], data["y_test"])
@@ -281,7 +281,7 @@ def run_dataset(
 
 
 def _trial_rate(
-    trial: int, *, per_class: int, E_train, y_train, mean, E_val, y_val, E_test, y_test, peer
+    E_train, y_train, mean, E_val, y_val, E_test, y_test, peer, trial: int, *, per_class: int
 ) -> float:
     """One random labelled set's test per-class rate; ρ chosen on the validation rows.
 
@@ -299,27 +299,6 @@ def _trial_rate(
     y_partial[index] = y_train[index]
     model = RidgeClassifier().fit(E_train, y_partial, X_val=E_val, y_val=y_val)
     return per_class_rate(y_test, model.predict(E_test))
-
-
-def serial_mapper(function: Callable, items, **shared) -> list:
-    """A mapper running each item here, one after the other (the default without a cluster)."""
-    return [function(item, **shared) for item in items]
-
-
-def cluster_mapper(client) -> Callable:
-    """A mapper running each item as a task on ``client``'s cluster; the shared arguments are
-    sent to every worker once (not hashed: two passes with equal inputs must not share keys)."""
-
-    def mapper(function: Callable, items, **shared) -> list:
-        remote = {
-            key: client.scatter(value, broadcast=True, hash=False)
-            if isinstance(value, np.ndarray) else value
-            for key, value in shared.items()
-        }  # fmt: skip
-        futures = client.map(function, list(items), pure=False, **remote)
-        return client.gather(futures)
-
-    return mapper
 
 
 def _record(dataset, embedding, dim, labelled, rates, **extra) -> dict:

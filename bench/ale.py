@@ -20,14 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from imgscale.bench.accuracy import load_dataset, serial_mapper
+from imgscale.bench.accuracy import load_dataset
 from imgscale.bench.common import PeakRSS, mixture_store, record
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.embed import embed_new_rows
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.classify.ssl import EigenvalueRidgeClassifier, SemiSupervisedEigenSolver
-from imgscale.pipeline.compute import compute
+from imgscale.pipeline.compute import Mapper, compute, run_in_process
 from imgscale.pipeline.embed import ALE
 from imgscale.pipeline.metrics import mean_interpolated_average_precision, per_class_rate
 from imgscale.pipeline.reductions import reduce_rows
@@ -151,16 +151,15 @@ def run_accuracy(
     trials: int = TRIALS,
     data_dir: Path,
     log: Callable[[str], None] = print,
-    mapper: Callable | None = None,
+    mapper: Mapper = run_in_process,
 ) -> list[dict]:
     """Per (dataset, method, labelled per class): test MiAP and mean per-class rate, mean ± std
     over `trials` random labelled sets; every other train row is unlabelled.
 
-    The trials of each labelled-set size run through ``mapper(function, trials, **shared)``
-    (default: one after the other here; ``accuracy.cluster_mapper`` runs them as parallel tasks
-    on the cluster, the shared arrays sent to each worker once).
+    The trials of each labelled-set size run through ``mapper`` (default: one after the other
+    here; ``imgscale.jobs.fanout.cluster_mapper`` runs them as parallel tasks on the cluster, the
+    shared arrays sent to each worker once).
     """
-    mapper = mapper or serial_mapper
     records = []
     for name in datasets:
         data = load_dataset(name, None, data_dir=data_dir)
@@ -171,12 +170,10 @@ def run_accuracy(
         ale = ALE(n_directions=ALE_DIRECTIONS, n_components=ALE_COMPONENTS).fit(X)
         U, U_val, U_test = ale.transform(X), ale.transform(X_val), ale.transform(X_test)
         log(f"{name}: ALE fit + embed {time.perf_counter() - t:.1f} s, U {U.shape}")
-        shared = dict(
-            X=X, y=y, X_val=X_val, y_val=y_val, X_test=X_test, y_test=y_test,
-            U=U, U_val=U_val, U_test=U_test, eigenvalues=ale.eigenvalues_,
-        )  # fmt: skip
+        shared = (X, y, X_val, y_val, X_test, y_test, U, U_val, U_test, ale.eigenvalues_)
         for count in per_class:
-            outcomes = mapper(partial(_ale_trial, per_class=count), range(trials), **shared)
+            trial = partial(_ale_trial, per_class=count)
+            outcomes = mapper(trial, shared, [(t,) for t in range(trials)])
             results = {
                 m: {k: [o[m][k] for o in outcomes] for k in ("miap", "rate")} for m in METHODS
             }
@@ -205,7 +202,7 @@ def run_accuracy(
 
 
 def _ale_trial(
-    trial: int, *, per_class: int, X, y, X_val, y_val, X_test, y_test, U, U_val, U_test, eigenvalues
+    X, y, X_val, y_val, X_test, y_test, U, U_val, U_test, eigenvalues, trial: int, *, per_class: int
 ) -> dict[str, dict[str, float]]:
     """One random labelled set: each method's test MiAP and per-class rate (ρ or λ validated)."""
     rng = np.random.default_rng(1000 * per_class + trial)

@@ -26,7 +26,7 @@ from sklearn.decomposition import PCA
 from imgscale.bench.accuracy import NEWSGROUPS_FILE, newsgroups_histograms
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
-from imgscale.jobs.local import scattering_mapper
+from imgscale.jobs.fanout import cluster_mapper
 from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier, RidgeClassifier
 from imgscale.pipeline.classify.local import (
     predict_from_confidences,
@@ -199,7 +199,7 @@ def run_task(dataset, task, X_all, y_digits, params, max_rows, client, log, seed
 
     started = time.perf_counter()
     ours = PredictedNeighbourhoodClassifier(**params, random_state=seed)
-    ours.fit(X, y, scattering_mapper(client))
+    ours.fit(X, y, cluster_mapper(client))
     offline = time.perf_counter() - started
     # The paper's §3.2 on the same target neighbourhoods: indicators compressed to D = 15% of M.
     compressed = copy.deepcopy(ours).set_params(compression=PAPER_COMPRESSION).fit_regression()
@@ -267,7 +267,7 @@ def offline_scaling(X, y, params, seed, name: str) -> list[dict]:
         ):
             started = time.perf_counter()
             PredictedNeighbourhoodClassifier(**params, random_state=seed).fit(
-                X, y, scattering_mapper(client)
+                X, y, cluster_mapper(client)
             )
             seconds[workers] = time.perf_counter() - started
     return [

@@ -15,9 +15,9 @@ import math
 from distributed import Client
 
 from imgscale.bench import ale, ncm
-from imgscale.bench.accuracy import cluster_mapper
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
+from imgscale.jobs.fanout import cluster_mapper
 
 _FILES = {"usps": "usps.npz", "mnist": "mnist.npz"}
 _DATA = "usps.npz, mnist.npz (small and up; tiny uses sklearn's digits)"

@@ -291,10 +291,10 @@ def _fit_ssl(data: TrainingData, options: dict) -> BaseEstimator:
 
 def _fit_local(data: TrainingData, options: dict) -> BaseEstimator:
     # Paper 004: the N × K × S offline fits run as tasks on the command's cluster, the training
-    # rows broadcast to each worker once (jobs.local).
+    # rows broadcast to each worker once (jobs.fanout).
     from distributed import default_client
 
-    from imgscale.jobs.local import scattering_mapper
+    from imgscale.jobs.fanout import cluster_mapper
     from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier
 
     try:
@@ -307,7 +307,7 @@ def _fit_local(data: TrainingData, options: dict) -> BaseEstimator:
         n_neighbourhoods=options["neighbourhoods"], sizes=sizes, n_samples=options["samples"],
         random_state=0,
     )  # fmt: skip
-    return model.fit(data.X, data.y, scattering_mapper(default_client()))
+    return model.fit(data.X, data.y, cluster_mapper(default_client()))
 
 
 METHODS: dict[str, Method] = {

@@ -1,7 +1,10 @@
-"""The one door through which pipeline code materialises dask results.
+"""The one door through which pipeline code materialises dask results, and the one shape in
+which it hands out independent tasks.
 
 The jobs layer installs a hook (e.g. one that shows progress on a distributed client) with
-`use_compute`; without a hook, `dask.compute` runs on the current scheduler.
+`use_compute`; without a hook, `dask.compute` runs on the current scheduler. Independent tasks
+(offline neighbourhood fits, a protocol's random trials) go through a `Mapper`: `run_in_process`
+runs them here, the jobs layer's ``cluster_mapper`` as tasks on a Dask cluster.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
+
+Mapper = Callable[[Callable, tuple, list], list]
+"""``mapper(fn, shared, items)`` returns ``[fn(*shared, *item) for item in items]``, in order."""
 
 compute_hook: ContextVar[Callable[..., tuple] | None] = ContextVar("compute_hook", default=None)
 
@@ -69,3 +75,8 @@ def gather_rows(X: Any, index: np.ndarray) -> np.ndarray:
 def _rows_of_block(block: np.ndarray, local: list, block_id: tuple = (0,)) -> np.ndarray:
     """The rows `local[b]` of block b (`map_blocks` passes its `block_id`)."""
     return block[local[block_id[0]]]
+
+
+def run_in_process(fn: Callable, shared: tuple, items: list) -> list:
+    """The in-process `Mapper`: ``[fn(*shared, *item) for item in items]``."""
+    return [fn(*shared, *item) for item in items]

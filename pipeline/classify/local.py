@@ -50,7 +50,7 @@ from threadpoolctl import threadpool_limits
 
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels, unique_labels
 from imgscale.pipeline.classify.knn import MetricKNeighborsClassifier
-from imgscale.pipeline.compute import compute
+from imgscale.pipeline.compute import Mapper, compute, run_in_process
 from imgscale.pipeline.gram import add_gram
 
 NEIGHBOURHOODS = ("predicted", "nearest")
@@ -65,8 +65,6 @@ _PLATT_ITERATIONS, _PLATT_HALVINGS, _PLATT_TOLERANCE, _PLATT_SIGMA = 100, 20, 1e
 # Instances per offline task (a task then fits 100 × K × S local classifiers).
 INSTANCES_PER_BLOCK = 100
 
-Mapper = Callable[[Callable, tuple, list], list]
-
 
 def _one_blas_thread(fn: Callable) -> Callable:
     """Run `fn` with single-threaded BLAS: its products and solves are small (k, d ≤ a few
@@ -78,11 +76,6 @@ def _one_blas_thread(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
 
     return functools.update_wrapper(wrapped, fn)
-
-
-def run_in_process(fn: Callable, shared: tuple, blocks: list) -> list:
-    """The default mapper: ``[fn(*shared, *block) for block in blocks]``."""
-    return [fn(*shared, *block) for block in blocks]
 
 
 # --------------------------------------------------------------------------------------------

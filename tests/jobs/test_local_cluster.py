@@ -7,7 +7,7 @@ import dask.array as da
 import numpy as np
 from distributed import Client
 
-from imgscale.jobs.local import scattering_mapper
+from imgscale.jobs.fanout import cluster_mapper
 from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier
 
 
@@ -21,7 +21,7 @@ def test_results_are_identical_with_and_without_the_cluster(scheduler_address):
     alone = PredictedNeighbourhoodClassifier(**params).fit(X, y)
     expected = alone.predict_proba(X[:60])
     with Client(scheduler_address) as client:
-        spread = PredictedNeighbourhoodClassifier(**params).fit(X, y, scattering_mapper(client))
+        spread = PredictedNeighbourhoodClassifier(**params).fit(X, y, cluster_mapper(client))
         got = client.compute(spread.predict_proba(da.from_array(X[:60], chunks=20))).result()
     np.testing.assert_array_equal(spread.neighbourhood_members_, alone.neighbourhood_members_)
     np.testing.assert_array_equal(spread.regression_coef_, alone.regression_coef_)
