@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,25 @@ def write_record(path: Location, record: dict[str, Any]) -> None:
 
 def tmp_path_for(target: Path) -> Path:
     return target.with_name(f"{target.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
+
+
+def copy_file_atomic(source: Location, target: Location) -> None:
+    """Copy a file (local or remote, either side) so a reader or a crash sees the old target
+    or the new one, never half; a local-to-local copy streams, whatever the file's size."""
+    if not is_local(target):
+        put_object(target, source.read_bytes())
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_path_for(target)
+    try:
+        if is_local(source):
+            shutil.copyfile(source, tmp)
+        else:
+            tmp.write_bytes(source.read_bytes())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_table_atomic(table: pa.Table, target: Location) -> None:

@@ -18,6 +18,7 @@ from imgscale.storage.errors import StoreError
 from imgscale.storage.layout import (
     ROWS_DIR,
     ROWS_SCHEMA,
+    copy_file_atomic,
     open_codes_array,
     open_features_array,
     read_classes,
@@ -41,7 +42,9 @@ class FeatureStore(Protocol):
 
     def committed_ids(self) -> set[str]: ...
 
-    def rows(self, split: str | None = None) -> pa.Table: ...
+    def rows(self, split: str | None = None, columns: list[str] | None = None) -> pa.Table: ...
+
+    def labels(self, split: str | None = None) -> np.ndarray: ...
 
 
 class _LockedWriter:
@@ -239,7 +242,12 @@ def _add_batch(
     (committed by the caller's `write_record`, after every rows file is in place)."""
     rows_file = rows_file_name(start)
     write_table_atomic(rows, path / rows_file)
-    stop = start + rows.num_rows
+    _record_batch(record, batch_id, start, start + rows.num_rows, rows_file)
+
+
+def _record_batch(
+    record: dict[str, Any], batch_id: str, start: int, stop: int, rows_file: str
+) -> None:
     record["batches"].append(
         {"batch_id": batch_id, "start": start, "stop": stop, "rows_file": rows_file}
     )
@@ -287,7 +295,7 @@ class CopyWriter(_LockedWriter):
     def __init__(self, store: FeatureStore, source: FeatureStore) -> None:
         super().__init__(store)
         self.source = source
-        self.rows: pa.Table | None = None
+        self.checked = False
 
     def _begin(self) -> None:
         path = self.store.path
@@ -315,30 +323,37 @@ class CopyWriter(_LockedWriter):
         self._n = n
 
     def check_rows(self) -> None:
-        """Read the source's rows; refuse ids this store already holds and labels outside its
-        classes. The commit runs it unless the caller did, e.g. while the workers write chunks
-        (ids are checked against this store only: the source's are unique)."""
-        if self.rows is not None:
+        """Refuse source ids this store already holds and labels outside its classes. The
+        commit runs it unless the caller did, e.g. while the workers write chunks. The source's
+        labels are read (an int32 a row); its ids only when this store already holds rows (the
+        source's own are unique), and nothing of them is kept."""
+        if self.checked:
             return
-        rows = self.source.rows().slice(0, self._n)
         committed = self.store.committed_ids()
-        if committed and pc.any(pc.is_in(rows.column("id"), pa.array(sorted(committed)))).as_py():
-            raise StoreError(f"{self.where}: ids already in the store")
-        labels = pc.min_max(rows.column("label")).as_py()
+        if committed:
+            ids = self.source.rows(columns=["id"]).column("id").slice(0, self._n)
+            if pc.any(pc.is_in(ids, pa.array(sorted(committed)))).as_py():
+                raise StoreError(f"{self.where}: ids already in the store")
+        labels = self.source.labels()[: self._n]
+        low, high = (int(labels.min()), int(labels.max())) if len(labels) else (-1, -1)
         # Without class names any non-negative label is a class, as BatchWriter accepts them.
         n_classes = len(read_classes(self.store.path))
         top = n_classes - 1 if n_classes else np.iinfo(np.int32).max
-        if labels["min"] < -1 or labels["max"] > top:
-            raise StoreError(f"{self.where}: labels span {labels}; expected -1 to {top}")
-        self.rows = rows
+        if low < -1 or high > top:
+            raise StoreError(f"{self.where}: labels span {low} to {high}; expected -1 to {top}")
+        self.checked = True
 
     def _finish(self) -> None:
+        """Each source batch's rows file is copied as it is (the metadata of a batch of any
+        size never passes through memory), then the record is committed once."""
         self.check_rows()
         record = read_record(self.store.path)
         for batch in self.batches:
-            start, stop = batch["start"], batch["stop"]
-            table = self.rows.slice(start, stop - start)
-            _add_batch(self.store.path, record, batch["batch_id"], self.start + start, table)
+            start = self.start + batch["start"]
+            rows_file = rows_file_name(start)
+            copy_file_atomic(self.source.path / batch["rows_file"], self.store.path / rows_file)
+            _record_batch(record, batch["batch_id"], start, start + batch["stop"] - batch["start"],
+                          rows_file)  # fmt: skip
         write_record(self.store.path, record)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from imgscale.storage import PQCodec, StoreError, create_pq_store, open_store
+from imgscale.storage.layout import read_record
 from imgscale.storage.pq_codec import KSUB, random_rotation
 from imgscale.storage.writer import CopyWriter, write_row_chunk
 
@@ -276,6 +277,31 @@ def test_copy_writer_commits_batches_written_chunk_by_chunk(tmp_path, codec):
     assert [copy.has_batch(b) for b in "xyz"] == [True] * 3
     np.testing.assert_array_equal(copy.codes().compute(), codec.encode(X))
     copy.verify()
+
+
+def test_copy_into_an_empty_store_copies_rows_files_as_they_are_and_reads_no_ids(
+    tmp_path, codec, monkeypatch
+):
+    """A copy's metadata never passes through memory: each batch's rows file is copied byte
+    for byte, and the ids (most of a large store's metadata) are not read at all."""
+    X = blobs(150, seed=6)
+    source = create_pq_store(tmp_path / "two.zarr", codec, class_names=["a", "b", "c"])
+    for b, s, e in [("x", 0, 100), ("y", 100, 150)]:
+        source.append(b, codec.encode(X[s:e]), labels=np.arange(s, e) % 3, split="train")
+    copy = _empty_copy(source, codec)
+
+    def no_rows(*args, **kwargs):
+        raise AssertionError("the source's row metadata was read whole")
+
+    monkeypatch.setattr(source, "rows", no_rows)
+    _copy_into(copy, codec.encode(X), source)
+    copied, original = read_record(copy.path), read_record(source.path)
+    assert [b["rows_file"] for b in copied["batches"]] == [
+        b["rows_file"] for b in original["batches"]
+    ]
+    for batch in original["batches"]:
+        name = batch["rows_file"]
+        assert (copy.path / name).read_bytes() == (source.path / name).read_bytes()
 
 
 def test_copy_writer_commits_nothing_on_failure_or_bad_input(pq_store, codec):
