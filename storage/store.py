@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from imgscale.storage.chunks import ChunkReader, SplitRows
 from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import Location, absolute, location, read_table, tree_bytes
+from imgscale.storage.ids import HashRuns, id_hashes
 from imgscale.storage.layout import (
     ROWS_SCHEMA,
     SCHEMA_VERSION,
@@ -60,9 +61,9 @@ class FeatureStore:
         if self.encoding == "pq":
             pq_params(self.path, record)
         # Committed rows files never change, so their columns are cached by (file, column), and
-        # the ids of the files read so far are kept as one set that grows with each new batch.
+        # the hashes of the ids of the files read so far grow with each new batch.
         self._rows_cache: dict[tuple[str, str], pa.ChunkedArray] = {}
-        self._ids_seen: set[str] = set()
+        self._id_hashes = HashRuns()
         self._ids_files: set[str] = set()
 
     def __repr__(self) -> str:
@@ -108,7 +109,7 @@ class FeatureStore:
         """Remove the last committed batch (crash-safe, one commit); returns its rows."""
         removed = remove_last_batch(self, batch_id)
         self._rows_cache.clear()
-        self._ids_seen.clear()
+        self._id_hashes = HashRuns()
         self._ids_files.clear()
         return removed
 
@@ -245,13 +246,15 @@ class FeatureStore:
         table = self._rows(read_record(self.path), split, ["split"])
         return table.column("split").to_numpy(zero_copy_only=False)
 
-    def committed_ids(self) -> set[str]:
-        """Ids of all committed rows; after the first call, only new batches' ids are read."""
+    def committed_id_hashes(self) -> HashRuns:
+        """Hashes of the ids of all committed rows (`storage.ids`); after the first call, only
+        new batches' ids are read. The ids themselves are not kept."""
         for batch in read_record(self.path)["batches"]:
             if batch["rows_file"] not in self._ids_files:
-                self._ids_seen.update(self._batch_rows(batch, ["id"]).column("id").to_pylist())
+                ids = self._read_batch_rows(batch, ["id"]).column("id")
+                self._id_hashes.add(id_hashes(ids))
                 self._ids_files.add(batch["rows_file"])
-        return self._ids_seen
+        return self._id_hashes
 
     def _rows(
         self, record: dict[str, Any], split: str | None, columns: Sequence[str] | None = None
@@ -277,31 +280,37 @@ class FeatureStore:
         name = batch["rows_file"]
         missing = [c for c in columns if (name, c) not in self._rows_cache]
         if missing:
-            file = self.path / name
-            where = (
-                f"store {self.path}: rows file {file} for rows {batch['start']}–{batch['stop'] - 1}"
-            )
-            expected = batch["stop"] - batch["start"]
-            try:
-                table = read_table(
-                    file, columns=missing, read_dictionary=[c for c in missing if c in _DICTIONARY]
-                )
-            except (OSError, pa.ArrowException) as e:
-                raise StoreError(
-                    f"{where} unreadable ({e}); expected {expected} rows of metadata"
-                ) from e
-            if table.num_rows != expected:
-                raise StoreError(f"{where} has {table.num_rows} rows; expected {expected}")
+            table = self._read_batch_rows(batch, missing)
             for column in missing:
-                stored = table.schema.field(column).type
-                value_type = stored.value_type if pa.types.is_dictionary(stored) else stored
-                if value_type != ROWS_SCHEMA.field(column).type:
-                    raise StoreError(
-                        f"{where}: column {column!r} is {value_type}; "
-                        f"expected {ROWS_SCHEMA.field(column).type}"
-                    )
                 self._rows_cache[(name, column)] = table.column(column)
         return pa.table({c: self._rows_cache[(name, c)] for c in columns})
+
+    def _read_batch_rows(self, batch: dict[str, Any], columns: Sequence[str]) -> pa.Table:
+        """One batch's metadata ``columns`` read from its rows file and checked (not cached)."""
+        file = self.path / batch["rows_file"]
+        where = f"store {self.path}: rows file {file} for rows {batch['start']}–{batch['stop'] - 1}"
+        expected = batch["stop"] - batch["start"]
+        try:
+            table = read_table(
+                file,
+                columns=list(columns),
+                read_dictionary=[c for c in columns if c in _DICTIONARY],
+            )
+        except (OSError, pa.ArrowException) as e:
+            raise StoreError(
+                f"{where} unreadable ({e}); expected {expected} rows of metadata"
+            ) from e
+        if table.num_rows != expected:
+            raise StoreError(f"{where} has {table.num_rows} rows; expected {expected}")
+        for column in columns:
+            stored = table.schema.field(column).type
+            value_type = stored.value_type if pa.types.is_dictionary(stored) else stored
+            if value_type != ROWS_SCHEMA.field(column).type:
+                raise StoreError(
+                    f"{where}: column {column!r} is {value_type}; "
+                    f"expected {ROWS_SCHEMA.field(column).type}"
+                )
+        return table
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -336,7 +345,7 @@ class FeatureStore:
         record = read_record(self.path)
         n = record["committed_rows"]
         self._rows_cache.clear()
-        self._ids_seen.clear()
+        self._id_hashes = HashRuns()
         self._ids_files.clear()
         self._rows(record, None)  # every column of every rows file, read and checked
         if record["encoding"] == "pq":

@@ -6,7 +6,6 @@ row in store coordinates) so messages point at the offending rows.
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,20 +52,6 @@ def as_strings(values: Any, n: int, what: str, where: str) -> list[str]:
     if "" in out:
         raise StoreError(f"{where}: empty {what[:-1]} at row {out.index('')}; expected non-empty")
     return out
-
-
-def check_unique_ids(
-    ids: Sequence[str], seen: Sequence[Container[str]], where: str, first_row: int
-) -> None:
-    """Refuse ids repeated inside the block or already present in any of ``seen``."""
-    block_seen: set[str] = set()
-    for i, id_ in enumerate(ids):
-        if id_ in block_seen or any(id_ in s for s in seen):
-            raise StoreError(
-                f"{where}: duplicate id {id_!r} at row {first_row + i}; expected ids unique "
-                "across the store"
-            )
-        block_seen.add(id_)
 
 
 def as_codes(codes: Any, m: int, where: str) -> np.ndarray:

@@ -11,10 +11,10 @@ from typing import Any, Protocol, Self
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from imgscale.storage.classes import ClassTable
 from imgscale.storage.errors import StoreError
+from imgscale.storage.ids import HashRuns, first_repeated, id_hashes
 from imgscale.storage.layout import (
     ROWS_DIR,
     ROWS_SCHEMA,
@@ -29,7 +29,7 @@ from imgscale.storage.layout import (
     write_table_atomic,
 )
 from imgscale.storage.lock import remove_partials, writer_lock
-from imgscale.storage.validate import as_codes, as_features, as_strings, check_unique_ids
+from imgscale.storage.validate import as_codes, as_features, as_strings
 
 
 class FeatureStore(Protocol):
@@ -40,7 +40,7 @@ class FeatureStore(Protocol):
     dim: int
     rows_per_chunk: int
 
-    def committed_ids(self) -> set[str]: ...
+    def committed_id_hashes(self) -> HashRuns: ...
 
     def rows(self, split: str | None = None, columns: list[str] | None = None) -> pa.Table: ...
 
@@ -143,8 +143,8 @@ class BatchWriter(_LockedWriter):
         self._meta: list[pa.RecordBatch] = []
         self._classes = ClassTable(read_classes(path))
         self._is_pq, self._array = _open_rows_array(path, record)
-        self._committed_ids = self.store.committed_ids()
-        self._batch_ids: set[str] = set()
+        self._committed_hashes = self.store.committed_id_hashes()
+        self._batch_hashes = HashRuns()
 
     def __exit__(self, *exc_info: Any) -> None:
         self._active = False
@@ -180,15 +180,25 @@ class BatchWriter(_LockedWriter):
         else:
             ids = as_strings(ids, n, "ids", where)
         split = as_strings(split, n, "split", where)
-        check_unique_ids(ids, (self._committed_ids, self._batch_ids), where, first)
+        ids = pa.array(ids, pa.string())
+        hashes = id_hashes(ids)
+        repeated = first_repeated(
+            ids, hashes,
+            [(self._committed_hashes, self._committed_ids), (self._batch_hashes, self._ids)],
+        )  # fmt: skip
+        if repeated is not None:
+            raise StoreError(
+                f"{where}: duplicate id {ids[repeated].as_py()!r} at row {first + repeated}; "
+                "expected ids unique across the store"
+            )
 
         # Everything below mutates state; a failure here leaves the batch unusable.
         self._broken = True
-        self._batch_ids.update(ids)
+        self._batch_hashes.add(hashes)
         self._meta.append(
             pa.RecordBatch.from_arrays(
                 [
-                    pa.array(ids, pa.string()),
+                    ids,
                     pa.array(labels, pa.int32()),
                     pa.array(split, pa.string()),
                     pa.array([self.batch_id] * n, pa.string()),
@@ -202,6 +212,12 @@ class BatchWriter(_LockedWriter):
         self._flush(final=False)
         self._broken = False
         return n
+
+    def _committed_ids(self) -> pa.ChunkedArray:
+        return self.store.rows(columns=["id"]).column("id")
+
+    def _ids(self) -> pa.ChunkedArray:
+        return pa.chunked_array([b.column(0) for b in self._meta], pa.string())
 
     def _flush(self, final: bool) -> None:
         """Write pending rows to zarr, up to the last whole chunk unless ``final``.
@@ -329,10 +345,11 @@ class CopyWriter(_LockedWriter):
         source's own are unique), and nothing of them is kept."""
         if self.checked:
             return
-        committed = self.store.committed_ids()
-        if committed:
-            ids = self.source.rows(columns=["id"]).column("id").slice(0, self._n)
-            if pc.any(pc.is_in(ids, pa.array(sorted(committed)))).as_py():
+        committed = self.store.committed_id_hashes()
+        if len(committed):
+            ids = self.source.rows(columns=["id"]).column("id").slice(0, self._n).combine_chunks()
+            store_ids = (committed, lambda: self.store.rows(columns=["id"]).column("id"))
+            if first_repeated(ids, id_hashes(ids), [store_ids]) is not None:
                 raise StoreError(f"{self.where}: ids already in the store")
         labels = self.source.labels()[: self._n]
         low, high = (int(labels.min()), int(labels.max())) if len(labels) else (-1, -1)
