@@ -581,14 +581,19 @@ def _pq_store_passes(
 @benchmark(
     "io",
     "store read rates through the store's API and Dask (1 and 2 workers) vs np.fromfile and "
-    "plain processes; each streaming pass vs the read-only pass; PQ code store",
+    "plain processes; each streaming pass vs the read-only pass; PQ code store; at medium and "
+    "large, the layout matrix (codec x chunk size x engine) that chose the store's layout",
+    needs=("optional: imgscale[peers] adds the zarrs and tensorstore engines to the matrix",),
 )
 def suite(ctx: Context) -> list[dict]:
     if ctx.external_cluster:
         raise Skipped(
             "it compares LocalClusters of 1 and 2 workers of its own; run it without --scheduler"
         )
-    size_gib, repeats, pq_m = ctx.pick(
-        tiny=(0.02, 1, 0), small=(1.0, 2, 64), medium=(4.0, 5, 64), large=(4.0, 5, 64)
+    size_gib, repeats, pq_m, matrix = ctx.pick(
+        tiny=(0.02, 1, 0, False),
+        small=(1.0, 2, 64, False),
+        medium=(4.0, 5, 64, True),
+        large=(4.0, 5, 64, True),
     )
-    return run(size_gib, 512, ctx.scratch("io"), matrix=False, repeats=repeats, pq_m=pq_m)
+    return run(size_gib, 512, ctx.scratch("io"), matrix=matrix, repeats=repeats, pq_m=pq_m)
