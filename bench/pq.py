@@ -198,16 +198,24 @@ def _mse(X: np.ndarray, Xhat: np.ndarray, block: int = 65_536) -> float:
 
 @benchmark(
     "pq",
-    "PQ encode, MSE, class means from codes and ADC scan vs faiss; bytes raw vs PQ",
+    "PQ encode, MSE, class means from codes and ADC scan vs faiss; bytes raw vs PQ (medium and "
+    "large add D=4096, M=512)",
 )
 def suite(ctx: Context) -> list[dict]:
-    rows, dim, m, mean_classes = ctx.pick(
-        tiny=(8_000, 32, 8, 20),
-        small=(200_000, 512, 64, 1000),
-        medium=(1_000_000, 512, 64, 10_000),
-        large=(1_000_000, 512, 64, 10_000),
+    # (rows, D, M); figures of a configuration after the first are named "D=…, M=…: figure".
+    wide = (200_000, 4096, 512)
+    configs, mean_classes = ctx.pick(
+        tiny=([(8_000, 32, 8)], 20),
+        small=([(200_000, 512, 64)], 1000),
+        medium=([(1_000_000, 512, 64), wide], 10_000),
+        large=([(1_000_000, 512, 64), wide], 10_000),
     )
-    return run(
-        rows, dim, m, mean_classes=mean_classes, workdir=ctx.scratch("pq"),
-        scheduler=ctx.scheduler,
-    )  # fmt: skip
+    records = []
+    for i, (rows, dim, m) in enumerate(configs):
+        found = run(
+            rows, dim, m, mean_classes=mean_classes, workdir=ctx.scratch("pq"),
+            scheduler=ctx.scheduler,
+        )  # fmt: skip
+        prefix = f"D={dim}, M={m}: " if i else ""
+        records += [{**r, "name": prefix + r["name"]} for r in found]
+    return records
