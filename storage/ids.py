@@ -11,24 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-_FNV_OFFSET = np.uint64(14695981039346656037)
-_FNV_PRIME = np.uint64(1099511628211)
-
-
-@numba.njit(cache=True, nogil=True)
-def _fnv1a(offsets: np.ndarray, data: np.ndarray, offset: np.uint64, prime: np.uint64):
-    out = np.empty(len(offsets) - 1, np.uint64)
-    for i in range(len(out)):
-        h = offset
-        for j in range(offsets[i], offsets[i + 1]):
-            h = (h ^ np.uint64(data[j])) * prime
-        out[i] = h
-    return out
 
 
 def id_hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -38,10 +23,12 @@ def id_hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
     ids = ids.cast(pa.large_string())
     if len(ids) == 0:
         return np.empty(0, np.uint64)
+    from imgscale.storage._fnv1a import fnv1a  # numba: imported on the first write, not by reads
+
     _, offsets, data = ids.buffers()
     offsets = np.frombuffer(offsets, np.int64)[ids.offset : ids.offset + len(ids) + 1]
     data = np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8)
-    return _fnv1a(offsets, data, _FNV_OFFSET, _FNV_PRIME)
+    return fnv1a(offsets, data)
 
 
 class HashRuns:
