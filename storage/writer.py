@@ -11,9 +11,11 @@ from typing import Any, Protocol, Self
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from imgscale.storage.classes import ClassTable
 from imgscale.storage.errors import StoreError
+from imgscale.storage.fs import read_table
 from imgscale.storage.ids import HashRuns, first_repeated, id_hashes
 from imgscale.storage.layout import (
     ROWS_DIR,
@@ -43,8 +45,6 @@ class FeatureStore(Protocol):
     def committed_id_hashes(self) -> HashRuns: ...
 
     def rows(self, split: str | None = None, columns: list[str] | None = None) -> pa.Table: ...
-
-    def labels(self, split: str | None = None) -> np.ndarray: ...
 
 
 class _LockedWriter:
@@ -340,24 +340,29 @@ class CopyWriter(_LockedWriter):
 
     def check_rows(self) -> None:
         """Refuse source ids this store already holds and labels outside its classes. The
-        commit runs it unless the caller did, e.g. while the workers write chunks. The source's
-        labels are read (an int32 a row); its ids only when this store already holds rows (the
-        source's own are unique), and nothing of them is kept."""
+        commit runs it unless the caller did, e.g. while the workers write chunks. The source is
+        read one batch's rows file at a time, and nothing of it is kept: its labels, and its ids
+        only when this store already holds rows (the source's own are unique)."""
         if self.checked:
             return
         committed = self.store.committed_id_hashes()
-        if len(committed):
-            ids = self.source.rows(columns=["id"]).column("id").slice(0, self._n).combine_chunks()
-            store_ids = (committed, lambda: self.store.rows(columns=["id"]).column("id"))
-            if first_repeated(ids, id_hashes(ids), [store_ids]) is not None:
-                raise StoreError(f"{self.where}: ids already in the store")
-        labels = self.source.labels()[: self._n]
-        low, high = (int(labels.min()), int(labels.max())) if len(labels) else (-1, -1)
+        store_ids = (committed, lambda: self.store.rows(columns=["id"]).column("id"))
         # Without class names any non-negative label is a class, as BatchWriter accepts them.
         n_classes = len(read_classes(self.store.path))
         top = n_classes - 1 if n_classes else np.iinfo(np.int32).max
-        if low < -1 or high > top:
-            raise StoreError(f"{self.where}: labels span {low} to {high}; expected -1 to {top}")
+        for batch in self.batches:
+            columns = ["label", "id"] if len(committed) else ["label"]
+            table = read_table(self.source.path / batch["rows_file"], columns=columns)
+            if len(committed):
+                ids = table.column("id").combine_chunks()
+                if first_repeated(ids, id_hashes(ids), [store_ids]) is not None:
+                    raise StoreError(f"{self.where}: ids already in the store")
+            span = pc.min_max(table.column("label")).as_py()
+            if span["min"] is not None and (span["min"] < -1 or span["max"] > top):
+                raise StoreError(
+                    f"{self.where}: labels span {span['min']} to {span['max']}; "
+                    f"expected -1 to {top}"
+                )
         self.checked = True
 
     def _finish(self) -> None:
