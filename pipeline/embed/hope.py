@@ -22,7 +22,6 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import scipy.optimize
-from scipy.special import expit
 from sklearn.base import BaseEstimator
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
@@ -45,6 +44,18 @@ _INIT_SAMPLE_ROWS = 50_000
 # -- the network (eq. 5) -----------------------------------------------------------------------
 
 
+def _sigmoid_inplace(U: np.ndarray) -> np.ndarray:
+    """σ(U) = ½(1 + tanh(U/2)), written over U. Trained units saturate (pre-activations of
+    ±1,000 on MNIST), where `scipy.special.expit` slows several-fold on overflowing and
+    subnormal exponentials; numpy's vectorised tanh costs the same at any magnitude and is as
+    accurate in float32."""
+    U *= 0.5
+    np.tanh(U, out=U)
+    U *= 0.5
+    U += 0.5
+    return U
+
+
 @dataclass
 class Network:
     """Parameters of eq. 5 acting on raw rows: the input centring and scaling is folded into the
@@ -63,7 +74,7 @@ class Network:
         P = A * A
         U = P @ self.W
         U += self.b
-        S = expit(U, out=U)
+        S = _sigmoid_inplace(U)
         return S @ self.V.T, (X, A, P, S)
 
     def backward(self, cache: tuple, dY: np.ndarray) -> tuple[dict, np.ndarray]:

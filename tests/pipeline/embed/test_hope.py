@@ -10,6 +10,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from imgscale.pipeline.embed.hope import (
     ExemplarHOPE,
     Layout,
+    Network,
     Problem,
     exemplar_knn_scores,
     exemplars_per_class,
@@ -23,7 +24,8 @@ H, F, M, h, N_CLASSES = 5, 4, 3, 2, 3
 def dense_embedding(X, C, W, b, V, mean, scale):
     """Eq. 5 written out: x′ = [s(x − μ); 1], y_s = Σ_k V_sk σ(Σ_f W_fk (C_fᵀx′)² + b_k)."""
     Xp = np.hstack([scale * (X - mean), np.ones((len(X), 1))])
-    hidden = 1 / (1 + np.exp(-(np.einsum("nd,df->nf", Xp, C) ** 2 @ W + b)))
+    with np.errstate(over="ignore"):  # exp(−u) = inf for u ≪ 0 gives σ = 0 exactly
+        hidden = 1 / (1 + np.exp(-(np.einsum("nd,df->nf", Xp, C) ** 2 @ W + b)))
     return hidden @ V.T
 
 
@@ -132,6 +134,19 @@ def test_float32_pass_matches_float64_gradient(problem):
     prob32 = Problem(prob.layout, prob.mean, prob.scale, prob.targets, None, dtype=np.float32)
     _, grad32 = prob32.objective(X.astype(np.float32), labels, theta)
     np.testing.assert_allclose(grad32, grad, rtol=1e-3, atol=1e-5 * np.abs(grad).max())
+
+
+def test_float32_embedding_of_saturated_units_matches_the_dense_reference():
+    """Trained units saturate (pre-activations of ±1,000): σ must stay exact there in float32."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(200, H))
+    C, W = rng.normal(size=(H + 1, F)) * 8, rng.normal(size=(F, M)) * 4
+    b, V = rng.normal(size=M) * 50, rng.normal(size=(h, M))
+    pre_activation = (np.hstack([X, np.ones((len(X), 1))]) @ C) ** 2 @ W + b
+    assert np.abs(pre_activation).max() > 500 and (np.abs(pre_activation) < 5).any()
+    net = Network(*(a.astype(np.float32) for a in (C[:-1], C[-1], W, b, V)))
+    expected = dense_embedding(X, C, W, b, V, np.zeros(H), 1.0)
+    np.testing.assert_allclose(net.embed(X.astype(np.float32)), expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.fixture(scope="module")
