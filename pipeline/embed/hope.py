@@ -77,8 +77,11 @@ class Network:
         S = _sigmoid_inplace(U)
         return S @ self.V.T, (X, A, P, S)
 
-    def backward(self, cache: tuple, dY: np.ndarray) -> tuple[dict, np.ndarray]:
-        """Gradients of Σ_i dY_i · y_i with respect to every block, and to the rows X."""
+    def backward(
+        self, cache: tuple, dY: np.ndarray, *, wrt_rows: bool = False
+    ) -> tuple[dict, np.ndarray | None]:
+        """Gradients of Σ_i dY_i · y_i with respect to every block, and to the rows X when
+        ``wrt_rows`` (learned exemplars need it; training rows do not)."""
         X, A, P, S = cache
         grads = {"V": dY.T @ S}
         dU = dY @ self.V
@@ -89,7 +92,7 @@ class Network:
         dA *= A
         dA *= 2
         grads["Cx"], grads["c0"] = X.T @ dA, dA.sum(axis=0)
-        return grads, dA @ self.Cx.T
+        return grads, (dA @ self.Cx.T if wrt_rows else None)
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         """(Cx, c0, W, b, V): what tasks get, each array a graph key of its own."""
@@ -351,7 +354,9 @@ class Problem:
         embedded exemplars ``Ye``."""
         on_scaled, cache = exemplar_state
         # ∂ℓ/∂Ye flows back through the exemplars' own embedding (eq. 9 for learned exemplars).
-        exemplar_grads, dE = on_scaled.backward(cache, g.pop("Ye").astype(on_scaled.V.dtype))
+        exemplar_grads, dE = on_scaled.backward(
+            cache, g.pop("Ye").astype(on_scaled.V.dtype), wrt_rows=self.layout.learn_exemplars
+        )
         C_grad = np.zeros(self.layout.shapes()["C"])
         C_grad[:-1] = self.scale * (g["Cx"] - np.outer(self.mean, g["c0"]))
         C_grad[:-1] += exemplar_grads["Cx"]
