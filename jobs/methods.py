@@ -121,6 +121,12 @@ HOPE_EXEMPLAR_INIT = Option(
 )
 HOPE_FACTORS = Option("factors", int, 800, "factors F of the high-order layer (paper 003 §4).")
 HOPE_HIDDEN = Option("hidden_units", int, 400, "high-order hidden units m (paper 003 §4).")
+HOPE_DROPOUT = Option(
+    "input_dropout",
+    float,
+    0.2,
+    "fraction of features dropped per Adam minibatch row (a regulariser, not in paper 003).",
+)
 HOPE_SOLVER = Option(
     "solver",
     ("adam", "lbfgs"),
@@ -269,6 +275,7 @@ def _fit_hope(data: TrainingData, options: dict) -> BaseEstimator:
         n_exemplars=options["exemplars"],
         exemplar_init=options["exemplar_init"],
         solver=options["solver"],
+        input_dropout=options["input_dropout"],
         random_state=0,
     )
     if options["max_iter"] is not None:
@@ -355,6 +362,7 @@ METHODS: dict[str, Method] = {
                 HOPE_FACTORS,
                 HOPE_HIDDEN,
                 HOPE_SOLVER,
+                HOPE_DROPOUT,
                 MAX_ITER,
             ),
             uses_validation=True,

@@ -445,6 +445,13 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         stalls): minibatch noise at a constant step otherwise drives the error up again after
         its first minimum.
     batch_size : int, default=1000
+    input_dropout : float, default=0.2
+        Fraction of each minibatch row's features set to 0 at every Adam step, the others
+        scaled by 1/(1 − p): dropout on the input, at the rate Srivastava et al. (JMLR 2014)
+        use for MNIST inputs. Not in paper 003, which does not say how it regularises: without
+        it the network fits the writers of MNIST's training rows and errs more on the test rows
+        (docs/findings/hope.md); 0 trains on the plain objective. Full-batch L-BFGS needs a
+        deterministic objective and never drops.
     max_iter : int, default=3000
         Adam steps or L-BFGS iterations.
     validate_every : int, default=100
@@ -500,6 +507,7 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         learning_rate: float = 3e-3,
         learning_rate_schedule: str = "adaptive",
         batch_size: int = 1000,
+        input_dropout: float = 0.2,
         max_iter: int = 3000,
         validate_every: int = 100,
         validation_fraction: float = 0.1,
@@ -517,6 +525,7 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         self.learning_rate = learning_rate
         self.learning_rate_schedule = learning_rate_schedule
         self.batch_size = batch_size
+        self.input_dropout = input_dropout
         self.max_iter = max_iter
         self.validate_every = validate_every
         self.validation_fraction = validation_fraction
@@ -586,7 +595,9 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         self._validation = (X_val, val_index)
         trace = _Trace(self, theta)
         if self.solver == "adam":
-            self._fit_adam(problem, sampler, theta, trace)
+            self._fit_adam(
+                problem, sampler, theta, trace, np.random.default_rng(rng.randint(2**31))
+            )
         else:
             self._fit_lbfgs(problem, X, y_index, theta, trace)
         self._set_parameters(trace.best_theta)
@@ -614,18 +625,26 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_iter < 0:
             raise ValueError(f"max_iter must be non-negative, got {self.max_iter}")
+        if not 0 <= self.input_dropout < 1:
+            raise ValueError(f"input_dropout must be in [0, 1), got {self.input_dropout}")
         if not 0 < self.validation_fraction < 1:
             raise ValueError(
                 f"validation_fraction must be in (0, 1), got {self.validation_fraction}"
             )
 
-    def _fit_adam(self, problem: Problem, sampler: RowSampler, theta, trace) -> None:
-        """Adam (β = 0.9, 0.999) on minibatches; each step's objective is eq. 6 on the batch."""
+    def _fit_adam(
+        self, problem: Problem, sampler: RowSampler, theta, trace, dropout_rng: np.random.Generator
+    ) -> None:
+        """Adam (β = 0.9, 0.999) on minibatches; each step's objective is eq. 6 on the batch
+        (its rows' features dropped at ``input_dropout``)."""
         first, second = np.zeros_like(theta), np.zeros_like(theta)
         rate = self.learning_rate
         beta1, beta2, eps = 0.9, 0.999, 1e-8
+        keep = 1 - self.input_dropout
         for step in range(1, self.max_iter + 1):
             rows, labels = sampler.batch(self.batch_size)
+            if keep < 1:
+                rows = _drop_features(rows, keep, dropout_rng)
             loss, grad = problem.batch_objective(rows, labels, theta)
             first = beta1 * first + (1 - beta1) * grad
             second = beta2 * second + (1 - beta2) * grad * grad
@@ -708,6 +727,12 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float32"]
         return tags
+
+
+def _drop_features(rows: np.ndarray, keep: float, rng: np.random.Generator) -> np.ndarray:
+    """Inverted dropout: each feature kept with probability ``keep`` and scaled by 1/keep."""
+    mask = rng.random(rows.shape, dtype=np.float32) < keep
+    return np.where(mask, rows / np.asarray(keep, rows.dtype), 0).astype(rows.dtype, copy=False)
 
 
 class _Trace:

@@ -200,6 +200,46 @@ def test_adaptive_schedule_halves_the_step_after_two_validations_without_improve
     np.testing.assert_allclose(moved, steps, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.25])
+def test_input_dropout_zeroes_that_fraction_of_features_and_rescales_the_rest(
+    digits, monkeypatch, dropout
+):
+    X, y, _, _ = digits
+    X = X[:300] + 1  # integer features 1..17: a 0 can only come from dropout
+    seen = []
+
+    def record_rows(self, rows, labels, theta):
+        seen.append(rows.copy())
+        return 0.0, np.zeros_like(theta)
+
+    monkeypatch.setattr(Problem, "batch_objective", record_rows)
+    ExemplarHOPE(
+        **SMALL, input_dropout=dropout, max_iter=20, batch_size=100, validate_every=10
+    ).fit(X, y[:300])
+    rows = np.concatenate(seen)
+    dropped = rows == 0
+    assert abs(dropped.mean() - dropout) < 0.01
+    kept = rows[~dropped] * (1 - dropout)
+    np.testing.assert_allclose(kept, np.round(kept), atol=1e-5)
+    assert kept.min() > 0.999 and kept.max() < 17.001
+
+
+def test_lbfgs_never_drops_features(digits):
+    X, y, _, _ = digits
+    fits = [
+        ExemplarHOPE(**SMALL, solver="lbfgs", input_dropout=p, max_iter=3).fit(X[:300], y[:300])
+        for p in (0.0, 0.5)
+    ]
+    np.testing.assert_array_equal(fits[0].factors_, fits[1].factors_)
+
+
+@pytest.mark.parametrize("dropout", [-0.1, 1.0])
+def test_input_dropout_outside_0_1_is_refused(digits, dropout):
+    X, y, _, _ = digits
+    with pytest.raises(ValueError, match="input_dropout must be in"):
+        ExemplarHOPE(**SMALL, input_dropout=dropout).fit(X[:300], y[:300])
+
+
 def test_unknown_learning_rate_schedule_is_refused(digits):
     X, y, _, _ = digits
     with pytest.raises(ValueError, match="learning_rate_schedule must be one of adaptive"):
