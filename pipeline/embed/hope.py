@@ -268,6 +268,12 @@ class Layout:
     def pack(self, blocks: dict[str, np.ndarray]) -> np.ndarray:
         return np.concatenate([np.ravel(blocks[name]) for name in self.shapes()])
 
+    def mask(self, names: tuple[str, ...]) -> np.ndarray:
+        """True on the entries of θ that belong to the named blocks."""
+        return np.concatenate(
+            [np.full(int(np.prod(shape)), name in names) for name, shape in self.shapes().items()]
+        )
+
 
 @dataclass
 class Problem:
@@ -452,7 +458,16 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         it the network fits the writers of MNIST's training rows and errs more on the test rows
         (docs/findings/hope.md); 0 trains on the plain objective. Full-batch L-BFGS needs a
         deterministic objective and never drops.
-    max_iter : int, default=3000
+    weight_decay : float, default=1.0
+        Decoupled weight decay (AdamW, Loshchilov & Hutter, ICLR 2019): each Adam step also
+        shrinks C, W and V by ``learning_rate × weight_decay`` (b and learned exemplars are not
+        shrunk). A regulariser paper 003 does not name, as ``input_dropout``.
+    averaging : float, default=0.999
+        Validation and the fitted parameters use the exponential moving average of Adam's
+        iterates with this decay (bias-corrected, so it averages the steps taken, not the
+        initial weights): minibatch noise around the optimum averages out. 0 uses the last
+        iterate.
+    max_iter : int, default=6000
         Adam steps or L-BFGS iterations.
     validate_every : int, default=100
         Iterations between validations (L-BFGS: every ``max(1, validate_every // 20)``).
@@ -508,7 +523,9 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         learning_rate_schedule: str = "adaptive",
         batch_size: int = 1000,
         input_dropout: float = 0.2,
-        max_iter: int = 3000,
+        weight_decay: float = 1.0,
+        averaging: float = 0.999,
+        max_iter: int = 6000,
         validate_every: int = 100,
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 10,
@@ -526,6 +543,8 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         self.learning_rate_schedule = learning_rate_schedule
         self.batch_size = batch_size
         self.input_dropout = input_dropout
+        self.weight_decay = weight_decay
+        self.averaging = averaging
         self.max_iter = max_iter
         self.validate_every = validate_every
         self.validation_fraction = validation_fraction
@@ -625,8 +644,11 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_iter < 0:
             raise ValueError(f"max_iter must be non-negative, got {self.max_iter}")
-        if not 0 <= self.input_dropout < 1:
-            raise ValueError(f"input_dropout must be in [0, 1), got {self.input_dropout}")
+        for name in ("input_dropout", "averaging"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be non-negative, got {self.weight_decay}")
         if not 0 < self.validation_fraction < 1:
             raise ValueError(
                 f"validation_fraction must be in (0, 1), got {self.validation_fraction}"
@@ -635,9 +657,11 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
     def _fit_adam(
         self, problem: Problem, sampler: RowSampler, theta, trace, dropout_rng: np.random.Generator
     ) -> None:
-        """Adam (β = 0.9, 0.999) on minibatches; each step's objective is eq. 6 on the batch
-        (its rows' features dropped at ``input_dropout``)."""
+        """AdamW (β = 0.9, 0.999) on minibatches, validated on the average of its iterates;
+        each step's objective is eq. 6 on the batch (its features dropped at ``input_dropout``)."""
         first, second = np.zeros_like(theta), np.zeros_like(theta)
+        average = np.zeros_like(theta)
+        decayed = problem.layout.mask(("C", "W", "V"))
         rate = self.learning_rate
         beta1, beta2, eps = 0.9, 0.999, 1e-8
         keep = 1 - self.input_dropout
@@ -650,9 +674,12 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
             second = beta2 * second + (1 - beta2) * grad * grad
             corrected = first / (1 - beta1**step)
             theta = theta - rate * corrected / (np.sqrt(second / (1 - beta2**step)) + eps)
+            theta[decayed] -= rate * self.weight_decay * theta[decayed]
+            average *= self.averaging
+            average += (1 - self.averaging) * theta
             if step % self.validate_every and step != self.max_iter:
                 continue
-            if trace.record(step, theta, loss):
+            if trace.record(step, average / (1 - self.averaging**step), loss):
                 break
             if self.learning_rate_schedule == "adaptive" and trace.stale and trace.stale % 2 == 0:
                 rate /= 2

@@ -192,12 +192,58 @@ def test_adaptive_schedule_halves_the_step_after_two_validations_without_improve
     monkeypatch.setattr(ExemplarHOPE, "_validation_error", lambda self, theta: 0.5)
     model = ExemplarHOPE(
         **SMALL, learning_rate=1e-2, learning_rate_schedule=schedule, max_iter=50,
-        validate_every=1, n_iter_no_change=7,
+        validate_every=1, n_iter_no_change=7, weight_decay=0,
     )  # fmt: skip
     model.fit(X[:300], y[:300])
     assert model.n_iter_ == 8
     moved = -np.diff(np.array(thetas), axis=0)[:, 0] / 1e-2
     np.testing.assert_allclose(moved, steps, rtol=1e-6)
+
+
+def test_weight_decay_shrinks_c_w_and_v_but_not_b_or_the_exemplars(digits, monkeypatch):
+    """With a zero gradient an AdamW step only decays: C, W, V by (1 − rate·decay) each step."""
+    X, y, _, _ = digits
+    monkeypatch.setattr(
+        Problem, "batch_objective", lambda self, rows, labels, theta: (0.0, np.zeros_like(theta))
+    )
+    rate, decay, steps = 1e-2, 3.0, 7
+    params = {**SMALL, "exemplar_init": "learned", "learning_rate": rate, "averaging": 0}
+    start = ExemplarHOPE(**params, max_iter=0).fit(X[:300], y[:300])
+    model = ExemplarHOPE(**params, weight_decay=decay, max_iter=steps, validate_every=steps).fit(
+        X[:300], y[:300]
+    )
+    shrink = (1 - rate * decay) ** steps
+    for name in ("factors_", "hidden_weights_", "output_weights_"):
+        np.testing.assert_allclose(getattr(model, name), shrink * getattr(start, name), rtol=1e-5)
+    np.testing.assert_array_equal(model.hidden_bias_, start.hidden_bias_)
+    np.testing.assert_allclose(model.exemplars_, start.exemplars_, rtol=1e-6)
+
+
+def test_validation_sees_the_bias_corrected_average_of_the_iterates(digits, monkeypatch):
+    """A constant gradient moves θ by exactly −rate per step (Adam's normalised step), so the
+    t-th iterate is θ₀ − t·rate and their average with weights d^(T − t) is known in closed form."""
+    X, y, _, _ = digits
+    rate, decay, steps = 1e-2, 0.9, 6
+    first_theta, validated = [], []
+
+    def constant_gradient(self, rows, labels, theta):
+        first_theta.append(theta.copy())
+        return 0.0, np.ones_like(theta)
+
+    def record_validated(self, theta):
+        validated.append(theta.copy())
+        return 0.5
+
+    monkeypatch.setattr(Problem, "batch_objective", constant_gradient)
+    monkeypatch.setattr(ExemplarHOPE, "_validation_error", record_validated)
+    ExemplarHOPE(
+        **SMALL, learning_rate=rate, averaging=decay, weight_decay=0,
+        learning_rate_schedule="constant", max_iter=steps, validate_every=steps,
+    ).fit(X[:300], y[:300])  # fmt: skip
+    t = np.arange(1, steps + 1)
+    weights = decay ** (steps - t)
+    expected = first_theta[0] - rate * np.sum(weights * t) / weights.sum()
+    np.testing.assert_allclose(validated[-1], expected, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.25])
@@ -233,11 +279,19 @@ def test_lbfgs_never_drops_features(digits):
     np.testing.assert_array_equal(fits[0].factors_, fits[1].factors_)
 
 
-@pytest.mark.parametrize("dropout", [-0.1, 1.0])
-def test_input_dropout_outside_0_1_is_refused(digits, dropout):
+@pytest.mark.parametrize(
+    "param, value, message",
+    [
+        ("input_dropout", -0.1, "input_dropout must be in"),
+        ("input_dropout", 1.0, "input_dropout must be in"),
+        ("averaging", 1.0, "averaging must be in"),
+        ("weight_decay", -1.0, "weight_decay must be non-negative"),
+    ],
+)
+def test_bad_regulariser_is_refused(digits, param, value, message):
     X, y, _, _ = digits
-    with pytest.raises(ValueError, match="input_dropout must be in"):
-        ExemplarHOPE(**SMALL, input_dropout=dropout).fit(X[:300], y[:300])
+    with pytest.raises(ValueError, match=message):
+        ExemplarHOPE(**SMALL, **{param: value}).fit(X[:300], y[:300])
 
 
 def test_unknown_learning_rate_schedule_is_refused(digits):
