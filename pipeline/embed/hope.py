@@ -268,11 +268,15 @@ class Layout:
     def pack(self, blocks: dict[str, np.ndarray]) -> np.ndarray:
         return np.concatenate([np.ravel(blocks[name]) for name in self.shapes()])
 
-    def mask(self, names: tuple[str, ...]) -> np.ndarray:
-        """True on the entries of θ that belong to the named blocks."""
-        return np.concatenate(
-            [np.full(int(np.prod(shape)), name in names) for name, shape in self.shapes().items()]
-        )
+    def spans(self, names: tuple[str, ...]) -> list[slice]:
+        """Where the named blocks sit in θ."""
+        spans, start = [], 0
+        for name, shape in self.shapes().items():
+            size = int(np.prod(shape))
+            if name in names:
+                spans.append(slice(start, start + size))
+            start += size
+        return spans
 
 
 @dataclass
@@ -467,7 +471,7 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         iterates with this decay (bias-corrected, so it averages the steps taken, not the
         initial weights): minibatch noise around the optimum averages out. 0 uses the last
         iterate.
-    max_iter : int, default=6000
+    max_iter : int, default=4000
         Adam steps or L-BFGS iterations.
     validate_every : int, default=100
         Iterations between validations (L-BFGS: every ``max(1, validate_every // 20)``).
@@ -525,7 +529,7 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         input_dropout: float = 0.2,
         weight_decay: float = 1.0,
         averaging: float = 0.999,
-        max_iter: int = 6000,
+        max_iter: int = 4000,
         validate_every: int = 100,
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 10,
@@ -659,9 +663,10 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
     ) -> None:
         """AdamW (β = 0.9, 0.999) on minibatches, validated on the average of its iterates;
         each step's objective is eq. 6 on the batch (its features dropped at ``input_dropout``)."""
+        theta = theta.copy()  # updated in place
         first, second = np.zeros_like(theta), np.zeros_like(theta)
-        average = np.zeros_like(theta)
-        decayed = problem.layout.mask(("C", "W", "V"))
+        average, update = np.zeros_like(theta), np.empty_like(theta)
+        decayed = problem.layout.spans(("C", "W", "V")) if self.weight_decay else []
         rate = self.learning_rate
         beta1, beta2, eps = 0.9, 0.999, 1e-8
         keep = 1 - self.input_dropout
@@ -670,11 +675,20 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
             if keep < 1:
                 rows = _drop_features(rows, keep, dropout_rng)
             loss, grad = problem.batch_objective(rows, labels, theta)
-            first = beta1 * first + (1 - beta1) * grad
-            second = beta2 * second + (1 - beta2) * grad * grad
-            corrected = first / (1 - beta1**step)
-            theta = theta - rate * corrected / (np.sqrt(second / (1 - beta2**step)) + eps)
-            theta[decayed] -= rate * self.weight_decay * theta[decayed]
+            first *= beta1
+            first += (1 - beta1) * grad
+            grad *= grad
+            second *= beta2
+            second += (1 - beta2) * grad
+            # θ −= rate · m̂ / (√v̂ + ε), m̂ and v̂ the bias-corrected moments.
+            np.sqrt(second, out=update)
+            update *= 1 / np.sqrt(1 - beta2**step)
+            update += eps
+            np.divide(first, update, out=update)
+            update *= rate / (1 - beta1**step)
+            theta -= update
+            for span in decayed:
+                theta[span] *= 1 - rate * self.weight_decay
             average *= self.averaging
             average += (1 - self.averaging) * theta
             if step % self.validate_every and step != self.max_iter:
@@ -758,8 +772,9 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
 
 def _drop_features(rows: np.ndarray, keep: float, rng: np.random.Generator) -> np.ndarray:
     """Inverted dropout: each feature kept with probability ``keep`` and scaled by 1/keep."""
-    mask = rng.random(rows.shape, dtype=np.float32) < keep
-    return np.where(mask, rows / np.asarray(keep, rows.dtype), 0).astype(rows.dtype, copy=False)
+    dropped = np.multiply(rows, 1 / keep, dtype=rows.dtype)
+    dropped *= rng.random(rows.shape, dtype=np.float32) < keep
+    return dropped
 
 
 class _Trace:
