@@ -424,10 +424,12 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
     scaling use up to 50,000 labelled rows sampled from X.
 
     Solvers: ``adam`` takes minibatches of ``batch_size`` rows (drawn from a pool of rows on
-    dask input); ``lbfgs`` is full-batch L-BFGS (the paper uses conjugate gradients) where each
-    objective and gradient evaluation is one streaming pass over X. Either way the kNN error on
-    validation rows (``X_val`` or a ``validation_fraction`` of the training rows held out, §4)
-    is measured every ``validate_every`` iterations and the best parameters are kept.
+    dask input), regularised by ``input_dropout``, ``weight_decay`` and ``averaging`` (none of
+    them in the paper, which does not say how it regularises); ``lbfgs`` is full-batch L-BFGS
+    (the paper uses conjugate gradients) where each objective and gradient evaluation is one
+    streaming pass over X. Either way the kNN error on validation rows (``X_val`` or a
+    ``validation_fraction`` of the training rows held out, §4) is measured every
+    ``validate_every`` iterations and the best parameters are kept.
 
     `transform` embeds rows (lazy on dask); `predict` is k-NN among the embedded exemplars
     (`exemplar_knn_scores`): k = 1 with one exemplar per class, else 5 (§4).
