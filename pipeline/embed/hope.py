@@ -257,26 +257,21 @@ class Layout:
             shapes["E"] = (self.n_exemplars, H)
         return shapes
 
-    def unpack(self, theta: np.ndarray) -> dict[str, np.ndarray]:
-        blocks, start = {}, 0
+    def slices(self) -> dict[str, slice]:
+        """Where each block sits in θ."""
+        slices, start = {}, 0
         for name, shape in self.shapes().items():
             size = int(np.prod(shape))
-            blocks[name] = theta[start : start + size].reshape(shape)
+            slices[name] = slice(start, start + size)
             start += size
-        return blocks
+        return slices
+
+    def unpack(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        shapes = self.shapes()
+        return {name: theta[span].reshape(shapes[name]) for name, span in self.slices().items()}
 
     def pack(self, blocks: dict[str, np.ndarray]) -> np.ndarray:
         return np.concatenate([np.ravel(blocks[name]) for name in self.shapes()])
-
-    def spans(self, names: tuple[str, ...]) -> list[slice]:
-        """Where the named blocks sit in θ."""
-        spans, start = [], 0
-        for name, shape in self.shapes().items():
-            size = int(np.prod(shape))
-            if name in names:
-                spans.append(slice(start, start + size))
-            start += size
-        return spans
 
 
 @dataclass
@@ -668,7 +663,8 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         theta = theta.copy()  # updated in place
         first, second = np.zeros_like(theta), np.zeros_like(theta)
         average, update = np.zeros_like(theta), np.empty_like(theta)
-        decayed = problem.layout.spans(("C", "W", "V")) if self.weight_decay else []
+        slices = problem.layout.slices()
+        decayed = [slices[name] for name in ("C", "W", "V")] if self.weight_decay else []
         rate = self.learning_rate
         beta1, beta2, eps = 0.9, 0.999, 1e-8
         keep = 1 - self.input_dropout
