@@ -350,8 +350,8 @@ class CopyWriter(_LockedWriter):
         # Without class names any non-negative label is a class, as BatchWriter accepts them.
         n_classes = len(read_classes(self.store.path))
         top = n_classes - 1 if n_classes else np.iinfo(np.int32).max
+        columns = ["label", "id"] if len(committed) else ["label"]
         for batch in self.batches:
-            columns = ["label", "id"] if len(committed) else ["label"]
             table = read_table(self.source.path / batch["rows_file"], columns=columns)
             if len(committed):
                 ids = table.column("id").combine_chunks()
