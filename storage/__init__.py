@@ -36,6 +36,7 @@ _EXPORTS = {
     "location": "fs",
     "publish_file": "fs",
     "use_storage_options": "fs",
+    "id_hashes": "ids",
     "FileLock": "lock",
     "SavedStep": "models",
     "load_model": "models",

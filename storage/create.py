@@ -64,11 +64,14 @@ def create_store(
     rows_per_chunk: int | None = None,
     provenance: dict[str, Any] | None = None,
     codec: str = DEFAULT_CODEC,
+    descriptor: dict[str, Any] | None = None,
 ) -> FeatureStore:
     """Create an empty store at ``path`` (which must not exist or be an empty directory).
 
     ``codec`` names the chunk compression (see ``storage.layout.CODECS``); the default stores
-    chunks uncompressed with a checksum, the fastest to stream.
+    chunks uncompressed with a checksum, the fastest to stream. ``descriptor`` (JSON) records
+    what computes the rows of a store made from images, so later batches can be checked
+    against it (`FeatureStore.descriptor`).
     """
     path = location(path)
     if not isinstance(dim, int | np.integer) or dim < 1:
@@ -79,6 +82,8 @@ def create_store(
         create_features_array(path, dim, rows_per_chunk, codec)
 
     record = {"schema_version": SCHEMA_VERSION, "encoding": "raw"}
+    if descriptor is not None:
+        record["descriptor"] = descriptor
     return _create(path, dim, rows_per_chunk, arrays, record, provenance, class_names)
 
 

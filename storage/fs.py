@@ -109,6 +109,15 @@ def read_table(file: Location, **options: Any) -> pa.Table:
     return pq.read_table(io.BytesIO(file.read_bytes()), **options)
 
 
+def read_parquet_schema(file: Location) -> pa.Schema:
+    """A parquet file's schema, from its footer (a remote file is fetched whole)."""
+    import pyarrow.parquet as pq
+
+    if is_local(file):
+        return pq.read_schema(file)
+    return pq.read_schema(io.BytesIO(file.read_bytes()))
+
+
 def table_bytes(table: pa.Table) -> bytes:
     import pyarrow.parquet as pq
 

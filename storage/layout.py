@@ -4,7 +4,10 @@ A store is a zarr v3 group directory::
 
     zarr.json               group metadata; attributes["imgscale"] is the commit record
     features/               n_alloc x D float32 array, chunked by rows only
-    rows/{start:012d}.parquet   row metadata, one file per committed batch
+    rows/{start:012d}.parquet   row metadata, one file per committed batch (an image store's
+                            also holds each image's sha256)
+    rejected/{n:012d}.parquet   images refused by an ingest (key, sha256, reason), one file per
+                            commit that refused any; the record lists them
     classes.parquet         label -> class name
     .lock                   flock target serialising writers
 
@@ -85,6 +88,19 @@ ROWS_SCHEMA = pa.schema(
         ("batch_id", pa.string()),
     ]
 )
+# Rows made from images (storage/images) carry the sha256 of the image's bytes, so the same
+# image under another name or in another split is recognised (`FeatureStore.content_hashes`).
+SHA256 = "sha256"
+IMAGE_ROWS_SCHEMA = ROWS_SCHEMA.append(pa.field(SHA256, pa.binary(32)))
+REJECTED_DIR = "rejected"
+REJECTED_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        (SHA256, pa.binary(32)),
+        ("reason", pa.string()),
+        ("split", pa.string()),
+    ]
+)
 CLASSES_SCHEMA = pa.schema([("label", pa.int32()), ("name", pa.string())])
 
 
@@ -95,6 +111,10 @@ def default_rows_per_chunk(dim: int) -> int:
 
 def rows_file_name(start: int) -> str:
     return f"{ROWS_DIR}/{start:012d}.parquet"
+
+
+def rejected_file_name(commit: int) -> str:
+    return f"{REJECTED_DIR}/{commit:012d}.parquet"
 
 
 def chunk_file(path: Location, chunk_index: int) -> Location:

@@ -13,11 +13,21 @@ import pyarrow.compute as pc
 
 from imgscale.storage.chunks import ChunkReader, SplitRows
 from imgscale.storage.errors import StoreError
-from imgscale.storage.fs import Location, absolute, location, read_table, tree_bytes
+from imgscale.storage.fs import (
+    Location,
+    absolute,
+    location,
+    read_parquet_schema,
+    read_table,
+    tree_bytes,
+)
 from imgscale.storage.ids import HashRuns, id_hashes
 from imgscale.storage.layout import (
+    IMAGE_ROWS_SCHEMA,
+    REJECTED_SCHEMA,
     ROWS_SCHEMA,
     SCHEMA_VERSION,
+    SHA256,
     read_classes,
     read_record,
     write_classes,
@@ -63,6 +73,7 @@ class FeatureStore:
         # Committed rows files never change, so their columns are cached by (file, column), and
         # the hashes of the ids of the files read so far grow with each new batch.
         self._rows_cache: dict[tuple[str, str], pa.ChunkedArray] = {}
+        self._file_columns: dict[str, list[str]] = {}
         self._id_hashes = HashRuns()
         self._ids_files: set[str] = set()
 
@@ -77,6 +88,12 @@ class FeatureStore:
     def created(self) -> dict[str, Any]:
         """Provenance of the store's creation (time, imgscale version, host, ...)."""
         return read_record(self.path)["created"]
+
+    @property
+    def descriptor(self) -> dict[str, Any] | None:
+        """What computed the rows of a store made from images (the descriptors' names and
+        parameters), or None for a store of given vectors."""
+        return read_record(self.path).get("descriptor")
 
     @property
     def class_names(self) -> list[str]:
@@ -229,9 +246,10 @@ class FeatureStore:
 
     def rows(self, split: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         """Committed row metadata in row order: the columns of the rows schema (id, label, split,
-        batch_id), or only ``columns``; with ``split``, only that split's rows."""
+        batch_id), or only ``columns`` (``sha256`` too, on a store made from images); with
+        ``split``, only that split's rows."""
         names = list(columns or ROWS_SCHEMA.names)
-        schema = pa.schema([ROWS_SCHEMA.field(name) for name in names])
+        schema = pa.schema([IMAGE_ROWS_SCHEMA.field(name) for name in names])
         return self._rows(read_record(self.path), split, names).cast(schema)
 
     def labels(self, split: str | None = None) -> np.ndarray:
@@ -255,6 +273,49 @@ class FeatureStore:
                 self._id_hashes.add(id_hashes(ids))
                 self._ids_files.add(batch["rows_file"])
         return self._id_hashes
+
+    def has_ids(self, ids: Sequence[str]) -> np.ndarray:
+        """Whether each of ``ids`` is the id of a committed row (by hash, confirmed exactly)."""
+        ids = pa.array(list(ids), pa.string())
+        found = self.committed_id_hashes().contains(id_hashes(ids))
+        if found.any():
+            committed = self.rows(columns=["id"]).column("id")
+            found = pc.is_in(ids, value_set=committed).to_numpy(zero_copy_only=False)
+        return np.asarray(found, dtype=bool)
+
+    def content_hashes(self) -> pa.Table:
+        """``id`` and ``sha256`` of the committed rows made from images (rows of other batches,
+        given as vectors, have no image and are left out)."""
+        record = read_record(self.path)
+        tables = []
+        for batch in record["batches"]:
+            if SHA256 in self._rows_file_columns(batch):
+                tables.append(self._batch_rows(batch, ["id", SHA256]))
+        if not tables:
+            return pa.schema([IMAGE_ROWS_SCHEMA.field(c) for c in ("id", SHA256)]).empty_table()
+        return pa.concat_tables(tables)
+
+    def _rows_file_columns(self, batch: dict[str, Any]) -> list[str]:
+        name = batch["rows_file"]
+        if name not in self._file_columns:
+            self._file_columns[name] = read_parquet_schema(self.path / name).names
+        return self._file_columns[name]
+
+    def rejected(self) -> pa.Table:
+        """Images an ingest refused and no later ingest committed: key, sha256, reason and
+        split of the latest refusal of each key, in the order they were refused."""
+        record = read_record(self.path)
+        files = [read_table(self.path / r["file"]) for r in record.get("rejected", [])]
+        if not files:
+            return REJECTED_SCHEMA.empty_table()
+        table = pa.concat_tables(files)
+        keys = table.column("key").to_numpy(zero_copy_only=False)
+        # The latest refusal of each key, unless the key has since been committed as a row.
+        _, last = np.unique(keys[::-1], return_index=True)
+        keep = np.sort(len(keys) - 1 - last)
+        table = table.take(pa.array(keep))
+        committed = pc.is_in(table.column("key"), value_set=self.rows(columns=["id"]).column("id"))
+        return table.filter(pc.invert(committed))
 
     def _rows(
         self, record: dict[str, Any], split: str | None, columns: Sequence[str] | None = None
@@ -305,10 +366,10 @@ class FeatureStore:
         for column in columns:
             stored = table.schema.field(column).type
             value_type = stored.value_type if pa.types.is_dictionary(stored) else stored
-            if value_type != ROWS_SCHEMA.field(column).type:
+            expected_type = IMAGE_ROWS_SCHEMA.field(column).type
+            if value_type != expected_type:
                 raise StoreError(
-                    f"{where}: column {column!r} is {value_type}; "
-                    f"expected {ROWS_SCHEMA.field(column).type}"
+                    f"{where}: column {column!r} is {value_type}; expected {expected_type}"
                 )
         return table
 
@@ -335,7 +396,10 @@ class FeatureStore:
             "schema_version": record["schema_version"],
             "splits": self.split_counts(),
             "batches": _batches(record, rows),
+            "rejected": self.rejected().num_rows if record.get("rejected") else 0,
         }
+        if record.get("descriptor") is not None:
+            summary["descriptor"] = record["descriptor"]
         if record["encoding"] == "pq":
             summary.update(pq_info(self.path, record, summary["bytes_on_disk"]))
         return summary

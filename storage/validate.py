@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from imgscale.storage.errors import StoreError
 
@@ -69,3 +70,18 @@ def as_codes(codes: Any, m: int, where: str) -> np.ndarray:
     if codes.ndim != 2 or codes.shape[1] != m:
         raise StoreError(f"{where}: codes have shape {codes.shape}; expected (n, {m})")
     return np.ascontiguousarray(codes)
+
+
+def as_digests(values: Any, n: int, where: str) -> pa.FixedSizeBinaryArray:
+    """Per-row sha256 digests as an arrow array of 32-byte values, from (n, 32) uint8 or n
+    ``bytes`` of 32."""
+    if isinstance(values, np.ndarray) and values.dtype == np.uint8:
+        if values.shape != (n, 32):
+            raise StoreError(f"{where}: sha256 of shape {values.shape}; expected ({n}, 32)")
+        return pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(32), n, [None, pa.py_buffer(np.ascontiguousarray(values).tobytes())]
+        )
+    values = list(values)
+    if len(values) != n or not all(isinstance(v, bytes) and len(v) == 32 for v in values):
+        raise StoreError(f"{where}: expected {n} sha256 digests of 32 bytes, one per row")
+    return pa.array(values, pa.binary(32))

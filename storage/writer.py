@@ -18,6 +18,9 @@ from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import read_table
 from imgscale.storage.ids import HashRuns, first_repeated, id_hashes
 from imgscale.storage.layout import (
+    IMAGE_ROWS_SCHEMA,
+    REJECTED_DIR,
+    REJECTED_SCHEMA,
     ROWS_DIR,
     ROWS_SCHEMA,
     copy_file_atomic,
@@ -25,13 +28,14 @@ from imgscale.storage.layout import (
     open_features_array,
     read_classes,
     read_record,
+    rejected_file_name,
     rows_file_name,
     write_classes,
     write_record,
     write_table_atomic,
 )
 from imgscale.storage.lock import remove_partials, writer_lock
-from imgscale.storage.validate import as_codes, as_features, as_strings
+from imgscale.storage.validate import as_codes, as_digests, as_features, as_strings
 
 
 class FeatureStore(Protocol):
@@ -111,6 +115,10 @@ class BatchWriter(_LockedWriter):
     are garbage the next writer overwrites. A block rejected by validation changes nothing and
     the writer stays usable. ``already_committed`` tells whether the batch id was committed
     before, in which case writes are ignored.
+
+    Rows made from images carry the sha256 of each image's bytes (``write(..., sha256=...)``,
+    every block of the batch or none), and images an ingest refused are committed with the
+    batch by `reject`; a batch of rejects only commits them and no rows.
     """
 
     def __init__(self, store: FeatureStore, batch_id: str) -> None:
@@ -141,6 +149,7 @@ class BatchWriter(_LockedWriter):
         self._pending: list[np.ndarray] = []
         self._pending_rows = 0
         self._meta: list[pa.RecordBatch] = []
+        self._rejects: list[pa.RecordBatch] = []
         self._classes = ClassTable(read_classes(path))
         self._is_pq, self._array = _open_rows_array(path, record)
         self._committed_hashes = self.store.committed_id_hashes()
@@ -151,14 +160,26 @@ class BatchWriter(_LockedWriter):
         super().__exit__(*exc_info)
 
     def _finish(self) -> None:
-        if not self.already_committed and not self._broken and self.rows_written:
+        if self.already_committed or self._broken:
+            return
+        if self.rows_written:
             self._flush(final=True)
+        if self.rows_written or self._rejects:
             self._commit()
 
     # -- writing --------------------------------------------------------------------------
 
-    def write(self, X: Any, labels: Any = None, ids: Any = None, split: Any = "train") -> int:
-        """Validate and buffer one block of rows; returns rows accepted (0 if already committed)."""
+    def write(
+        self,
+        X: Any,
+        labels: Any = None,
+        ids: Any = None,
+        split: Any = "train",
+        sha256: Any = None,
+    ) -> int:
+        """Validate and buffer one block of rows; returns rows accepted (0 if already committed).
+
+        ``sha256``: for rows made from images, the (n, 32) digests of the images' bytes."""
         if not self._active:
             raise RuntimeError("BatchWriter.write called outside its `with` block")
         if self._broken:
@@ -180,6 +201,9 @@ class BatchWriter(_LockedWriter):
         else:
             ids = as_strings(ids, n, "ids", where)
         split = as_strings(split, n, "split", where)
+        if self._meta and (sha256 is None) != (self._meta[0].num_columns == len(ROWS_SCHEMA)):
+            raise StoreError(f"{where}: sha256 given for some blocks of the batch, not all")
+        digests = None if sha256 is None else as_digests(sha256, n, where)
         ids = pa.array(ids, pa.string())
         hashes = id_hashes(ids)
         repeated = first_repeated(
@@ -195,23 +219,44 @@ class BatchWriter(_LockedWriter):
         # Everything below mutates state; a failure here leaves the batch unusable.
         self._broken = True
         self._batch_hashes.add(hashes)
-        self._meta.append(
-            pa.RecordBatch.from_arrays(
-                [
-                    ids,
-                    pa.array(labels, pa.int32()),
-                    pa.array(split, pa.string()),
-                    pa.array([self.batch_id] * n, pa.string()),
-                ],
-                schema=ROWS_SCHEMA,
-            )
-        )
+        columns = [
+            ids,
+            pa.array(labels, pa.int32()),
+            pa.array(split, pa.string()),
+            pa.array([self.batch_id] * n, pa.string()),
+        ]
+        if digests is None:
+            self._meta.append(pa.RecordBatch.from_arrays(columns, schema=ROWS_SCHEMA))
+        else:
+            columns.append(digests)
+            self._meta.append(pa.RecordBatch.from_arrays(columns, schema=IMAGE_ROWS_SCHEMA))
         self._pending.append(X)
         self._pending_rows += n
         self.rows_written += n
         self._flush(final=False)
         self._broken = False
         return n
+
+    def reject(self, keys: Any, sha256: Any, reasons: Any, split: Any = "train") -> None:
+        """Record images refused by an ingest (their keys, the sha256 of their bytes, a one-line
+        reason each), committed with the batch."""
+        if not self._active:
+            raise RuntimeError("BatchWriter.reject called outside its `with` block")
+        if self.already_committed:
+            return
+        n = len(keys)
+        where = f"store {self.store.path}, batch {self.batch_id!r}, rejected images"
+        self._rejects.append(
+            pa.RecordBatch.from_arrays(
+                [
+                    pa.array(as_strings(keys, n, "keys", where), pa.string()),
+                    as_digests(sha256, n, where),
+                    pa.array(as_strings(reasons, n, "reasons", where), pa.string()),
+                    pa.array(as_strings(split, n, "split", where), pa.string()),
+                ],
+                schema=REJECTED_SCHEMA,
+            )
+        )
 
     def _committed_ids(self) -> pa.ChunkedArray:
         return self.store.rows(columns=["id"]).column("id")
@@ -243,11 +288,17 @@ class BatchWriter(_LockedWriter):
 
     def _commit(self) -> None:
         record = read_record(self.store.path)
-        table = pa.Table.from_batches(self._meta, ROWS_SCHEMA)
-        if self._classes.added:
-            where = f"store {self.store.path}, batch {self.batch_id!r}"
-            write_classes(self.store.path, self._classes.final_names(where))
-        _add_batch(self.store.path, record, self.batch_id, self.start, table)
+        if self._rejects:
+            rejected = record.setdefault("rejected", [])
+            file = rejected_file_name(len(rejected))
+            write_table_atomic(pa.Table.from_batches(self._rejects), self.store.path / file)
+            rejected.append({"file": file, "images": sum(b.num_rows for b in self._rejects)})
+        if self.rows_written:
+            table = pa.Table.from_batches(self._meta)
+            if self._classes.added:
+                where = f"store {self.store.path}, batch {self.batch_id!r}"
+                write_classes(self.store.path, self._classes.final_names(where))
+            _add_batch(self.store.path, record, self.batch_id, self.start, table)
         write_record(self.store.path, record)
 
 
@@ -284,9 +335,11 @@ def remove_uncommitted(path: Path, record: dict[str, Any] | None = None) -> None
     record = read_record(path) if record is None else record
     remove_partials(path)
     named = {b["rows_file"] for b in record["batches"]}
-    for file in (path / ROWS_DIR).glob("*.parquet"):
-        if f"{ROWS_DIR}/{file.name}" not in named:
-            file.unlink(missing_ok=True)
+    named.update(r["file"] for r in record.get("rejected", []))
+    for folder in (ROWS_DIR, REJECTED_DIR):
+        for file in (path / folder).glob("*.parquet"):
+            if f"{folder}/{file.name}" not in named:
+                file.unlink(missing_ok=True)
     _, array = _open_rows_array(path, record)
     if array.shape[0] > record["committed_rows"]:
         array.resize((record["committed_rows"], array.shape[1]))
