@@ -23,6 +23,7 @@ from imgscale.jobs.options import (
     StorePath,
     check_new_path,
     end_progress_line,
+    images_progress_line,
     json_option,
     progress_line,
     scheduler_option,
@@ -77,13 +78,31 @@ def cli() -> None:
 
 
 @cli.command(cls=RecordedCommand)
-@click.argument("src", type=click.Path(exists=True, dir_okay=False))
+@click.argument("src")
 @click.argument("store", type=StorePath())
+@click.option(
+    "--features",
+    metavar="NAMES",
+    help="Images in: descriptors to compute, comma-separated: gist, gist-tiny, color, "
+    "onnx:MODEL.onnx (default for a store of images: those it was made with).",
+)
 @click.option("--x-key", help="Array or column holding the features (npz, parquet).")
 @click.option(
-    "--y-key", help="Array or column holding labels: integers (-1 = unlabelled) or class names."
+    "--y-key",
+    help="Array or column holding labels: integers (-1 = unlabelled) or class names "
+    "(images: the label column of a parquet or list file, default 'label').",
 )
-@click.option("--ids-key", help="Array or column holding row ids (default: BATCH:ROW).")
+@click.option(
+    "--ids-key",
+    help="Array or column holding row ids (default: BATCH:ROW; images: the id column, "
+    "default 'id', else the file name and row).",
+)
+@click.option(
+    "--image-column", default="image", show_default=True, help="Parquet column of image bytes."
+)
+@click.option(
+    "--path-column", default="path", show_default=True, help="List file column of image paths."
+)
 @click.option("--labels", "labels_path", type=click.Path(exists=True), help="idx labels file.")
 @click.option(
     "--class-names",
@@ -93,14 +112,48 @@ def cli() -> None:
 )
 @click.option("--split", default="train", show_default=True, help="Split name for these rows.")
 @click.option("--batch-id", help="Commit id (default: a hash of the rows' content).")
+@scheduler_option
+@json_option
 @verbose_option
-def ingest(src, store, x_key, y_key, ids_key, labels_path, class_names_path, split, batch_id):
-    """Ingest SRC (.npy, .npz, .parquet, idx[.gz], .fvecs, .bvecs) into STORE (create or append).
+def ingest(
+    src,
+    store,
+    features,
+    x_key,
+    y_key,
+    ids_key,
+    image_column,
+    path_column,
+    labels_path,
+    class_names_path,
+    split,
+    batch_id,
+    scheduler,
+    as_json,
+):
+    """Ingest SRC into STORE (create or append): a file of vectors (.npy, .npz, .parquet,
+    idx[.gz], .fvecs, .bvecs), or images with --features.
 
-    Rows already committed (same content, from any file) are skipped.
+    \b
+    Images: a folder (ROOT/<class>/<file>, or flat: unlabelled), a list file (.csv or parquet
+    with a path column), WebDataset tar shards (shards-{0000..0099}.tar), or parquet with a
+    column of image bytes; local or on s3://. Each image's id is its key; images already in
+    STORE (by key, or by content) are skipped, so naming a grown folder again adds only the new
+    images. Bad images are refused into STORE's table of rejects (imgscale info --rejected).
+
+    Rows of vectors already committed (same content, from any file) are skipped.
     """
+    if _is_image_source(src, features, store):
+        _ingest_images(
+            src, store, features, split, scheduler, as_json,
+            {"image_column": image_column, "label_column": y_key or "label",
+             "id_column": ids_key or "id", "path_column": path_column},
+        )  # fmt: skip
+        return
     from imgscale.storage import ingest_file, read_class_names
 
+    if not Path(src).is_file():
+        raise click.BadParameter(f"{src}: no such file", param_hint="'SRC'")
     started = time.perf_counter()
     result = ingest_file(
         src,
@@ -112,9 +165,13 @@ def ingest(src, store, x_key, y_key, ids_key, labels_path, class_names_path, spl
         labels_path=labels_path,
         class_names=read_class_names(class_names_path) if class_names_path else None,
         split=split,
-        progress=progress_line("ingest"),
+        progress=progress_line("ingest", quiet=as_json),
     )
-    report({"rows": result.rows, "skipped": result.skipped, "batch_id": result.batch_id})
+    summary = {"rows": result.rows, "skipped": result.skipped, "batch_id": result.batch_id}
+    report(summary)
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
     if result.skipped:
         click.echo(
             f"{store}: batch {result.batch_id} already committed ({result.rows} rows), skipped",
@@ -125,6 +182,59 @@ def ingest(src, store, x_key, y_key, ids_key, labels_path, class_names_path, spl
         f"{store}: batch {result.batch_id} committed ({result.rows} rows; "
         f"{result.store.committed_rows} rows × {result.store.dim} in the store, "
         f"{time.perf_counter() - started:.1f} s)",
+        err=True,
+    )
+
+
+def _is_image_source(src: str, features: str | None, store: str) -> bool:
+    """Images when --features says so, when SRC can only be images (a folder, tar shards, a
+    URL), or when STORE is a store of images; else SRC is a file of vectors."""
+    from imgscale.storage import is_url, open_store
+
+    if features or is_url(src) or Path(src).is_dir() or src.endswith(".tar"):
+        return True
+    if any(c in src for c in "*?{"):
+        return True
+    try:
+        return open_store(store).descriptor is not None
+    except Exception:
+        return False
+
+
+def _ingest_images(src, store, features, split, scheduler, as_json, source_options) -> None:
+    from imgscale.jobs.cluster import connect, shared_path
+    from imgscale.jobs.ingest_images import ingest_images
+    from imgscale.storage import is_url
+
+    if not is_url(src):
+        src = str(shared_path(src))
+    store = shared_path(store)
+    local = [Path(src)] if not is_url(src) and Path(src).exists() else []
+    with connect(scheduler, quiet=as_json, shared_paths=[*local, store.parent]) as client:
+        summary = ingest_images(
+            src,
+            store,
+            client,
+            features=features,
+            split=split,
+            source_options=source_options,
+            progress=images_progress_line(quiet=as_json),
+        )
+    end_progress_line()
+    report(summary)
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    none = (
+        " (every image read was refused: nothing to add)"
+        if (summary["images_seen"] and not summary["rows"])
+        else ""
+    )
+    click.echo(
+        f"{store}: {summary['rows']} images added, {summary['refused']} refused, "
+        f"{summary['images_seen']} read ({summary['features']}, {summary['dim']}-D; "
+        f"{summary['store_rows']} rows in the store, {summary['seconds']:.1f} s, "
+        f"{summary['images_per_second']:,.0f} images/s){none}",
         err=True,
     )
 
@@ -148,20 +258,67 @@ def remove_batch(store, batch_id) -> None:
 
 @cli.command()
 @click.argument("store", type=StorePath(exists=True))
+@click.option(
+    "--rejected", is_flag=True, help="List the images ingests refused: key, sha256, reason."
+)
 @json_option
 @verbose_option
-def info(store, as_json) -> None:
-    """Show a store's rows, dimension, classes, label counts, splits, batches and size on disk."""
+def info(store, rejected, as_json) -> None:
+    """Show a store's rows, dimension, classes, label counts, splits, batches and size on disk
+    (and, for a store of images, its descriptors and the count of images refused)."""
     from imgscale.storage import open_store
 
-    summary = open_store(store).info()
+    opened = open_store(store)
+    if rejected:
+        table = opened.rejected()
+        records = [
+            {
+                "key": r["key"],
+                "sha256": r["sha256"].hex(),
+                "reason": r["reason"],
+                "split": r["split"],
+            }
+            for r in table.to_pylist()
+        ]
+        if as_json:
+            click.echo(json.dumps({"rejected": records}))
+            return
+        for r in records:
+            click.echo(f"{r['key']}\t{r['sha256'][:16]}\t{r['split']}\t{r['reason']}")
+        click.echo(f"{store}: {len(records)} images refused", err=True)
+        return
+    summary = opened.info()
     if as_json:
         click.echo(json.dumps(summary))
         return
     for key, value in summary.items():
         if key == "batches":
             value = "; ".join(f"{b['batch_id']} ({b['rows']} rows, {b['split']})" for b in value)
+        if key == "descriptor":
+            value = ", ".join(f"{f['name']} ({f['dim']}-D)" for f in value["features"])
         click.echo(f"{key:>16}: {value}")
+
+
+@cli.command()
+@click.argument("store", type=StorePath(exists=True))
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--split", help="Only this split's rows (default: all).")
+@json_option
+@verbose_option
+def export(store, out, split, as_json) -> None:
+    """Write STORE's rows with their ids, labels and splits to OUT: .parquet (streamed, one row
+    group a chunk: id, label, split, features) or .npz (X, y, ids, splits, class_names; refused
+    past 2 GiB of features)."""
+    from imgscale.storage import export_rows, open_store
+
+    check_new_path(out, "OUT", local_only=True)
+    rows = export_rows(
+        open_store(store), out, split=split, progress=progress_line("export", quiet=as_json)
+    )
+    if as_json:
+        click.echo(json.dumps({"rows": rows, "out": str(out)}))
+        return
+    click.echo(f"{out}: {rows} rows of {store} written", err=True)
 
 
 @cli.command(cls=RecordedCommand)

@@ -9,9 +9,11 @@ each worker holds one copy for all its tasks rather than receiving them with eve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
-from distributed import Client
+from distributed import Client, as_completed
 
 from imgscale.pipeline.compute import Mapper
 
@@ -26,3 +28,34 @@ def cluster_mapper(client: Client) -> Mapper:
         return client.gather(futures)
 
     return run
+
+
+def stream_map(
+    client: Client, fn: Callable, shared: tuple, items: Iterable, *, in_flight: int
+) -> Iterator[Any]:
+    """``fn(*shared, item)`` for each item as a task on ``client``'s cluster, yielding results as
+    tasks finish (in any order), with at most ``in_flight`` tasks submitted at a time: the
+    workers hold a bounded number of results, whatever the number of items. On any exception
+    (a failed task, Ctrl-C, SIGTERM) the tasks still pending are cancelled."""
+    shared_futures = client.scatter(list(shared), broadcast=True, hash=False)
+    pending = iter(items)
+    running = as_completed()
+    live: set = set()
+
+    def submit_next(count: int) -> None:
+        for item in itertools.islice(pending, count):
+            future = client.submit(fn, *shared_futures, item, pure=False)
+            live.add(future)
+            running.add(future)
+
+    try:
+        submit_next(in_flight)
+        for future in running:
+            result = future.result()
+            live.discard(future)
+            future.release()
+            submit_next(1)
+            yield result
+    except BaseException:
+        client.cancel(list(live))
+        raise

@@ -123,6 +123,37 @@ def progress_line(label: str, *, quiet: bool = False):
     return report
 
 
+def images_progress_line(*, quiet: bool = False):
+    """A progress callback for an image ingest: images read (of the total, when listing gave
+    it), images a second, ETA, rows added and images refused, redrawn on one stderr line."""
+    started = time.monotonic()
+    last = [0.0]
+
+    def report(done: int, total: int | None, rows: int, refused: int) -> None:
+        report_progress(done, total, "ingest")
+        if quiet:
+            return
+        now = time.monotonic()
+        finished = total is not None and done >= total
+        if not finished and now - last[0] < 0.5:
+            return
+        last[0] = now
+        rate = done / (now - started) if now > started else 0.0
+        of = f"/{total}" if total is not None else ""
+        eta = ""
+        if total is not None and rate > 0 and not finished:
+            left = int((total - done) / rate)
+            eta = f", ETA {left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}"
+        sys.stderr.write(
+            f"\ringest: {done}{of} images, {rate:,.0f} images/s{eta}, {rows} rows, "
+            f"{refused} refused"
+        )
+        sys.stderr.flush()
+        _line_open[0] = True
+
+    return report
+
+
 def check_new_path(path: str | None, what: str, *, local_only: bool = False) -> None:
     """Refuse, before any work, an output path that exists or whose folder is missing or not
     writable: a command must not compute for minutes and then fail to save. A URL is refused

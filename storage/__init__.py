@@ -26,6 +26,7 @@ _EXPORTS = {
     "create_pq_store": "create",
     "create_store": "create",
     "StoreError": "errors",
+    "export_rows": "export",
     "FORMATS": "ingest",
     "Ingested": "ingest",
     "ingest_file": "ingest",

@@ -1,0 +1,155 @@
+"""What ``--features`` names: descriptors computed from images, and the record a store keeps of
+them so that every batch of its rows is computed the same way.
+
+``--features gist,color`` is a comma-separated list of descriptor names (`DESCRIPTORS` of
+``imgscale.pipeline.describe``: ``gist``, ``gist-tiny``, ``color``) and ``onnx:MODEL.onnx`` for a
+user's CNN; a row is the concatenation of the descriptors in that order. The store records each
+descriptor's name, parameters and width (an ONNX model by its path and the sha256 of its bytes),
+and refuses a batch described otherwise. An image store ingested again without ``--features``
+is described as its record says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator
+
+from imgscale.pipeline.describe import DESCRIPTORS, OnnxFeatures
+from imgscale.storage import ImageRequest, StoreError
+
+ONNX = "onnx"
+
+
+@dataclass
+class Features:
+    """Fitted descriptors, the image each one needs, and the store's record of them."""
+
+    steps: list[BaseEstimator]
+    record: dict[str, Any]
+    requests: list[ImageRequest] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.requests = [ImageRequest(*step.image_request) for step in self.steps]
+
+    @property
+    def dim(self) -> int:
+        return self.record["dim"]
+
+    @property
+    def label(self) -> str:
+        return ",".join(_spelling(entry) for entry in self.record["features"])
+
+    def describe(self, images: list[list[np.ndarray]]) -> np.ndarray:
+        """Rows for decoded images: ``images[i]`` holds image i as each step requested it."""
+        if not images:
+            return np.empty((0, self.dim), np.float32)
+        parts = [
+            step.transform(np.stack([image[s] for image in images]))
+            for s, step in enumerate(self.steps)
+        ]
+        return np.ascontiguousarray(np.hstack(parts), dtype=np.float32)
+
+
+def parse_features(spec: str) -> Features:
+    """`Features` for ``--features SPEC``; a ValueError names what is wrong in one line."""
+    names = [part.strip() for part in spec.split(",")]
+    if not spec.strip() or "" in names:
+        raise ValueError(
+            f"--features {spec!r}: expected names separated by commas, e.g. gist,color"
+        )
+    steps, entries = [], []
+    for name in names:
+        kind, _, argument = name.partition(":")
+        if kind == ONNX:
+            step, entry = _onnx_step(argument, name)
+        elif kind in DESCRIPTORS and not argument:
+            step = DESCRIPTORS[kind]()
+            entry = {"name": kind, "params": _json(step.get_params())}
+        else:
+            known = ", ".join([*DESCRIPTORS, f"{ONNX}:MODEL.onnx"])
+            raise ValueError(f"--features: unknown descriptor {name!r}; expected one of {known}")
+        step.fit()
+        entry["dim"] = int(step.n_features_out_)
+        steps.append(step)
+        entries.append(entry)
+    return Features(steps, {"features": entries, "dim": sum(e["dim"] for e in entries)})
+
+
+def features_of_store(record: dict[str, Any], store: str) -> Features:
+    """`Features` as a store's record describes them (an ONNX model read again from its path,
+    refused if its bytes changed)."""
+    steps = []
+    for entry in record["features"]:
+        if entry["name"] == ONNX:
+            step, found = _onnx_step(entry["model"], f"{ONNX}:{entry['model']}")
+            if found["model_sha256"] != entry["model_sha256"]:
+                raise StoreError(
+                    f"store {store}: its rows were described by {entry['model']} with sha256 "
+                    f"{entry['model_sha256'][:12]}…, which now has {found['model_sha256'][:12]}…"
+                )
+        elif entry["name"] in DESCRIPTORS:
+            step = DESCRIPTORS[entry["name"]]().set_params(**entry["params"])
+        else:
+            raise StoreError(
+                f"store {store}: described by {entry['name']!r}, which this imgscale lacks"
+            )
+        step.fit()
+        steps.append(step)
+    return Features(steps, record)
+
+
+def check_same_features(stored: dict[str, Any] | None, features: Features, store: str) -> None:
+    """Refuse to add rows to a store whose rows were described otherwise (or given as vectors)."""
+    if stored is None:
+        raise StoreError(
+            f"store {store}: holds vectors ingested from files, not image descriptors; "
+            "ingest images into a store of their own"
+        )
+    if _comparable(stored) != _comparable(features.record):
+        raise StoreError(
+            f"store {store}: its rows are described by "
+            f"{Features([], stored).label if stored.get('features') else stored}; "
+            f"refusing rows described by {features.label} (use another store)"
+        )
+
+
+def _onnx_step(path: str, name: str) -> tuple[BaseEstimator, dict[str, Any]]:
+    if not path:
+        raise ValueError(f"--features {name!r}: expected onnx:PATH, the model file")
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"--features {name!r}: {file} is not a file")
+    model = file.read_bytes()
+    step = OnnxFeatures(model)
+    params = {k: v for k, v in step.get_params().items() if k != "model"}
+    entry = {
+        "name": ONNX,
+        "model": str(file.resolve()),
+        "model_sha256": hashlib.sha256(model).hexdigest(),
+        "params": _json(params),
+    }
+    return step, entry
+
+
+def _json(params: dict[str, Any]) -> dict[str, Any]:
+    """Parameters as a JSON round trip gives them back (tuples become lists)."""
+    return json.loads(json.dumps(params))
+
+
+def _comparable(record: dict[str, Any]) -> list[tuple]:
+    """What must match between batches: names, parameters, widths and model bytes, not the
+    path a model was read from."""
+    return [
+        (e["name"], json.dumps(e.get("params"), sort_keys=True), e["dim"], e.get("model_sha256"))
+        for e in record.get("features", [])
+    ]
+
+
+def _spelling(entry: dict[str, Any]) -> str:
+    return f"{ONNX}:{entry['model']}" if entry["name"] == ONNX else entry["name"]

@@ -1,0 +1,324 @@
+"""``imgscale ingest SOURCE STORE --features gist``: images in, one row of descriptors each.
+
+The client lists the source (`imgscale.storage.open_image_source`) and never holds image
+bytes: each Dask task reads one partition, hashes each image's bytes (sha256), decodes it
+(`decode_image`) and describes it (`jobs.features`), and returns rows of descriptors with their
+keys, labels and digests, and the images it refused with a one-line reason each. Tasks are
+submitted a few at a time (`stream_map`), so the workers hold a bounded number of results
+however large the source.
+
+The client appends the rows through the store's ordinary writer, one commit per chunk of rows
+or per `COMMIT_SECONDS`, whichever comes first. Each image's id is its source key, and ids are
+unique in a store, so a run killed at any moment (kill -9 included) loses only its uncommitted
+rows, and the next run, listing the source again, skips every key already committed: the store
+ends up holding every image exactly once, and a folder that grew is brought up to date by
+ingesting it again. An image whose bytes are already committed under another key (a renamed or
+copied file, the same photo in another split) is not decoded again: it is refused as a
+duplicate, with the key it duplicates. Refused images go to the store's table of rejects
+(`imgscale info --rejected`); a refused image that is fixed is read again by the next run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from imgscale.jobs.fanout import stream_map
+from imgscale.jobs.features import Features, check_same_features, features_of_store, parse_features
+from imgscale.storage import (
+    FeatureStore,
+    ImagePartition,
+    ImageRejected,
+    StoreError,
+    create_or_open,
+    create_store,
+    decode_image,
+    id_hashes,
+    open_image_source,
+    read_partition,
+)
+
+# A commit at least this often, so a killed run loses at most this much work.
+COMMIT_SECONDS = 60.0
+IMAGES_PER_PARTITION = 256
+# Tasks in flight per worker thread: enough to keep every core busy while results come back.
+TASKS_PER_THREAD = 2
+EMPTY_SHA256 = hashlib.sha256(b"").digest()
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the store already holds, sent once to every worker: hashes of the committed ids
+    (sorted; a key whose hash is among them is not read), and the committed images' sha256
+    digests (sorted by their first 8 bytes), with the id each belongs to."""
+
+    key_hashes: np.ndarray
+    digest_prefixes: np.ndarray
+    digests: np.ndarray
+    digest_ids: list[str]
+
+    def has_key(self, key: str) -> bool:
+        h = id_hashes(pa.array([key], pa.string()))[0]
+        i = np.searchsorted(self.key_hashes, h)
+        return bool(i < len(self.key_hashes) and self.key_hashes[i] == h)
+
+    def id_of(self, digest: bytes) -> str | None:
+        """The id of the committed image with these bytes' ``digest``, if any."""
+        prefix = np.frombuffer(digest[:8], ">u8").astype(np.uint64)[0]
+        first = int(np.searchsorted(self.digest_prefixes, prefix, side="left"))
+        stop = int(np.searchsorted(self.digest_prefixes, prefix, side="right"))
+        for i in range(first, stop):
+            if self.digests[i].tobytes() == digest:
+                return self.digest_ids[i]
+        return None
+
+
+def known_of(store: FeatureStore | None) -> Known:
+    if store is None or store.committed_rows == 0:
+        empty = np.empty(0, np.uint64)
+        return Known(empty, empty, np.empty((0, 32), np.uint8), [])
+    ids = store.rows(columns=["id"]).column("id")
+    content = store.content_hashes()
+    digests = np.frombuffer(
+        content.column("sha256").combine_chunks().buffers()[1], np.uint8
+    ).reshape(-1, 32)[: content.num_rows]
+    prefixes = digests[:, :8].copy().view(">u8").ravel().astype(np.uint64)
+    order = np.argsort(prefixes, kind="stable")
+    digest_ids = content.column("id").to_pylist()
+    return Known(
+        np.sort(id_hashes(ids)),
+        prefixes[order],
+        digests[order],
+        [digest_ids[i] for i in order],
+    )
+
+
+@dataclass
+class Described:
+    """One partition's outcome, returned by a task: rows for the images described, and the
+    images refused (``duplicate_of`` names the committed id of a duplicate, else None)."""
+
+    keys: list[str] = field(default_factory=list)
+    labels: list[str | None] = field(default_factory=list)
+    digests: list[bytes] = field(default_factory=list)
+    rows: np.ndarray | None = None
+    refused: list[tuple[str, bytes, str]] = field(default_factory=list)
+    images_seen: int = 0
+
+
+def describe_partition(features: Features, known: Known, partition: ImagePartition) -> Described:
+    """Read, hash, decode and describe one partition's new images (runs on a worker)."""
+    out = Described()
+    decoded = []
+    for image in read_partition(partition, skip=known.has_key):
+        out.images_seen += 1
+        if image.problem is not None:
+            out.refused.append((image.key, EMPTY_SHA256, image.problem))
+            continue
+        digest = hashlib.sha256(image.data).digest()
+        holder = known.id_of(digest)
+        if holder is not None:
+            out.refused.append((image.key, digest, f"same bytes as {holder!r}, already stored"))
+            continue
+        try:
+            decoded.append(decode_image(image.data, features.requests))
+        except ImageRejected as exc:
+            out.refused.append((image.key, digest, str(exc)))
+            continue
+        out.keys.append(image.key)
+        out.labels.append(image.label)
+        out.digests.append(digest)
+    out.rows = features.describe(decoded)
+    return out
+
+
+@dataclass
+class _Pending:
+    """Rows and refusals received, not yet committed."""
+
+    keys: list[str] = field(default_factory=list)
+    labels: list[str | None] = field(default_factory=list)
+    digests: list[bytes] = field(default_factory=list)
+    rows: list[np.ndarray] = field(default_factory=list)
+    refused: list[tuple[str, bytes, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def ingest_images(
+    source: str,
+    store_path: Any,
+    client: Any,
+    *,
+    features: str | None = None,
+    split: str = "train",
+    commit_rows: int | None = None,
+    images_per_partition: int = IMAGES_PER_PARTITION,
+    source_options: dict[str, str] | None = None,
+    progress: Callable[[int, int | None, int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Describe SOURCE's images that STORE lacks and append them; returns a summary.
+
+    ``features`` is ``--features`` (required for a new store; an existing one is described as
+    its record says). ``commit_rows`` (default: the store's rows per chunk) and `COMMIT_SECONDS`
+    bound the work a kill loses. ``progress(done, total, rows, refused)`` is called as partitions
+    finish (``total`` None while unknown).
+    """
+    started = time.perf_counter()
+    images = open_image_source(source, **(source_options or {}))
+    existing = _open_existing(store_path)
+    if features is None:
+        if existing is None or existing.descriptor is None:
+            raise StoreError(
+                f"{source}: say which descriptors to compute, e.g. --features gist "
+                f"(store {store_path} has no record of any)"
+            )
+        described_by = features_of_store(existing.descriptor, str(store_path))
+    else:
+        described_by = parse_features(features)
+        if existing is not None:
+            check_same_features(existing.descriptor, described_by, str(store_path))
+    known = known_of(existing)
+    partitions = images.partitions(images_per_partition)
+    total = _new_images(partitions, existing)
+    if total is not None:
+        partitions = [p for p, n in zip(partitions, total, strict=True) if n]
+        total = sum(total)
+
+    create = partial(
+        create_store,
+        dim=described_by.dim,
+        descriptor=described_by.record,
+        provenance={"source": str(source)},
+    )
+    summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0}
+    with create_or_open(store_path, create) as (store, _):
+        check_same_features(store.descriptor, described_by, str(store_path))
+        commit_rows = commit_rows or store.rows_per_chunk
+        threads = max(1, sum(client.nthreads().values()))
+        pending, last_commit = _Pending(), time.monotonic()
+        results = stream_map(
+            client,
+            describe_partition,
+            (described_by, known),
+            partitions,
+            in_flight=TASKS_PER_THREAD * threads,
+        )
+        for result in results:
+            summary["partitions"] += 1
+            summary["images_seen"] += result.images_seen
+            _receive(pending, result)
+            if len(pending) >= commit_rows or time.monotonic() - last_commit > COMMIT_SECONDS:
+                _commit(store, pending, split, summary)
+                pending, last_commit = _Pending(), time.monotonic()
+            if progress is not None:
+                done = summary["rows"] + len(pending)
+                refused = summary["refused"] + len(pending.refused)
+                progress(summary["images_seen"], total, done, refused)
+        _commit(store, pending, split, summary)
+        summary["store_rows"] = store.committed_rows
+    seconds = time.perf_counter() - started
+    summary.update(
+        {
+            "seconds": seconds,
+            "images_per_second": summary["images_seen"] / seconds if seconds else 0.0,
+            "features": described_by.label,
+            "dim": described_by.dim,
+        }
+    )
+    return summary
+
+
+def _open_existing(store_path: Any) -> FeatureStore | None:
+    from imgscale.storage import open_store
+
+    try:
+        return open_store(store_path)
+    except StoreError:
+        return None
+
+
+def _new_images(partitions: list[ImagePartition], store: FeatureStore | None) -> list[int] | None:
+    """New images in each partition, when listing gave their keys (a folder, a list file)."""
+    if any(p.keys is None for p in partitions):
+        return None
+    if store is None or store.committed_rows == 0:
+        return [len(p.keys) for p in partitions]
+    keys = [k for p in partitions for k in p.keys]
+    new = ~store.has_ids(keys)
+    counts, at = [], 0
+    for p in partitions:
+        counts.append(int(new[at : at + len(p.keys)].sum()))
+        at += len(p.keys)
+    return counts
+
+
+def _receive(pending: _Pending, result: Described) -> None:
+    """Add a partition's rows to those pending, refusing an image whose bytes another image of
+    this run already brought (the first one received is kept)."""
+    pending.refused.extend(result.refused)
+    seen = {d: k for d, k in zip(pending.digests, pending.keys, strict=True)}
+    keep = []
+    for i, digest in enumerate(result.digests):
+        if digest in seen:
+            pending.refused.append(
+                (result.keys[i], digest, f"same bytes as {seen[digest]!r}, in this ingest")
+            )
+            continue
+        seen[digest] = result.keys[i]
+        keep.append(i)
+    pending.keys.extend(result.keys[i] for i in keep)
+    pending.labels.extend(result.labels[i] for i in keep)
+    pending.digests.extend(result.digests[i] for i in keep)
+    pending.rows.append(result.rows[keep])
+
+
+def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[str, Any]) -> None:
+    """One commit of the pending rows and refusals (nothing if there are none). Rows whose key
+    another writer committed meanwhile are dropped: they are in the store already."""
+    if pending.refused:
+        before = store.rejected()
+        already = set(
+            zip(before.column("key").to_pylist(), before.column("sha256").to_pylist(), strict=True)
+        )
+        pending.refused = [r for r in pending.refused if (r[0], r[1]) not in already]
+    if not len(pending) and not pending.refused:
+        return
+    batch = hashlib.sha256()
+    for key, digest in zip(pending.keys, pending.digests, strict=True):
+        batch.update(key.encode() + b"\0" + digest)
+    for key, digest, reason in pending.refused:
+        batch.update(key.encode() + b"\0" + digest + reason.encode())
+    batch_id = f"images-{batch.hexdigest()[:16]}"
+    with store.writer(batch_id) as writer:
+        if writer.already_committed:
+            return
+        keys = np.array(pending.keys, dtype=object)
+        fresh = ~store.has_ids(pending.keys) if len(keys) else np.zeros(0, bool)
+        rows = np.concatenate(pending.rows) if pending.rows else np.empty((0, store.dim))
+        labels = np.array(pending.labels, dtype=object)
+        digests = np.array(pending.digests, dtype=object)
+        labelled = np.array([label is not None for label in pending.labels], dtype=bool)
+        for part in (fresh & labelled, fresh & ~labelled):
+            if part.any():
+                writer.write(
+                    rows[part],
+                    labels[part].astype(str) if labelled[part].all() else None,
+                    keys[part].astype(str),
+                    split,
+                    sha256=list(digests[part]),
+                )
+        if pending.refused:
+            refused_keys, refused_digests, reasons = zip(*pending.refused, strict=True)
+            writer.reject(list(refused_keys), list(refused_digests), list(reasons), split)
+        summary["rows"] += int(fresh.sum())
+        summary["refused"] += len(pending.refused)
+        summary["commits"] += int(bool(fresh.any() or pending.refused))
