@@ -2,7 +2,10 @@
 
 Only classes named in :data:`MODEL_CLASSES` can be loaded: a model file picks a class from this
 allow-list by name and supplies its JSON parameters and numeric arrays, nothing else, whose
-shapes must agree with its parameters (`jobs.model_shapes`). The
+shapes must agree with its parameters (`jobs.model_shapes`). The class must accept every
+parameter by name, and every fitted attribute must be a fitted attribute's name (``name_``) that
+the class does not define, so a record naming another class, or an edited one, is refused in one
+line instead of failing inside a constructor or setting a method. The
 allow-list is every class the method and embedding tables of `jobs.methods` name; a class is
 imported only once a model file names it.
 """
@@ -66,7 +69,7 @@ def save(
 def load(path: str | os.PathLike) -> tuple[BaseEstimator, dict]:
     """Load a model saved by :func:`save`; returns the estimator (or pipeline) and provenance."""
     steps, provenance = load_model(path)
-    estimators = [_from_step(step, path) for step in steps]
+    estimators = [_from_step(i, step, path) for i, step in enumerate(steps)]
     model = estimators[0] if len(estimators) == 1 else classifier_pipeline(*estimators)
     return model, provenance
 
@@ -77,7 +80,7 @@ def _to_step(estimator: BaseEstimator) -> SavedStep:
         raise TypeError(f"cannot save {kind}: not one of {sorted(MODEL_CLASSES)}")
     arrays, scalars = {}, {}
     for name, value in vars(estimator).items():
-        if not name.endswith("_") or name.startswith("_"):
+        if not _is_fitted_name(name):
             continue
         # A kNN fitted on a store keeps its projected reference rows on the workers as a dask
         # array; save_model has the workers write them.
@@ -88,14 +91,33 @@ def _to_step(estimator: BaseEstimator) -> SavedStep:
     return SavedStep(kind, estimator.get_params(deep=False), arrays, scalars)
 
 
-def _from_step(step: SavedStep, path) -> BaseEstimator:
+def _from_step(index: int, step: SavedStep, path) -> BaseEstimator:
     if step.kind not in MODEL_CLASSES:
         raise StoreError(
             f"model {path}: unknown estimator {step.kind!r}; expected one of "
             f"{sorted(MODEL_CLASSES)}"
         )
+    cls = estimator_class(MODEL_CLASSES[step.kind])
+    accepted = cls._get_param_names()
+    unknown = sorted(set(step.params) - set(accepted))
+    if unknown:
+        raise StoreError(
+            f"model {path}: step {index} ({step.kind}) has parameters {unknown} that {step.kind} "
+            f"does not take; expected some of {accepted}"
+        )
+    for name in [*step.scalars, *step.arrays]:
+        if not _is_fitted_name(name) or hasattr(cls, name):
+            raise StoreError(
+                f"model {path}: step {index} ({step.kind}) has fitted value {name!r}; expected "
+                f"names ending in '_' that {step.kind} does not define"
+            )
     check_shapes(step.kind, step.params, step.scalars, step.arrays, f"model {path}")
-    estimator = estimator_class(MODEL_CLASSES[step.kind])(**step.params)
+    estimator = cls(**step.params)
     for name, value in {**step.scalars, **step.arrays}.items():
         setattr(estimator, name, value)
     return estimator
+
+
+def _is_fitted_name(name: str) -> bool:
+    """``name_``, the form :func:`_to_step` saves: an identifier ending in one underscore."""
+    return name.isidentifier() and name.endswith("_") and not name.startswith("_")

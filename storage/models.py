@@ -8,7 +8,9 @@ job (``jobs.models``), so this module stays free of ``pipeline`` imports.
 A model is verified as it loads: the JSON lists every array with its shape and dtype, every chunk
 must be present (zarr would read a missing one as its fill value) and carries a crc32c that is
 checked on read, so a damaged model file is refused with one line naming the model and the array
-instead of answering with wrong weights.
+instead of answering with wrong weights. The JSON record itself (parameters, scalars, provenance
+with the class names) carries a crc32c of its canonical form, so an edited class name or parameter
+is refused too, not scored with.
 
 On an object store (an ``s3://`` URL, storage/fs.py) no folder can be renamed, so a model's
 arrays go under a fresh prefix ``{model}/{version}/`` and the model's root ``zarr.json``, which
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dask.array as da
+import google_crc32c
 import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
@@ -44,10 +47,14 @@ from imgscale.storage.fs import (
     zarr_target,
 )
 
-# Version 2 lists each step's arrays and checksums every chunk; version 1 models did neither.
-MODEL_SCHEMA_VERSION = 2
-# Schema versions this imgscale reads: a version 1 model loads unverified, with a warning.
-READABLE_SCHEMA_VERSIONS = (1, MODEL_SCHEMA_VERSION)
+# Version 3 checksums the JSON record; version 2 lists each step's arrays and checksums every
+# chunk; version 1 models did neither.
+MODEL_SCHEMA_VERSION = 3
+# Schema versions this imgscale reads: version 1 and 2 models load with a warning naming what
+# goes unverified.
+READABLE_SCHEMA_VERSIONS = (1, 2, MODEL_SCHEMA_VERSION)
+# The key of the record's own checksum, over the record's canonical JSON without this key.
+RECORD_CHECKSUM = "record_crc32c"
 # zstd, then the checksum last so damage to the stored bytes is caught before decompression.
 MODEL_CODECS = (ZstdCodec(level=1), Crc32cCodec())
 # Every chunk is written, even one equal to the fill value, so a missing chunk means damage.
@@ -84,7 +91,7 @@ def save_model(
     try:
         root = zarr.open_group(tmp, mode="w", zarr_format=3)
         _write_steps(root, steps)
-        root.attrs["imgscale_model"] = _model_meta(steps, provenance)
+        root.attrs["imgscale_model"] = _sealed(_model_meta(steps, provenance))
         if path.exists():
             load_model(path)  # only a model is ever replaced
             _exchange(tmp, path)
@@ -111,7 +118,9 @@ def _save_on_object_store(
         root = {
             "zarr_format": 3,
             "node_type": "group",
-            "attributes": {"imgscale_model": {**_model_meta(steps, provenance), "prefix": prefix}},
+            "attributes": {
+                "imgscale_model": _sealed({**_model_meta(steps, provenance), "prefix": prefix})
+            },
         }
         put_object(root_file, json.dumps(root).encode())
     except BaseException:
@@ -146,6 +155,33 @@ def _model_meta(steps: list[SavedStep], provenance: dict) -> dict:
         ],
         "provenance": _jsonable(provenance),
     }
+
+
+def _record_checksum(meta: dict) -> str:
+    """crc32c (hex) of the record's canonical JSON: sorted keys, no spaces, without the checksum."""
+    record = {key: value for key, value in meta.items() if key != RECORD_CHECKSUM}
+    canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return f"{google_crc32c.value(canonical.encode()):08x}"
+
+
+def _sealed(meta: dict) -> dict:
+    """``meta`` with its checksum, so a load refuses an edited record."""
+    return {**meta, RECORD_CHECKSUM: _record_checksum(meta)}
+
+
+def _check_record(meta: dict, path: Location) -> None:
+    stored = meta.get(RECORD_CHECKSUM)
+    if stored is None:
+        raise StoreError(
+            f"model {path}: zarr.json has no {RECORD_CHECKSUM}; expected one in a schema version "
+            f"{MODEL_SCHEMA_VERSION} model (the record was edited or damaged)"
+        )
+    if stored != _record_checksum(meta):
+        raise StoreError(
+            f"model {path}: zarr.json record does not match its {RECORD_CHECKSUM} {stored}; "
+            "expected the parameters, class names and provenance it was saved with (edited or "
+            "damaged)"
+        )
 
 
 # renameat2(2) flags: swap two existing paths atomically (Linux ≥ 3.15).
@@ -197,13 +233,6 @@ def load_model(path: str | os.PathLike) -> tuple[list[SavedStep], dict]:
     except (FileNotFoundError, KeyError, ValueError) as exc:
         raise StoreError(f"model {path}: not an imgscale model ({exc})") from exc
     meta = _read_meta(root, path)
-    try:
-        arrays_root = root[meta["prefix"]] if meta.get("prefix") else root
-    except KeyError:
-        raise StoreError(
-            f"model {path}: arrays folder {meta['prefix']} is missing; expected the arrays its "
-            "zarr.json names (replaced while loading? load it again)"
-        ) from None
     version = meta.get("schema_version")
     if version not in READABLE_SCHEMA_VERSIONS:
         raise StoreError(
@@ -217,6 +246,22 @@ def load_model(path: str | os.PathLike) -> tuple[list[SavedStep], dict]:
             UserWarning,
             stacklevel=2,
         )
+    elif version == 2:
+        warnings.warn(
+            f"model {path}: saved without a record checksum (schema version 2), so its "
+            "parameters and class names load unverified; train it again to have them verified",
+            UserWarning,
+            stacklevel=2,
+        )
+    else:
+        _check_record(meta, path)
+    try:
+        arrays_root = root[meta["prefix"]] if meta.get("prefix") else root
+    except KeyError:
+        raise StoreError(
+            f"model {path}: arrays folder {meta['prefix']} is missing; expected the arrays its "
+            "zarr.json names (replaced while loading? load it again)"
+        ) from None
     steps = []
     for i, step in enumerate(meta["steps"]):
         if version == 1:
