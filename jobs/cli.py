@@ -493,17 +493,27 @@ def train(
 @click.argument("out", type=StorePath())
 @click.option("--split", default=None, help="Only rows of this split (default: all).")
 @click.option("--top-k", default=5, show_default=True, help="Labels kept per row.")
+@click.option(
+    "--new",
+    "new_rows",
+    is_flag=True,
+    help="OUT is a folder of parquet parts: predict only the rows past its last part, as a new "
+    "part (for scheduled runs as the store grows).",
+)
 @scheduler_option
 @verbose_option
-def predict(model, store, out, split, top_k, scheduler) -> None:
+def predict(model, store, out, split, top_k, new_rows, scheduler) -> None:
     """Write MODEL's predictions for STORE's rows to the parquet file OUT."""
     from imgscale.jobs import models
     from imgscale.jobs.class_names import model_class_names
     from imgscale.jobs.cluster import connect, shared_path
-    from imgscale.jobs.predict import predict_to_parquet
-    from imgscale.storage import open_store
+    from imgscale.jobs.predict import predict_new_rows, predict_to_parquet
+    from imgscale.storage import is_url, open_store
 
-    check_new_path(out, "OUT")
+    if new_rows and (split or is_url(out)):
+        raise click.UsageError("--new predicts every new row into a local folder: no --split")
+    if not new_rows:
+        check_new_path(out, "OUT")
     fitted, provenance = models.load(model)
     feature_store = open_store(shared_path(store))
     feature_store.require_split(split)
@@ -513,11 +523,17 @@ def predict(model, store, out, split, top_k, scheduler) -> None:
         shared_paths=[feature_store.path],
         data_bytes=row_bytes(feature_store),
     ):
-        rows = predict_to_parquet(
-            fitted, feature_store, out, split=split, k=top_k, class_names=names
-        )
+        if new_rows:
+            first, rows = predict_new_rows(fitted, feature_store, out, k=top_k, class_names=names)
+        else:
+            first, rows = (
+                0,
+                predict_to_parquet(
+                    fitted, feature_store, out, split=split, k=top_k, class_names=names
+                ),
+            )
     report({"rows": rows})
-    click.echo(f"{out}: {rows} rows", err=True)
+    click.echo(f"{out}: {rows} rows" + (f" from row {first}" if new_rows else ""), err=True)
 
 
 @cli.command(cls=RecordedCommand)

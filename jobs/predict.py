@@ -3,6 +3,11 @@
 The file is written beside OUT (in the temporary folder when OUT is an object-store URL) and
 renamed onto it, or uploaded whole, at the end, so a failed or cancelled run leaves no
 half-written OUT (and an earlier OUT stays as it was).
+
+`predict_new_rows` keeps a dataset of predictions current as a store grows (scheduled runs): OUT
+is a folder of parts ``rows-{start:012d}-{stop:012d}.parquet``, each holding the predictions of
+the store's rows [start, stop); a run predicts the rows past the last part and adds one part,
+written whole or not at all, so a killed run is redone by the next.
 """
 
 from __future__ import annotations
@@ -32,19 +37,25 @@ def predict_to_parquet(
     split: str | None = None,
     k: int = 5,
     class_names: list[str] | None = None,
+    first_row: int = 0,
 ) -> int:
     """Write ``id, true_label, label, top_k`` per row; return rows.
 
     Labels are the model's class names (``class_names``, its table; else the store's), as
     integers when the classes are the numbers 0..C-1 of an integer-labelled store. ``true_label``
-    is the store's label for the row (null if unlabelled).
+    is the store's label for the row (null if unlabelled). ``first_row``: only rows from there
+    on (of those in ``split``).
     """
     store.require_split(split)
     names = store.class_names if class_names is None else class_names
     k = min(k, len(model.classes_))
-    top_k = model.predict_top_k(store.features(split), k=k)
-    ids = store.ids(split)
-    true = to_model_labels(store.labels(split), store, names, f"split {split!r}")
+    ids, labels = store.ids(split), store.labels(split)
+    where = None
+    if first_row:
+        where = np.arange(len(ids)) >= first_row
+        ids, labels = ids[first_row:], labels[first_row:]
+    top_k = model.predict_top_k(store.features(split, where=where), k=k)
+    true = to_model_labels(labels, store, names, f"split {split!r}")
     numbered = is_numbered(names)
     label_type = pa.int32() if numbered else pa.string()
     table = np.arange(len(names), dtype=np.int32) if numbered else np.array(names, dtype=object)
@@ -87,3 +98,35 @@ def predict_to_parquet(
     finally:
         partial.unlink(missing_ok=True)
     return start
+
+
+def predict_new_rows(
+    model: BaseEstimator,
+    store: FeatureStore,
+    out: str | os.PathLike,
+    *,
+    k: int = 5,
+    class_names: list[str] | None = None,
+) -> tuple[int, int]:
+    """Predict the store's rows past the last part of the dataset folder ``out`` into a new
+    part; returns (first row, rows predicted). The rows already predicted must still be the
+    store's (same id at the last predicted row), else the dataset belongs to another store."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    parts = sorted(folder.glob("rows-*-*.parquet"))
+    first = int(parts[-1].stem.split("-")[2]) if parts else 0
+    n = store.committed_rows
+    if first > n:
+        raise ValueError(f"{folder}: predicts {first} rows, more than store {store.path} holds")
+    if first:
+        last_id = pq.read_table(parts[-1], columns=["id"]).column("id")[-1].as_py()
+        if store.ids()[first - 1] != last_id:
+            raise ValueError(
+                f"{folder}: its row {first - 1} is {last_id!r}, store {store.path}'s is "
+                f"{store.ids()[first - 1]!r}; these predictions are of another store"
+            )
+    if first == n:
+        return first, 0
+    part = folder / f"rows-{first:012d}-{n:012d}.parquet"
+    rows = predict_to_parquet(model, store, part, k=k, class_names=class_names, first_row=first)
+    return first, rows
