@@ -4,6 +4,10 @@ A PQ store is a feature store (same zarr group, commit record written last, parq
 whose record has ``encoding="pq"`` and ``schema_version`` ``PQ_SCHEMA_VERSION``, holding ``codes``
 (n x M uint8, row-chunked), ``codebook`` (M x 256 x D/M float32) and optionally ``rotation``
 (D x D float32, rotated = x @ rotation). It is created by `storage.create.create_pq_store`.
+
+The codebook and rotation decide every decoded value, so they are read as strictly as the codes:
+every chunk must be present (zarr would read a deleted one as zeros, and every row would decode
+to zeros) and end in a crc32c, or the store is refused naming the array.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import zarr
+from zarr.codecs import Crc32cCodec
 
 from imgscale.storage.chunks import OneChunkReader, unreadable_as_store_error
 from imgscale.storage.errors import StoreError
@@ -83,18 +88,45 @@ def pq_params(path: Location, record: dict[str, Any]) -> dict[str, Any]:
 def load_codec(path: Location, record: dict[str, Any]) -> PQCodec:
     """The store's codebook and rotation, checked against its record."""
     params = pq_params(path, record)
-    try:
-        codebook = open_small_array(path, CODEBOOK)[...]
-        rotation = open_small_array(path, ROTATION)[...] if params.get("rotation") else None
-    except Exception as e:
-        raise StoreError(
-            f"store {path}: codebook/rotation unreadable ({type(e).__name__}: {e}); expected "
-            f"{path / CODEBOOK} of shape ({params['m']}, {KSUB}, {params['dsub']}) float32"
-        ) from e
+    dim = record["dim"]
     codec = PQCodec.__new__(PQCodec)
-    codec.codebook, codec.rotation = codebook, rotation
-    check_codec(codec, record["dim"], f"store {path}", m=params["m"])
+    codec.codebook = _read_side_array(path, CODEBOOK, (params["m"], KSUB, params["dsub"]))
+    codec.rotation = (
+        _read_side_array(path, ROTATION, (dim, dim)) if params.get("rotation") else None
+    )
+    check_codec(codec, dim, f"store {path}", m=params["m"])
     return codec
+
+
+def _read_side_array(path: Location, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Float32 array ``name`` (codebook or rotation) of ``shape``, whole, refused unless every
+    chunk is present and ends in a crc32c."""
+    where = f"store {path}: {path / name}"
+    try:
+        array = open_small_array(path, name)
+        if array.shape != shape or array.dtype != np.float32:
+            raise StoreError(
+                f"{where} of shape {array.shape} {array.dtype}; expected {shape} float32"
+            )
+        if not isinstance(array.metadata.codecs[-1], Crc32cCodec):
+            raise StoreError(
+                f"{where} is not checksummed; expected chunks ending in a crc32c (rewritten by "
+                "another tool?)"
+            )
+        present = array.nchunks_initialized
+        if present != array.nchunks:
+            raise StoreError(
+                f"{where} has {present} of its {array.nchunks} chunks; expected all (a chunk "
+                "file was deleted)"
+            )
+        return array[...]
+    except StoreError:
+        raise
+    except Exception as e:  # zarr raises whatever its codecs raise on damaged bytes
+        raise StoreError(
+            f"{where} unreadable ({type(e).__name__}: {e}); expected {shape} float32 with intact "
+            "checksummed chunks"
+        ) from e
 
 
 def check_codes_array(path: Location, array: zarr.Array, m: int) -> None:
