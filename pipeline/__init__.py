@@ -4,6 +4,8 @@ Other layers use these, and nothing else of the package:
 
 - `imgscale.pipeline.embed` and `imgscale.pipeline.classify`: the estimators their
   ``__init__`` lists (the method modules inside are theirs alone).
+- `imgscale.pipeline.describe`: descriptors of decoded image batches (`Gist`, `ColorHistogram`,
+  `OnnxFeatures`) and `DESCRIPTORS`, the named settings.
 - `imgscale.pipeline.compute`: `compute`, `gather_rows`, and the cluster hook `use_compute`
   through which the jobs layer routes every materialisation (progress on a distributed client).
 - `imgscale.pipeline.metrics`: per-class rate, top-k error, precision at 100, (Mi)AP.
