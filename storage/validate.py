@@ -13,9 +13,12 @@ import pyarrow as pa
 
 from imgscale.storage.errors import StoreError
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 
 def as_features(X: Any, dim: int, where: str, first_row: int) -> np.ndarray:
-    """``X`` as a C-contiguous float32 (n, dim) array of finite values.
+    """``X`` as a C-contiguous float32 (n, dim) array of finite values whose squared norms are
+    finite in float32 too.
 
     Integer sources (uint8 images, bvecs) convert exactly enough for features. bool is refused:
     a boolean 2-D array reaching ``append`` is far more often a mask passed by mistake than binary
@@ -31,11 +34,21 @@ def as_features(X: Any, dim: int, where: str, first_row: int) -> np.ndarray:
         raise StoreError(f"{where}: features have shape {X.shape}; expected (n, {dim})")
     with np.errstate(over="ignore"):  # float64 beyond float32 range becomes inf, reported below
         X = np.ascontiguousarray(X, dtype=np.float32)
-    bad = ~np.isfinite(X).all(axis=1)
-    if bad.any():
+    # A row's float32 squared norm is inf or NaN exactly when an entry is, or when the finite
+    # entries' squares overflow: such rows would make distances and Gram entries inf downstream
+    # (a bandwidth of 0, a NaN solve). One pass over X finds both; only those rows are looked at.
+    suspect = np.flatnonzero(~np.isfinite(np.einsum("ij,ij->i", X, X)))
+    if suspect.size:
+        bad = suspect[~np.isfinite(X[suspect]).all(axis=1)]
+        if bad.size:
+            raise StoreError(
+                f"{where}: {bad.size} rows contain NaN/inf (first at row {first_row + bad[0]}); "
+                "expected finite float32 values"
+            )
         raise StoreError(
-            f"{where}: {int(bad.sum())} rows contain NaN/inf (first at row "
-            f"{first_row + int(np.argmax(bad))}); expected finite float32 values"
+            f"{where}: {suspect.size} rows have a squared norm beyond float32's range (first at "
+            f"row {first_row + suspect[0]}); expected ‖x‖² ≤ {FLOAT32_MAX:.3g} so distances "
+            "and Gram entries stay finite"
         )
     return X
 

@@ -60,16 +60,19 @@ def chunk_nearest(
     """
     X = np.asarray(X, dtype=np.float32)
     queries = np.asarray(queries, dtype=np.float32)
-    query_norms = np.einsum("ij,ij->i", queries, queries)[:, None]
-    doubled = 2 * queries
-    best = NearestSquaredDistances(np.full((len(queries), k), np.inf, dtype=np.float32))
-    for start in range(0, len(X), _KNN_ROWS):
-        block = X[start : start + _KNN_ROWS]
-        scores = doubled @ block.T
-        norms = np.einsum("ij,ij->i", block, block)
-        columns = top_k_columns(scores, k, norms)
-        d2 = query_norms - (np.take_along_axis(scores, columns, axis=1) - norms[columns])
-        best += NearestSquaredDistances(np.maximum(d2, 0, out=d2))  # clip rounding below 0
+    # Rows whose distances overflow float32 give inf or NaN here, and `knn_bandwidth` refuses
+    # the bandwidth they make, so numpy's warnings would only repeat it.
+    with np.errstate(over="ignore", invalid="ignore"):
+        query_norms = np.einsum("ij,ij->i", queries, queries)[:, None]
+        doubled = 2 * queries
+        best = NearestSquaredDistances(np.full((len(queries), k), np.inf, dtype=np.float32))
+        for start in range(0, len(X), _KNN_ROWS):
+            block = X[start : start + _KNN_ROWS]
+            scores = doubled @ block.T
+            norms = np.einsum("ij,ij->i", block, block)
+            columns = top_k_columns(scores, k, norms)
+            d2 = query_norms - (np.take_along_axis(scores, columns, axis=1) - norms[columns])
+            best += NearestSquaredDistances(np.maximum(d2, 0, out=d2))  # clip rounding below 0
     return best
 
 
@@ -84,6 +87,19 @@ def knn_bandwidth(X: Any, n_neighbors: int, n_queries: int, random_state: Any) -
     k = min(n_neighbors + 1, X.shape[0])
     nearest = compute(reduce_rows(chunk_nearest, [X], queries, k))[0]
     sigma = float(np.sqrt(nearest.values[:, k - 1].astype(np.float64)).mean())
+    if not np.isfinite(sigma):
+        raise ValueError(
+            f"RBF bandwidth σ (mean distance to the {k - 1}th neighbour) is {sigma}; expected a "
+            "finite distance (rows whose squared distances overflow float32? scale them, or "
+            "pass gamma)"
+        )
     if not sigma > 0:
         raise ValueError("all sampled rows coincide with their neighbours: bandwidth is 0")
     return sigma
+
+
+def check_gamma(gamma: Any) -> float:
+    """``gamma`` as a float if it is a finite positive RBF bandwidth parameter 1/σ²."""
+    if gamma is None or not np.isfinite(gamma) or not gamma > 0:
+        raise ValueError(f"gamma must be positive and finite or None, got {gamma}")
+    return float(gamma)

@@ -9,7 +9,7 @@ import scipy.linalg
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
-from imgscale.pipeline.embed._bandwidth import knn_bandwidth
+from imgscale.pipeline.embed._bandwidth import check_gamma, knn_bandwidth
 from imgscale.pipeline.embed._base import RowTransformerMixin, sample_rows
 from imgscale.pipeline.embed._kernels import kernel_matrix
 
@@ -100,11 +100,10 @@ class Nystrom(RowTransformerMixin, BaseEstimator):
         gamma = None
         if self.kernel == "gaussian":
             if self.gamma is None:
-                gamma = 1.0 / knn_bandwidth(X, self.n_neighbors, self.bandwidth_sample, rng) ** 2
-            elif self.gamma > 0:
-                gamma = float(self.gamma)
+                sigma = knn_bandwidth(X, self.n_neighbors, self.bandwidth_sample, rng)
+                gamma = check_gamma(1.0 / sigma**2)
             else:
-                raise ValueError(f"gamma must be positive or None, got {self.gamma}")
+                gamma = check_gamma(self.gamma)
         landmarks = sample_rows(X, self.n_landmarks, rng)
         self._fit_landmarks(landmarks, gamma)
         return self

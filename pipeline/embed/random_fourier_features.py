@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
-from imgscale.pipeline.embed._bandwidth import knn_bandwidth
+from imgscale.pipeline.embed._bandwidth import check_gamma, knn_bandwidth
 from imgscale.pipeline.embed._base import RowTransformerMixin
 
 
@@ -73,11 +73,9 @@ class RandomFourierFeatures(RowTransformerMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         if self.gamma is None:
             sigma = knn_bandwidth(X, self.n_neighbors, self.bandwidth_sample, rng)
-            gamma = 1.0 / sigma**2
-        elif self.gamma > 0:
-            gamma = float(self.gamma)
+            gamma = check_gamma(1.0 / sigma**2)
         else:
-            raise ValueError(f"gamma must be positive or None, got {self.gamma}")
+            gamma = check_gamma(self.gamma)
         d = int(self.n_components)
         weights = rng.standard_normal((self.n_features_in_, d)) * np.sqrt(gamma)
         self.gamma_ = gamma
