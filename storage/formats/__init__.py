@@ -31,7 +31,8 @@ def format_of(path: Path) -> str:
     raise StoreError(f"{path}: unknown file type; supported formats: {supported}")
 
 
-def open_source(path: Path, **keys: str | None) -> Source:
+def open_source(path: Path, **keys: str | bool | None) -> Source:
+    """The reader of ``path``'s format; ``keys`` (x_key, y_key, ids_key, unlabelled) go to it."""
     return FORMATS[format_of(path)](path, **keys)
 
 

@@ -54,6 +54,11 @@ class NpzSource:
 
     ``x_key`` defaults to "X" or else the only 2-D member; labels come from ``y_key`` (default
     "y" if present) and ids from ``ids_key`` (default "ids" if present).
+
+    Without labels, a member left unused that holds one value per row is refused unless
+    ``unlabelled`` says the rows have none: it is far more often labels under another name
+    (``labels=y``) than data to drop, and ingesting those rows unlabelled would make the next
+    ingest, with the right key, add them all a second time.
     """
 
     extensions = (".npz",)
@@ -64,6 +69,8 @@ class NpzSource:
         x_key: str | None = None,
         y_key: str | None = None,
         ids_key: str | None = None,
+        *,
+        unlabelled: bool = False,
         **_keys: str | None,
     ) -> None:
         self.path = path
@@ -85,7 +92,39 @@ class NpzSource:
                 raise StoreError(
                     f"{path}: {key!r} has shape {headers[key][0]}; expected ({self.shape[0]},)"
                 )
+        self._check_labels(headers, x_key, y_key, ids_key, unlabelled)
         self._keys = (x_key, y_key, ids_key)
+
+    def _check_labels(
+        self,
+        headers: dict[str, tuple],
+        x_key: str,
+        y_key: str | None,
+        ids_key: str | None,
+        unlabelled: bool,
+    ) -> None:
+        """StoreError if ``unlabelled`` contradicts a labels member, or if there are no labels
+        and ``unlabelled`` is not said while an unused member has one value per row."""
+        if unlabelled:
+            if y_key is not None:
+                raise StoreError(
+                    f"{self.path}: labels {y_key!r} found, but the rows were said to be "
+                    "unlabelled; expected one or the other"
+                )
+            return
+        if y_key is not None:
+            return
+        per_row = [
+            key
+            for key, (shape, _) in sorted(headers.items())
+            if key not in (x_key, ids_key) and tuple(shape) == tuple(self.shape[:1])
+        ]
+        if per_row:
+            raise StoreError(
+                f"{self.path}: no labels array 'y', but {per_row} hold one value per row; "
+                f"expected labels named: --y-key {per_row[0]} (y_key), or rows said to be "
+                "unlabelled: --unlabelled (unlabelled=True)"
+            )
 
     def _default_x(self, headers: dict[str, tuple]) -> str:
         if "X" in headers:
