@@ -1,0 +1,123 @@
+"""What every image source hands out: an `ImageSource` listed on the client, `ImagePartition`s
+(one Dask task each, small and without image bytes) and the `EncodedImage`s a worker reads."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import pyarrow as pa
+
+from imgscale.storage.fs import Location, is_url, location
+
+# File name endings of the images a folder, a list file or a tar shard holds (case-insensitive).
+IMAGE_EXTENSIONS = frozenset({".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp"})
+
+Skip = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    """One image as its source holds it.
+
+    ``key`` is its id in a store (a folder's relative path, a list file's path or id, a tar
+    shard's WebDataset key, a parquet id or ``"<file>:<row>"``); ``label`` its class name or
+    None; ``data`` the encoded bytes, untouched. ``problem`` says in one line why the bytes
+    could not be read (``data`` is then empty).
+    """
+
+    key: str
+    label: str | None
+    data: bytes
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class ImagePartition:
+    """What one Dask task reads: where the images are, never their bytes. ``keys`` are the
+    partition's image keys when listing knows them (folders, list files), else None."""
+
+    keys: tuple[str, ...] | None
+
+    def read(self, skip: Skip | None) -> Iterator[EncodedImage]:
+        """The partition's images in a stable order, those whose key ``skip`` accepts unread."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """Images a user named (``url``), listed on the client.
+
+    ``kind`` is "folder", "list", "tar" or "parquet"; ``labelled`` whether images carry labels
+    (None when only reading tells: tar shards); ``images`` how many there are when listing
+    knows (None for tar shards).
+    """
+
+    url: str
+    kind: str
+    labelled: bool | None
+    images: int | None
+    _split: Callable[[int], list[ImagePartition]] = field(repr=False, compare=False)
+
+    def partitions(self, images_per_partition: int = 256) -> list[ImagePartition]:
+        """The source cut into partitions of about ``images_per_partition`` images (a tar shard
+        is one partition whatever its size; a parquet row group is never split)."""
+        if images_per_partition < 1:
+            raise ValueError(f"images_per_partition={images_per_partition}: expected ≥ 1")
+        return self._split(images_per_partition)
+
+
+def is_image_name(name: str) -> bool:
+    return PurePosixPath(name).suffix.lower() in IMAGE_EXTENSIONS
+
+
+def is_hidden(relative: str) -> bool:
+    """Whether a relative posix path is hidden (a part starts with a dot)."""
+    return any(part.startswith(".") for part in relative.split("/"))
+
+
+def as_text(value: object) -> str | None:
+    """A label or id as text: text as it is, integers as their decimal string, else None."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def is_text_or_integer(kind: pa.DataType) -> bool:
+    """Whether a column of type ``kind`` can hold labels or ids (dictionary-encoded too)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)
+
+
+def file_at(root: Location, entry: str) -> Location:
+    """The file ``entry`` names: a URL or an absolute local path as it is (a URL on ``root``'s
+    object store with its storage options), anything else relative to the folder ``root``."""
+    if is_url(entry):
+        return location(entry, dict(root.storage_options) if is_url(root) else {})
+    if os.path.isabs(entry):
+        return Path(entry)
+    return root / entry
+
+
+def files_under(root: Location) -> list[str]:
+    """Every file below the folder ``root`` that is not hidden, as sorted relative posix paths."""
+    if is_url(root):
+        base = root.path.rstrip("/") + "/"
+        found = (path.removeprefix(base) for path in root.fs.find(root.path))
+        return sorted(path for path in found if not is_hidden(path))
+    files = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+        prefix = Path(folder).relative_to(root).as_posix()
+        prefix = "" if prefix == "." else prefix + "/"
+        files.extend(prefix + name for name in names if not name.startswith("."))
+    return sorted(files)
+
+
+def chunks(items: list, size: int) -> list[list]:
+    return [items[start : start + size] for start in range(0, len(items), size)]
