@@ -24,6 +24,9 @@ def evaluate(
 ) -> dict:
     """Per-class rate, top-1/top-5 flat error and (for small n×C) MiAP on the labelled rows.
 
+    MiAP ranks rows by the model's posterior where it has one (``predict_log_proba``), else by
+    its decision scores.
+
     ``class_names`` is the model's class table (`jobs.class_names`): the store's labels are
     matched to the model's by name. Without it, they are taken to be numbered alike.
     """
@@ -39,14 +42,21 @@ def evaluate(
     classes = np.asarray(model.classes_)
     k = min(TOP_K, len(classes))
     if len(y) * len(classes) <= MAP_MAX_SCORES:
-        # One pass over the rows: the scores give both MiAP and the top-k labels.
-        (scores,) = compute(model.decision_function(X))
-        scores = np.asarray(scores)
+        # One pass over the rows: the scores give the top-k labels and, for a model without a
+        # posterior, the MiAP ranking too.
+        graphs = [model.decision_function(X)]
+        if hasattr(model, "predict_log_proba"):
+            graphs.append(model.predict_log_proba(X))
+        scores, *posterior = (np.asarray(a) for a in compute(*graphs))
         if scores.ndim == 1:  # two classes: sklearn's single column scores classes_[1]
             scores = np.column_stack([-scores, scores])
         # Best first, ties to the lower class: the selection predict_top_k makes.
         result = evaluate_top_k(y, classes[top_k_columns(scores, k)])
-        result["map"] = mean_interpolated_average_precision(y[:, None] == classes, scores)
+        # MiAP ranks the rows of each class, so by a score comparable across rows: the
+        # posterior log p(c|x) where the model has one (NCM's raw −‖x − μ_c‖² carries each
+        # row's ‖x‖², which scrambles that ranking; paper 002 eq. 2).
+        ranking = posterior[0] if posterior else scores
+        result["map"] = mean_interpolated_average_precision(y[:, None] == classes, ranking)
     else:
         result = evaluate_top_k(y, model.predict_top_k(X, k=k))
     if k < TOP_K:

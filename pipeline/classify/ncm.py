@@ -127,6 +127,22 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         self.means_ = means
         return self
 
+    def predict_log_proba(self, X: Any) -> Any:
+        """log p(c|x) (n, C) of paper 002 eq. 2: the softmax over classes of −½ d(x, μ_c).
+
+        ``decision_function``'s −d(x, μ_c) holds a per-row ‖x‖² that does not change a row's
+        ranking of classes but does change the ranking of rows for one class (MiAP); the
+        posterior is comparable across rows. Logs, so far rows keep their order instead of all
+        underflowing to 0.
+        """
+        X = self._check_predict_input(X)
+        return self._map_rows(X, _log_posterior_block, n_cols=len(self.classes_), dtype=np.float32)
+
+    def predict_proba(self, X: Any) -> Any:
+        """p(c|x) (n, C) of paper 002 eq. 2 (see `predict_log_proba`)."""
+        log_proba = self.predict_log_proba(X)
+        return da.exp(log_proba) if isinstance(log_proba, da.Array) else np.exp(log_proba)
+
     def _score_params(self) -> tuple[np.ndarray]:
         return (self.means_,)
 
@@ -138,3 +154,12 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         scores -= np.einsum("cd,cd->c", means, means)
         scores -= np.einsum("nd,nd->n", X, X)[:, None]
         return scores
+
+
+def _log_posterior_block(X: np.ndarray, scores: Any, params: tuple) -> np.ndarray:
+    """log softmax of ½·scores over classes; scores are −d(x, μ_c)."""
+    half = scores(X, *params)
+    half *= 0.5
+    half -= half.max(axis=1, keepdims=True)
+    half -= np.log(np.exp(half).sum(axis=1, keepdims=True))
+    return half

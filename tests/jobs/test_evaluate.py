@@ -22,7 +22,11 @@ def test_store_evaluation_equals_in_memory_metrics(tmp_path, classes):
     for model in (RidgeClassifier(rho=2.0), NearestClassMean()):
         model.fit(X[~test], y[~test])
         result = evaluate(model, store, "test")
-        scores = model.decision_function(X[test])
+        # MiAP ranks by the posterior where the model has one (NCM), else by the scores.
+        if hasattr(model, "predict_log_proba"):
+            scores = model.predict_log_proba(X[test])
+        else:
+            scores = model.decision_function(X[test])
         if scores.ndim == 1:
             scores = np.column_stack([-scores, scores])
         relevant = y[test, None] == model.classes_[None, :]
