@@ -33,9 +33,10 @@ def add_class(
     """Add class ``label`` (a class name of ``store``) to the model from its rows in ``store``.
 
     A name the model already has is refused unless ``replace``, which makes the rows of
-    ``store`` that class's only rows. Returns a summary: ``label``, ``class_index`` (its label in
-    the model), ``rows``, ``classes``, ``seconds``, ``from_codes``. Writes to ``out`` if given,
-    else replaces ``model_path``.
+    ``store`` that class's only rows; ``replace`` of a class the model does not have is refused
+    (it would add a class where the caller meant to change one). Returns a summary: ``label``,
+    ``class_index`` (its label in the model), ``rows``, ``classes``, ``seconds``,
+    ``from_codes``. Writes to ``out`` if given, else replaces ``model_path``.
     """
     started = time.perf_counter()
     model, provenance = models.load(model_path)
@@ -56,15 +57,23 @@ def add_class(
         where = f" in split {split!r}" if split else ""
         raise ValueError(f"store {store.path}: class {label!r} has no rows{where}")
     model_names = model_class_names(provenance, store)
-    if label in model_names:
+    has_class = label in model_names and model_names.index(label) in classifier.classes_
+    if replace and not has_class:
+        known = [model_names[int(c)] for c in classifier.classes_ if int(c) < len(model_names)]
+        raise ValueError(
+            f"model {model_path}: has no class {label!r} to replace; expected one of "
+            f"{known[:10]}{'...' if len(known) > 10 else ''} (without --replace it is added)"
+        )
+    if has_class:
         class_index = model_names.index(label)
-        if class_index in classifier.classes_:
-            if not replace:
-                raise ValueError(
-                    f"model {model_path}: already has class {label!r}; expected a new name "
-                    "(--replace makes these rows its only rows)"
-                )
-            _forget_rows(classifier, class_index)
+        if not replace:
+            raise ValueError(
+                f"model {model_path}: already has class {label!r}; expected a new name "
+                "(--replace makes these rows its only rows)"
+            )
+        _forget_rows(classifier, class_index)
+    elif label in model_names:
+        class_index = model_names.index(label)
     else:
         class_index = len(model_names)
         model_names.append(label)

@@ -85,3 +85,19 @@ def test_unknown_label_fails_and_leaves_the_model_unchanged(raw_store, model_pat
     assert result.exit_code != 0
     assert sorted(p.name for p in model_path.parent.iterdir()) == before
     assert open_store(raw_store.path).committed_rows == 600
+
+
+def test_replacing_a_class_the_model_lacks_fails_naming_it(raw_store, model_path):
+    """c5 is among the store's classes but not the model's: --replace used to add it silently."""
+    before = (model_path / "zarr.json").read_bytes()
+    result = CliRunner().invoke(
+        cli,
+        ["add-class", str(model_path), str(raw_store.path), "--label", "c5", "--replace"],
+    )
+    assert result.exit_code == 1, result.output
+    assert str(result.exception) == (
+        f"model {model_path}: has no class 'c5' to replace; expected one of "
+        "['c0', 'c1', 'c2', 'c3', 'c4'] (without --replace it is added)"
+    )
+    assert (model_path / "zarr.json").read_bytes() == before
+    assert len(models.load(model_path)[0].classes_) == 5
