@@ -13,9 +13,13 @@ from imgscale.pipeline.describe._images import check_image_size, check_images
 
 # LMgist's prefilter pads by 5 pixels before whitening and normalising local contrast.
 _PREFILTER_PAD = 5
-# Complex bytes of one Gabor response per slice of images: the slice's spectrum, one filtered
-# copy and its first inverse pass stay in cache-sized pieces instead of growing with the batch.
-_SLICE_BYTES = 4 * 2**20
+# Complex bytes of one Gabor pass per slice of images: the slice's spectrum and one filtered
+# copy (FFT form) or the first pass of every filter (matrix form) stay a few MiB, whatever the
+# batch size.
+_SLICE_BYTES = 8 * 2**20
+# Largest bank of per-column matrices (complex64) for which the Gabor stage runs as matrix
+# products rather than FFTs: 15 MiB for 32×32 images with orientations (8, 8, 4).
+_MATRIX_BYTES = 32 * 2**20
 
 
 class Gist(TransformerMixin, BaseEstimator):
@@ -114,10 +118,8 @@ class Gist(TransformerMixin, BaseEstimator):
         images = check_images(images, "L", self.image_size, "Gist")
         bank = self._bank()
         out = np.empty((len(images), self.n_features_out_), np.float32)
-        n_padded = bank.gabor.shape[-1]
-        step = max(1, _SLICE_BYTES // (8 * n_padded**2))
-        for start in range(0, len(images), step):
-            stop = start + step
+        for start in range(0, len(images), bank.slice_rows):
+            stop = start + bank.slice_rows
             out[start:stop] = bank.describe(images[start:stop])
         return out
 
@@ -167,7 +169,20 @@ def gabor_bank(orientations_per_scale: tuple[int, ...], n: int) -> np.ndarray:
 
 
 class _GistBank:
-    """The prefilter's Gaussian and the Gabor bank for one setting, and the batch computation."""
+    """The prefilter's Gaussian and the Gabor stage for one setting, and the batch computation.
+
+    The Gabor stage of image q (size s, padded to n = s + 2·boundary) is, per filter G,
+    E = |A (G ∘ X) Aᵀ| with X = M q Mᵀ the spectrum of the padded image (M: n×s, the DFT of the
+    symmetric padding) and A: s×n the inverse DFT onto the cropped rows. The bank is not
+    Hermitian, so the inverse is a full complex transform either way. Two exact forms:
+
+    - matrices, for small images: column l of A (G ∘ X) is T_l (q Mᵀ)_l with
+      T_l = A diag(G[:, l]) M, an s×s matrix per filter and column, kept for the bank
+      (n_filters·n·s² complex numbers). Both passes are then batched matrix products, which
+      on small images outrun the n + s length-n transforms per filter of the FFT form;
+    - FFTs, for the rest: one forward transform of the padded image, then per filter the
+      inverse along each of the n rows and along each of the s cropped columns only.
+    """
 
     def __init__(
         self,
@@ -185,33 +200,72 @@ class _GistBank:
         # exp(-|f|²/s1²) is real and even, so it acts on the half-plane of a real transform.
         lowpass = np.exp(-(fx**2 + fy**2) / s1**2)[:, : n // 2 + 1]
         self.lowpass = lowpass.astype(np.float32)
-        self.gabor = gabor_bank(orientations, size + 2 * boundary_extension)
+        n = size + 2 * boundary_extension
+        gabor = gabor_bank(orientations, n)
+        self.n_filters = len(gabor)
         edges = np.floor(np.linspace(0, size, n_blocks + 1)).astype(np.intp)
         self.block_starts = edges[:-1]
         self.block_areas = np.outer(np.diff(edges), np.diff(edges)).astype(np.float32)
+        if self.n_filters * n * size**2 * 8 <= _MATRIX_BYTES:
+            self.gabor = None
+            self._build_matrices(gabor, n)
+            self.slice_rows = max(1, _SLICE_BYTES // (self.n_filters * n * size * 8))
+        else:
+            self.gabor = gabor
+            self.slice_rows = max(1, _SLICE_BYTES // (8 * n**2))
+
+    def _build_matrices(self, gabor: np.ndarray, n: int) -> None:
+        size, pad = self.size, self.boundary_extension
+        k = np.arange(n)
+        padding = np.zeros((n, size))
+        padding[k, np.pad(np.arange(size), pad, mode="symmetric")] = 1
+        spectrum = np.exp(-2j * np.pi * np.outer(k, k) / n) @ padding  # M: n × s
+        inverse = np.exp(2j * np.pi * np.outer(np.arange(pad, pad + size), k) / n) / n  # A
+        # transfer[f, l] = A diag(G[f, :, l]) M, one batched product per filter.
+        self.transfer = np.stack(
+            [(inverse[None] * g.T[:, None, :].astype(np.float64)) @ spectrum for g in gabor]
+        ).astype(np.complex64)
+        self.spectrum_t = spectrum.T.astype(np.complex64)
+        self.inverse = inverse.astype(np.complex64)
 
     def describe(self, images: np.ndarray) -> np.ndarray:
         """GIST rows of a slice of images (m, size, size)."""
-        m = len(images)
         x = self.prefilter(images)
-        pad = self.boundary_extension
+        if self.gabor is None:
+            blocks = self._block_means(self._energy_by_matrices(x), axes=(1, 2))
+            # (filter, block column, block row, image): LMgist's column-major block order.
+            return np.ascontiguousarray(np.moveaxis(blocks, -1, 0)).reshape(len(x), -1)
+        return self._blocks_by_fft(x)
+
+    def _energy_by_matrices(self, x: np.ndarray) -> np.ndarray:
+        """|response| of every filter, (n_filters, column, row, image)."""
+        m, s = len(x), self.size
+        columns = np.ascontiguousarray((x @ self.spectrum_t).transpose(2, 1, 0))  # (q Mᵀ)_l
+        rows = np.matmul(self.transfer, columns)  # (filter, l, row, image)
+        response = np.matmul(self.inverse, rows.reshape(self.n_filters, -1, s * m))
+        return np.abs(response).reshape(self.n_filters, s, s, m)
+
+    def _blocks_by_fft(self, x: np.ndarray) -> np.ndarray:
+        m, pad = len(x), self.boundary_extension
         x = np.pad(x, ((0, 0), (pad, pad), (pad, pad)), mode="symmetric")
         spectrum = scipy.fft.fft2(x, workers=1)
         crop = slice(pad, pad + self.size)
-        blocks = np.empty((m, len(self.gabor), *self.block_areas.shape), np.float32)
+        blocks = np.empty((m, self.n_filters, *self.block_areas.shape), np.float32)
         for f, transfer in enumerate(self.gabor):
-            # The bank is not Hermitian: the response is complex and its inverse is a full
-            # complex transform. Only the cropped rows and columns are carried to the second pass.
             response = spectrum * transfer
             response = scipy.fft.ifft(response, axis=-1, workers=1, overwrite_x=True)[..., crop]
             response = scipy.fft.ifft(response, axis=-2, workers=1, overwrite_x=True)[:, crop]
-            energy = np.abs(response)
-            sums = np.add.reduceat(
-                np.add.reduceat(energy, self.block_starts, axis=1), self.block_starts, axis=2
-            )
-            blocks[:, f] = sums / self.block_areas
-        # LMgist stacks each filter's N×N block means column-major: block column, then row.
+            blocks[:, f] = self._block_means(np.abs(response), axes=(1, 2))
+        # LMgist stacks each filter's block means column-major: block column, then row.
         return blocks.transpose(0, 1, 3, 2).reshape(m, -1)
+
+    def _block_means(self, energy: np.ndarray, axes: tuple[int, int]) -> np.ndarray:
+        """Means over LMgist's downN blocks along two axes (the block areas are symmetric)."""
+        sums = np.add.reduceat(energy, self.block_starts, axis=axes[0])
+        sums = np.add.reduceat(sums, self.block_starts, axis=axes[1])
+        shape = [1] * energy.ndim
+        shape[axes[0]] = shape[axes[1]] = len(self.block_starts)
+        return sums / self.block_areas.reshape(shape)
 
     def prefilter(self, images: np.ndarray) -> np.ndarray:
         """LMgist's scaling to [0, 255] and prefilt: whitening and local contrast normalisation."""

@@ -57,14 +57,23 @@ def relative_error(a, b):
     return np.abs(a - b).max() / np.abs(b).max()
 
 
-def test_tiny_gist_matches_the_dense_reference(grey_images):
+@pytest.fixture(params=["matrices", "ffts"])
+def gabor_form(request, monkeypatch):
+    """Runs a test with each form of the Gabor stage: matrix products (small images, the
+    default up to 32 MiB of matrices) and FFTs (forced by allowing no matrices)."""
+    if request.param == "ffts":
+        monkeypatch.setattr("imgscale.pipeline.describe.gist._MATRIX_BYTES", 0)
+    return request.param
+
+
+def test_tiny_gist_matches_the_dense_reference(grey_images, gabor_form):
     gist = DESCRIPTORS["gist-tiny"]().fit()
     got = gist.transform(grey_images)
     for image, row in zip(grey_images, got, strict=True):
         assert relative_error(row, reference_gist(image, (8, 8, 4), 4)) < 1e-4
 
 
-def test_gist_matches_the_dense_reference_at_other_settings():
+def test_gist_matches_the_dense_reference_at_other_settings(gabor_form):
     """Odd block boundaries (48/5), a small boundary extension and another prefilter cut-off."""
     images = np.stack([scene(48, 3), photos(48, grey=True)[1]])
     gist = Gist((6, 4, 2), n_blocks=5, image_size=48, prefilter_fc=3, boundary_extension=8)
@@ -92,7 +101,7 @@ def test_shapes_and_dtype_of_the_named_settings():
     assert empty.shape == (0, 512) and empty.dtype == np.float32
 
 
-def test_a_constant_image_has_the_zero_descriptor():
+def test_a_constant_image_has_the_zero_descriptor(gabor_form):
     images = np.full((2, 32, 32), 77, np.uint8)
     assert not DESCRIPTORS["gist-tiny"]().fit().transform(images).any()
 
@@ -104,16 +113,17 @@ def test_the_descriptor_ignores_brightness_and_contrast(grey_images):
     assert np.allclose(gist.transform(images / 4 + 10), gist.transform(images), rtol=1e-4)
 
 
-def test_a_batch_equals_its_images_one_by_one(grey_images, monkeypatch):
-    """Also across the slices a large batch is cut into."""
-    monkeypatch.setattr("imgscale.pipeline.describe.gist._SLICE_BYTES", 8 * 96 * 96 * 4)
+def test_a_batch_equals_its_images_one_by_one(grey_images, gabor_form, monkeypatch):
+    """Also across the slices a large batch is cut into (here 4 and 2 images)."""
+    slice_bytes = 4 * 8 * 96 * 96 if gabor_form == "ffts" else 2 * 8 * 20 * 96 * 32
+    monkeypatch.setattr("imgscale.pipeline.describe.gist._SLICE_BYTES", slice_bytes)
     gist = DESCRIPTORS["gist-tiny"]().fit()
     batch = gist.transform(grey_images)
     one_by_one = np.concatenate([gist.transform(image[None]) for image in grey_images])
     np.testing.assert_allclose(batch, one_by_one, rtol=1e-5, atol=1e-6)
 
 
-def test_transposing_the_image_maps_the_orientations_as_the_filters_say(grey_images):
+def test_transposing_the_image_maps_the_orientations_as_the_filters_say(grey_images, gabor_form):
     """Transposing swaps fx and fy (angle t ↦ π/2 − t), so filter j, centred on the angle
     −πj/8, sees what filter k = 12 − j saw: for j = 5, 6, 7 that is filter 7, 6, 5 of the bank,
     exactly, with the block grid transposed. (For j ≤ 4, k ≥ 8 is the mirror G(−f) of filter
