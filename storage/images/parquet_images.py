@@ -166,7 +166,15 @@ def open_parquet_images(
 
     def split(images_per_partition: int) -> list[ImagePartition]:
         return [
-            ParquetPartition(None, file, name, groups, image_column, label, key)
+            ParquetPartition(
+                keys=None,
+                file=file,
+                name=name,
+                row_groups=groups,
+                image_column=image_column,
+                label_column=label,
+                id_column=key,
+            )
             for file, name, sizes, label, key in parts
             for groups in _runs(sizes, images_per_partition)
         ]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import Location, absolute, is_url, location
-from imgscale.storage.images.braces import expand_braces
+from imgscale.storage.images.braces import expand_braces, has_braces
 from imgscale.storage.images.source_types import (
     IMAGE_EXTENSIONS,
     EncodedImage,
@@ -111,6 +111,11 @@ def _json_label(data: bytes) -> str | None:
     if not isinstance(record, dict):
         return None
     return as_text(record.get("label", record.get("cls")))
+
+
+def names_shards(url: str) -> bool:
+    """Whether ``url`` names tar shards: a .tar file, a glob or a brace pattern."""
+    return url.lower().endswith(".tar") or bool(_GLOB.search(url)) or has_braces(url)
 
 
 def open_shards(url: str) -> ImageSource:

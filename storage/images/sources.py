@@ -9,17 +9,15 @@ workers, as a store's path does; credentials come from each process's environmen
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 
 from upath import UPath
 
 from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import absolute, location
-from imgscale.storage.images.braces import has_braces
 from imgscale.storage.images.files import open_folder, open_list
 from imgscale.storage.images.parquet_images import open_parquet_images, parquet_columns
-from imgscale.storage.images.shards import open_shards
+from imgscale.storage.images.shards import names_shards, open_shards
 from imgscale.storage.images.source_types import (
     IMAGE_EXTENSIONS,
     EncodedImage,
@@ -29,8 +27,6 @@ from imgscale.storage.images.source_types import (
     files_under,
     is_image_name,
 )
-
-_GLOB = re.compile(r"[*?[]")
 
 
 def open_image_source(
@@ -52,7 +48,7 @@ def open_image_source(
     Raises StoreError, in one line naming ``spec``, when nothing or nothing usable is there.
     """
     url = str(spec) if isinstance(spec, UPath) else os.fspath(spec)
-    if has_braces(url) or _GLOB.search(url) or url.lower().endswith(".tar"):
+    if names_shards(url):
         return open_shards(url)
     target = absolute(location(url))
     if not target.exists():
