@@ -4,9 +4,10 @@ The format is sniffed from the leading bytes, never taken from a file name. JPEG
 libjpeg-turbo (simplejpeg) with reduced-size decoding: the DCT is scaled by the smallest factor
 n/8 that still leaves the image at least as large as the largest request needs, so a 4000-pixel
 photo bound for a 128×128 descriptor never exists at full size. Every other format (PNG, GIF,
-WebP, BMP, TIFF) is decoded by Pillow. Pillow also reads each header first: the size is checked
-before any pixel buffer is allocated, and the EXIF orientation is applied to the decoded array,
-so a photo taken sideways is described upright (simplejpeg ignores EXIF).
+WebP, BMP, TIFF) is decoded by Pillow. The header is read first (libjpeg-turbo's for JPEG,
+Pillow's for the rest) and the size checked before any pixel buffer is allocated. The EXIF
+orientation (parsed by Pillow, for a JPEG only when it has an EXIF segment) is applied to the
+decoded array, so a photo taken sideways is described upright (simplejpeg ignores EXIF).
 
 Policy, for each `ImageRequest`:
 
@@ -64,11 +65,11 @@ MIN_SIDE = 8
 
 MODES = ("L", "RGB")
 
-# Leading bytes of each format → Pillow's reader for it. The readers are used directly, not
+# Leading bytes of each format but JPEG → Pillow's reader for it. The readers are used directly, not
 # through Image.open, so that the size check is ours (an ImageRejected, never Pillow's
 # DecompressionBombWarning) and the format cannot come from anything but the bytes.
+_JPEG = b"\xff\xd8\xff"
 _SIGNATURES: tuple[tuple[bytes, type[ImageFile.ImageFile]], ...] = (
-    (b"\xff\xd8\xff", JpegImagePlugin.JpegImageFile),
     (b"\x89PNG\r\n\x1a\n", PngImagePlugin.PngImageFile),
     (b"GIF87a", GifImagePlugin.GifImageFile),
     (b"GIF89a", GifImagePlugin.GifImageFile),
@@ -123,31 +124,102 @@ def decode_image(
     Raises `ImageRejected` for an image that is not one, is damaged, too large or too small
     (see the module docstring for what is read and what is rejected).
     """
-    header = _open(data)
-    width, height = header.size
+    if not data:
+        raise ImageRejected("empty file")
+    if data.startswith(_JPEG):
+        stored, orientation = _read_jpeg(data, requests, max_pixels, min_side)
+    else:
+        header = _open(data)
+        _check_size(*header.size, max_pixels, min_side)
+        stored = _decode_with_pillow(header)
+        orientation = _orientation(header)  # after the pixels: a PNG's eXIf may follow them
+    upright = _UPRIGHT[orientation](stored) if orientation in _UPRIGHT else stored
+    return _serve(np.ascontiguousarray(upright), requests)
+
+
+def _serve(pixels: np.ndarray, requests: Sequence[ImageRequest]) -> list[np.ndarray]:
+    """A new array per request: ``pixels`` in the request's mode, resize-cropped by Pillow
+    where the size differs (each mode converted once)."""
+    in_mode = {"L" if pixels.ndim == 2 else "RGB": pixels}
+    served = []
+    for request in requests:
+        if request.mode not in in_mode:
+            in_mode[request.mode] = _luma(pixels) if request.mode == "L" else _grey_to_rgb(pixels)
+        converted = in_mode[request.mode]
+        if request.size in (None, converted.shape[:2]):
+            served.append(converted.copy())
+        else:
+            resized = _resize_crop(Image.fromarray(converted), request.size)
+            served.append(np.array(resized))
+    return served
+
+
+def _luma(rgb: np.ndarray) -> np.ndarray:
+    """ITU-R 601 luma in Pillow's fixed point (its ``convert("L")``, exactly)."""
+    wide = rgb.astype(np.uint32)
+    luma = wide[:, :, 0] * 19595 + wide[:, :, 1] * 38470 + wide[:, :, 2] * 7471 + 0x8000
+    return (luma >> 16).astype(np.uint8)
+
+
+def _grey_to_rgb(grey: np.ndarray) -> np.ndarray:
+    return np.repeat(grey[:, :, None], 3, axis=2)
+
+
+def _check_size(width: int, height: int, max_pixels: int, min_side: int) -> None:
     if width * height > max_pixels:
         raise ImageRejected(f"image {width}×{height} exceeds the {max_pixels:,}-pixel limit")
     if min(width, height) < min_side:
         raise ImageRejected(
             f"image {width}×{height} is smaller than the {min_side}×{min_side} minimum"
         )
-    if isinstance(header, JpegImagePlugin.JpegImageFile):
-        orientation = _orientation(header)
-        stored = _decode_jpeg(data, header, _stored_size_needed(requests, orientation))
-    else:
-        stored = _decode_with_pillow(header)
-        orientation = _orientation(header)  # after the pixels: a PNG's eXIf may follow them
-    upright = _UPRIGHT[orientation](stored) if orientation in _UPRIGHT else stored
-    image = Image.fromarray(np.ascontiguousarray(upright))
-    modes = {r.mode for r in requests}
-    converted = {mode: image if image.mode == mode else image.convert(mode) for mode in modes}
-    return [np.array(_resize_crop(converted[r.mode], r.size)) for r in requests]
+
+
+def _read_jpeg(
+    data: bytes, requests: Sequence[ImageRequest], max_pixels: int, min_side: int
+) -> tuple[np.ndarray, int]:
+    """The stored pixels (grey or RGB, DCT-scaled for ``requests``) and the EXIF orientation.
+    libjpeg-turbo reads the size; Pillow parses the EXIF block only when there is one."""
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError as exc:
+        raise ImageRejected(f"corrupt JPEG header ({_one_line(exc)})") from None
+    _check_size(width, height, max_pixels, min_side)
+    exif, adobe = _jpeg_markers(data)
+    orientation = _jpeg_orientation(data) if exif else 1
+    needed = _stored_size_needed(requests, orientation)
+    return _decode_jpeg(data, colorspace, adobe, needed), orientation
+
+
+def _jpeg_orientation(data: bytes) -> int:
+    try:
+        header = JpegImagePlugin.JpegImageFile(io.BytesIO(data))
+    except Exception:  # EXIF Pillow cannot parse is no reason to reject the pixels
+        return 1
+    return _orientation(header)
+
+
+def _jpeg_markers(data: bytes) -> tuple[bool, bool]:
+    """Whether the segments before the JPEG's first scan hold EXIF (APP1 "Exif") and an Adobe
+    APP14 segment."""
+    exif = adobe = False
+    at = 2
+    while at + 4 <= len(data) and data[at] == 0xFF:
+        marker = data[at + 1]
+        if marker == 0xFF:  # a fill byte before a marker
+            at += 1
+            continue
+        if marker in (0xDA, 0xD9):  # start of scan, end of image
+            break
+        length = int.from_bytes(data[at + 2 : at + 4], "big")
+        body = data[at + 4 : at + 2 + length]
+        exif = exif or (marker == 0xE1 and body.startswith(b"Exif\x00\x00"))
+        adobe = adobe or (marker == 0xEE and body.startswith(b"Adobe"))
+        at += 2 + length
+    return exif, adobe
 
 
 def _open(data: bytes) -> ImageFile.ImageFile:
     """The image's header, parsed by Pillow's reader for the format its bytes announce."""
-    if not data:
-        raise ImageRejected("empty file")
     reader = _reader(data)
     try:
         return reader(io.BytesIO(data))
@@ -188,24 +260,24 @@ def _stored_size_needed(
 
 
 def _decode_jpeg(
-    data: bytes, header: JpegImagePlugin.JpegImageFile, needed: tuple[int, int] | None
+    data: bytes, colorspace: str, adobe: bool, needed: tuple[int, int] | None
 ) -> np.ndarray:
     """libjpeg-turbo's decode, DCT-scaled to the smallest size ≥ ``needed``, strict."""
     min_height, min_width = needed or (0, 0)
-    colorspace = {"L": "GRAY", "CMYK": "CMYK"}.get(header.mode, "RGB")
+    output = {"Gray": "GRAY", "CMYK": "CMYK", "YCCK": "CMYK"}.get(colorspace, "RGB")
     try:
         pixels = simplejpeg.decode_jpeg(
-            data, colorspace, min_height=min_height, min_width=min_width, strict=True
+            data, output, min_height=min_height, min_width=min_width, strict=True
         )
     except ValueError as exc:
         message = _one_line(exc)
         if "Premature end" in message:
             raise ImageRejected("truncated JPEG") from None
         raise ImageRejected(f"corrupt JPEG ({message})") from None
-    if colorspace == "GRAY":
+    if output == "GRAY":
         return pixels[:, :, 0]
-    if colorspace == "CMYK":
-        return _cmyk_to_rgb(pixels, inverted="adobe" in header.info)
+    if output == "CMYK":
+        return _cmyk_to_rgb(pixels, inverted=adobe)
     return pixels
 
 
@@ -234,10 +306,8 @@ def _decode_with_pillow(header: ImageFile.ImageFile) -> np.ndarray:
     return np.asarray(image.convert("RGB"))
 
 
-def _resize_crop(image: Image.Image, size: tuple[int, int] | None) -> Image.Image:
+def _resize_crop(image: Image.Image, size: tuple[int, int]) -> Image.Image:
     """``image`` scaled to cover ``size`` (height, width) and centre-cropped to it."""
-    if size is None or (image.height, image.width) == size:
-        return image
     height, width = size
     scale = max(height / image.height, width / image.width)
     box_width, box_height = width / scale, height / scale
