@@ -112,6 +112,12 @@ def cli() -> None:
 )
 @click.option("--split", default="train", show_default=True, help="Split name for these rows.")
 @click.option("--batch-id", help="Commit id (default: a hash of the rows' content).")
+@click.option(
+    "--commit-rows",
+    type=click.IntRange(min=1),
+    help="Images: rows a commit holds at most (default: a chunk of rows; a commit a minute at "
+    "least); a killed ingest loses at most one commit's work.",
+)
 @scheduler_option
 @json_option
 @verbose_option
@@ -128,6 +134,7 @@ def ingest(
     class_names_path,
     split,
     batch_id,
+    commit_rows,
     scheduler,
     as_json,
 ):
@@ -144,12 +151,19 @@ def ingest(
     Rows of vectors already committed (same content, from any file) are skipped.
     """
     if _is_image_source(src, features, store):
+        vector_only = {"--x-key": x_key, "--labels": labels_path,
+                       "--class-names": class_names_path, "--batch-id": batch_id}  # fmt: skip
+        given = [flag for flag, value in vector_only.items() if value]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: for files of vectors, not images")
         _ingest_images(
-            src, store, features, split, scheduler, as_json,
+            src, store, features, split, scheduler, as_json, commit_rows,
             {"image_column": image_column, "label_column": y_key or "label",
              "id_column": ids_key or "id", "path_column": path_column},
         )  # fmt: skip
         return
+    if commit_rows:
+        raise click.UsageError("--commit-rows: for images; a file of vectors is one commit")
     from imgscale.storage import ingest_file, read_class_names
 
     if not Path(src).is_file():
@@ -201,7 +215,9 @@ def _is_image_source(src: str, features: str | None, store: str) -> bool:
         return False
 
 
-def _ingest_images(src, store, features, split, scheduler, as_json, source_options) -> None:
+def _ingest_images(
+    src, store, features, split, scheduler, as_json, commit_rows, source_options
+) -> None:
     from imgscale.jobs.cluster import connect, shared_path
     from imgscale.jobs.ingest_images import ingest_images
     from imgscale.storage import is_url
@@ -217,6 +233,7 @@ def _ingest_images(src, store, features, split, scheduler, as_json, source_optio
             client,
             features=features,
             split=split,
+            commit_rows=commit_rows,
             source_options=source_options,
             progress=images_progress_line(quiet=as_json),
         )
