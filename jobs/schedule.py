@@ -31,6 +31,8 @@ def parse_every(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2) or "s"]
 
 
+# Longest length of each month (February in a leap year).
+_DAYS = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30, 12: 31}
 # (name, lowest, highest) of the five cron fields; day of week 0–7, both 0 and 7 are Sunday.
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day", 1, 31), ("month", 1, 12), ("weekday", 0, 7))
 
@@ -51,6 +53,11 @@ def _parse_field(text: str, name: str, low: int, high: int) -> frozenset[int]:
             last = high if match.group(2) else first
         if not (low <= first <= last <= high) or step < 1:
             raise ValueError(f"cron {name} field {text!r}: {part!r} outside {low}–{high}")
+        if step > high - low + 1:
+            raise ValueError(
+                f"cron {name} field {text!r}: step {step} in {part!r} is longer than the "
+                f"{high - low + 1} values {low}–{high}; expected a step of at most {high - low + 1}"
+            )
         values.update(range(first, last + 1, step))
     return frozenset(values)
 
@@ -78,6 +85,13 @@ class CronSchedule:
             )
         parsed = [_parse_field(f, *spec) for f, spec in zip(fields, _FIELDS, strict=True)]
         weekdays = frozenset(d % 7 for d in parsed[4])
+        days, months = parsed[2], parsed[3]
+        # Only a day-of-month restriction alone can exclude every date (a weekday always comes).
+        if fields[2] != "*" and fields[4] == "*" and min(days) > max(_DAYS[m] for m in months):
+            raise ValueError(
+                f"cron {expression!r}: day {fields[2]} never falls in month {fields[3]}; "
+                "expected a day that some month of the schedule has"
+            )
         return cls(*parsed[:4], weekdays, fields[2] != "*", fields[4] != "*")
 
     def matches(self, t: dt.datetime) -> bool:
@@ -115,6 +129,10 @@ class CronSchedule:
                 continue
             candidate += dt.timedelta(minutes=1)
         raise ValueError("cron expression never matches (e.g. 31 February)")
+
+
+class ScheduleFailed(RuntimeError):
+    """At least one scheduled run exited non-zero."""
 
 
 def run_times(
@@ -171,7 +189,8 @@ def schedule(
     now: Callable[[], float] = time.time,
 ) -> dict[str, int]:
     """Run ``imgscale COMMAND`` on the schedule until ``max_runs`` turns have passed (forever if
-    None). Returns counts of runs that ran, failed and were skipped (lock held)."""
+    None). Returns counts of runs that ran and were skipped (lock held); raises
+    :class:`ScheduleFailed` at the end if any run failed, so the scheduler's own exit says so."""
     if (every is None) == (cron is None):
         raise ValueError("give exactly one of --every and --cron")
     if not command:
@@ -179,6 +198,7 @@ def schedule(
     parsed = CronSchedule.parse(cron) if cron is not None else None
     lock_path = lock_path or default_lock_path(command)
     counts = {"ran": 0, "failed": 0, "skipped": 0}
+    last_failure = 0
     for turn, at in enumerate(run_times(every, parsed, now)):
         if max_runs is not None and turn >= max_runs:
             break
@@ -193,5 +213,12 @@ def schedule(
         else:
             counts["ran"] += 1
             counts["failed"] += code != 0
+            last_failure = code or last_failure
             log(f"{stamp} imgscale {' '.join(command)}: exit {code}")
+    if counts["failed"]:
+        raise ScheduleFailed(
+            f"schedule: {counts['failed']} of {counts['ran']} runs of imgscale {command[0]} "
+            f"failed (the last with exit {last_failure}), {counts['skipped']} skipped; expected "
+            "every run to exit 0"
+        )
     return counts
