@@ -78,7 +78,7 @@ def cli() -> None:
 
 
 @cli.command(cls=RecordedCommand)
-@click.argument("src")
+@click.argument("src", type=click.Path())
 @click.argument("store", type=StorePath())
 @click.option(
     "--features",

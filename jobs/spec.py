@@ -61,6 +61,8 @@ class Flow:
     stores_in: tuple[str, ...] = ()
     models_in: tuple[str, ...] = ()
     files_in: tuple[str, ...] = ()
+    # A file, a folder of images, tar shards named by a pattern, or a URL (checked when read).
+    sources_in: tuple[str, ...] = ()
     # A store the job creates or appends to; it gets the splits of ``split_from`` (a store key)
     # or the value of ``split_key``.
     store_out: str | None = None
@@ -75,7 +77,9 @@ class Flow:
 
 
 FLOWS: dict[str, Flow] = {
-    "ingest": Flow(files_in=("src", "labels_path"), store_out="store", split_key="split"),
+    "ingest": Flow(
+        sources_in=("src",), files_in=("labels_path",), store_out="store", split_key="split"
+    ),
     "compress": Flow(stores_in=("src",), store_out="dst", split_from="src"),
     "train": Flow(
         stores_in=("store",),
@@ -310,6 +314,10 @@ def _check_flow(path: Path, jobs: list[Job], problems: list[str]) -> None:
         for key in flow.files_in:
             if values.get(key) is not None and not Path(values[key]).is_file():
                 problems.append(f"{where}: key '{key}': file {values[key]} does not exist")
+        for key in flow.sources_in:
+            source = values.get(key)
+            if source is not None and not _may_exist(source):
+                problems.append(f"{where}: key '{key}': {source} does not exist")
         for key in flow.models_in:
             model = values[key]
             if model not in made_models and not (location(model) / "zarr.json").is_file():
@@ -338,6 +346,11 @@ def _check_flow(path: Path, jobs: list[Job], problems: list[str]) -> None:
             made_models.add(model)
         if flow.store_out:
             _record_output_store(job, flow, values, made_stores, where, problems)
+
+
+def _may_exist(source: str) -> bool:
+    """A path that exists, or one only reading can check: a URL, a pattern of tar shards."""
+    return "://" in source or any(c in source for c in "*?{") or Path(source).exists()
 
 
 def _default(param: click.Parameter) -> Any:
