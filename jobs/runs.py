@@ -40,6 +40,22 @@ HEARTBEAT_SECONDS = 2.0
 # Parameters that change only what is printed, never what is computed: not part of a record.
 _OUTPUT_ONLY = ("as_json",)
 
+# The password of a URL's user info (``scheme://user:PASSWORD@host``): never kept in a record.
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*):[^/?#@\s]*@")
+
+
+def redact_urls(value: Any) -> Any:
+    """``value`` (str, or dicts, lists and tuples of them) with URL passwords replaced by
+    ``***``, so a record or its error line keeps where a command read, never the password."""
+    if isinstance(value, str):
+        return _URL_PASSWORD.sub(r"\1:***@", value)
+    if isinstance(value, dict):
+        return {key: redact_urls(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(redact_urls(item) for item in value)
+    return value
+
+
 ledger_option = click.option(
     "--ledger",
     "ledger",
@@ -136,7 +152,8 @@ class RecordedCommand(click.Command):
         # A spec's [storage_options] (no secrets: the spec was checked) belong to the record.
         options = current_storage_options()
         spec = {**params, "storage_options": options} if options else params
-        with recorded_run(self.name, spec, command_line(self, rerun), ledger):
+        argv = redact_urls(command_line(self, rerun))
+        with recorded_run(self.name, redact_urls(spec), argv, ledger):
             return super().invoke(ctx)
 
 
@@ -213,7 +230,7 @@ def recorded_run(
         _finish(run, stop, heart, outcome, None if outcome == "ok" else f"exit {exc.exit_code}")
         raise
     except BaseException as exc:
-        _finish(run, stop, heart, "failed", one_line(exc))
+        _finish(run, stop, heart, "failed", redact_urls(one_line(exc)))
         raise
     else:
         _finish(run, stop, heart, "ok", None)

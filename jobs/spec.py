@@ -48,6 +48,8 @@ SECRET_KEY = re.compile(
 SECRET_VALUE = re.compile(
     r"^(AKIA|ASIA)[0-9A-Z]{16}$|^(?=.*[a-z])(?=.*[A-Z])(?=.*[0-9])[A-Za-z0-9/+]{40}$"
 )
+# A URL carrying a password in its user info (``scheme://user:pass@host``), anywhere in a value.
+URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]*@")
 SECRETS_GO = (
     "secrets go in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...) or the "
     "provider's credentials file, never in a spec file"
@@ -145,7 +147,11 @@ def load_spec(path: str | os.PathLike, root: click.Group) -> list[Job]:
     ]
     problems += [
         f"{path}: key '{key}' has a value that looks like an AWS credential; {SECRETS_GO}"
-        for key in _secret_values(document)
+        for key in _secret_values(document, SECRET_VALUE.match)
+    ]
+    problems += [
+        f"{path}: key '{key}' has a URL with a password (user:password@); {SECRETS_GO}"
+        for key in _secret_values(document, URL_PASSWORD.search)
     ]
     tables, defaults = _job_tables(path, document, problems)
     kinds = job_kinds(root)
@@ -176,13 +182,22 @@ def _secret_keys(value: Any, prefix: str = "") -> list[str]:
     return found
 
 
-def _secret_values(value: Any, prefix: str = "") -> list[str]:
+def _secret_values(value: Any, looks_secret: Any, prefix: str = "") -> list[str]:
+    """The keys (at any depth) of string values for which ``looks_secret`` is true."""
     if isinstance(value, dict):
-        return [k for key, item in value.items() for k in _secret_values(item, f"{prefix}{key}.")]
+        return [
+            k
+            for key, item in value.items()
+            for k in _secret_values(item, looks_secret, f"{prefix}{key}.")
+        ]
     if isinstance(value, list):
         name = prefix.rstrip(".")
-        return [k for i, item in enumerate(value, 1) for k in _secret_values(item, f"{name}[{i}].")]
-    return [prefix.rstrip(".")] if isinstance(value, str) and SECRET_VALUE.match(value) else []
+        return [
+            k
+            for i, item in enumerate(value, 1)
+            for k in _secret_values(item, looks_secret, f"{name}[{i}].")
+        ]
+    return [prefix.rstrip(".")] if isinstance(value, str) and looks_secret(value) else []
 
 
 def _job_tables(path: Path, document: dict, problems: list[str]) -> tuple[list[dict], dict]:
