@@ -7,10 +7,14 @@ names are the numbers "0".."C-1" (or that has no classes yet) name their classes
 every class it introduces at least one row, so a typo like a label of 10⁹ is refused instead of
 creating a billion empty classes. String labels (a parquet string column, an npz string array) are
 class names: known names keep their label, new names are appended in the order they first appear.
+
+Names are compared and stored in Unicode normal form C, so the composed and decomposed spellings
+of one name ("café" typed on two systems) are one class, not two that look the same.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,11 @@ import numpy as np
 from imgscale.storage.errors import StoreError
 
 UNLABELLED = -1
+
+
+def same_spelling(name: str) -> str:
+    """``name`` in Unicode normal form C: one spelling for names that read the same."""
+    return unicodedata.normalize("NFC", name)
 
 
 def numbered_names(count: int) -> list[str]:
@@ -33,7 +42,9 @@ class ClassTable:
     def __init__(self, names: Sequence[str]) -> None:
         self.names = list(names)
         self._committed = len(self.names)
-        self._index = {name: i for i, name in enumerate(self.names)}
+        self._index: dict[str, int] = {}
+        for i, name in enumerate(self.names):  # a store written before NFC keeps its first
+            self._index.setdefault(same_spelling(name), i)
         # Integer labels past the table may add numbered classes only to a numbered table.
         self._numbered = self.names == numbered_names(len(self.names))
         self._new_numbers: set[int] = set()
@@ -81,7 +92,8 @@ class ClassTable:
                     "class name"
                 )
         out = np.empty(len(values), np.int32)
-        for i, name in enumerate(values):
+        for i, value in enumerate(values):
+            name = same_spelling(value)
             index = self._index.get(name)
             if index is None:
                 if self._new_numbers:
@@ -112,15 +124,16 @@ class ClassTable:
 
 def read_class_names(path: str | Path) -> list[str]:
     """Class names from a text file, one a line (line i names label i); blank lines at the end
-    are ignored, any other blank or repeated name is refused."""
+    are ignored, any other blank or repeated name is refused. A UTF-8 byte order mark (as some
+    editors write) is not part of the first name, and names are in normal form C."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise StoreError(f"{path}: unreadable ({e}); expected a text file of class names") from e
     while lines and not lines[-1].strip():
         lines.pop()
-    names = [line.strip() for line in lines]
+    names = [same_spelling(line.strip()) for line in lines]
     for i, name in enumerate(names):
         if not name:
             raise StoreError(f"{path}: line {i + 1} is blank; expected one class name a line")
