@@ -219,24 +219,25 @@ def _ingest_images(
     src, store, features, split, scheduler, as_json, commit_rows, source_options
 ) -> None:
     from imgscale.jobs.cluster import connect, shared_path
-    from imgscale.jobs.ingest_images import ingest_images
+    from imgscale.jobs.ingest_images import ingest_images, nothing_to_do, plan_ingest
     from imgscale.storage import is_url
 
     if not is_url(src):
         src = str(shared_path(src))
     store = shared_path(store)
-    local = [Path(src)] if not is_url(src) and Path(src).exists() else []
-    with connect(scheduler, quiet=as_json, shared_paths=[*local, store.parent]) as client:
-        summary = ingest_images(
-            src,
-            store,
-            client,
-            features=features,
-            split=split,
-            commit_rows=commit_rows,
-            source_options=source_options,
-            progress=images_progress_line(quiet=as_json),
-        )
+    plan = plan_ingest(src, store, features=features, source_options=source_options)
+    if not plan.partitions and plan.total == 0:  # every image listed is in the store
+        summary = nothing_to_do(plan)
+    else:
+        local = [Path(src)] if not is_url(src) and Path(src).exists() else []
+        with connect(scheduler, quiet=as_json, shared_paths=[*local, store.parent]) as client:
+            summary = ingest_images(
+                plan,
+                client,
+                split=split,
+                commit_rows=commit_rows,
+                progress=images_progress_line(quiet=as_json),
+            )
     end_progress_line()
     report(summary)
     if as_json:
@@ -438,13 +439,26 @@ METHOD_LIST = "\b\nMethods:\n" + "\n".join(
     help="Embedding dimension (--embedding: default paper 000 §4.1; hope: 2).",
 )
 @click.option("--gamma", type=float, help="RFF/Nyström γ (default: 50th-neighbour bandwidth).")
+@click.option(
+    "--per-class",
+    type=click.IntRange(min=1),
+    help="Learn from N labelled rows a class of SPLIT, a seeded random sample; the other rows "
+    "count as unlabelled (centering, embedding fit: paper 000 §4.1).",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the --per-class sample (one seed gives nested samples across N).",
+)
 @method_options
 @scheduler_option
 @verbose_option
 @click.pass_context
 def train(
-    ctx, store, model, method, split, val_split, embedding, n_components, gamma, scheduler,
-    **options,
+    ctx, store, model, method, split, val_split, embedding, n_components, gamma, per_class, seed,
+    scheduler, **options,
 ) -> None:  # fmt: skip
     """Train a classifier on STORE and save it to MODEL (zarr + JSON, no pickle)."""
     from imgscale.jobs import models
@@ -475,6 +489,9 @@ def train(
         embedder = make_embedding(embedding, n_components=n_components, gamma=gamma)
     elif gamma is not None or (n_components is not None and not method_dim):
         raise click.UsageError("--n-components and --gamma need --embedding")
+    if _given(ctx, "seed") and per_class is None:
+        raise click.UsageError("--seed draws the --per-class sample: give --per-class too")
+    sample = {} if per_class is None else {"labelled_per_class": per_class, "sample_seed": seed}
     started = time.perf_counter()
     with connect(
         scheduler,
@@ -482,8 +499,9 @@ def train(
         data_bytes=row_bytes(feature_store),
     ):
         fitted = train_model(
-            feature_store, method, split=split, val_split=val_split, embedding=embedder, **given
-        )
+            feature_store, method, split=split, val_split=val_split, embedding=embedder,
+            per_class=per_class, seed=seed, **given,
+        )  # fmt: skip
         # Saved while connected: a kNN's reference rows are still persisted on the workers.
         models.save(
             fitted,
@@ -493,9 +511,13 @@ def train(
             rows=len(feature_store.labels(split)),
             committed_rows=feature_store.committed_rows,
             class_names=feature_store.class_names,
+            **sample,
         )
     classifier = fitted.steps[-1][1] if hasattr(fitted, "steps") else fitted
-    report({"rows": len(feature_store.labels(split)), "rho": getattr(classifier, "rho_", None)})
+    report(
+        {"rows": len(feature_store.labels(split)), "rho": getattr(classifier, "rho_", None),
+         **sample}
+    )  # fmt: skip
     detail = f", rho={classifier.rho_:g}" if hasattr(classifier, "rho_") else ""
     if hasattr(classifier, "best_iteration_"):
         detail += f", d={classifier.n_components}, best W at iteration {classifier.best_iteration_}"

@@ -43,6 +43,8 @@ def train(
     split: str = "train",
     val_split: str | None = "val",
     embedding: BaseEstimator | None = None,
+    per_class: int | None = None,
+    seed: int = 0,
     **options,
 ) -> BaseEstimator:
     """Fit ``method`` (a `jobs.methods.METHODS` name) on the rows of ``split``.
@@ -61,6 +63,9 @@ def train(
     options = resolve_options(entry, options)
     store.require_split(split)
     y = store.labels(split)
+    if per_class is not None:
+        y = labelled_sample(y, per_class, seed, class_names=store.class_names, split=split)
+        store = _RelabelledStore(store, split, y)
     classes = np.unique(y[y >= 0])
     if len(classes) < 2:
         names = [store.class_names[c] for c in classes]
@@ -78,6 +83,58 @@ def train(
         raise ValueError(f"method {method!r} needs --embedding pcalap, rplap or ale (eigenvalues)")
     classifier = entry.fit(TrainingData(store, split, val_split, eigenvalues), options)
     return classifier if embedding is None else classifier_pipeline(embedding, classifier)
+
+
+def labelled_sample(
+    y: np.ndarray,
+    per_class: int,
+    seed: int = 0,
+    *,
+    class_names: list[str] | None = None,
+    split: str = "train",
+) -> np.ndarray:
+    """``y`` with the labels of all but ``per_class`` rows of each class set to -1 (unlabelled).
+
+    The rows kept are a random sample of each class, seeded by ``seed``: each class's labelled
+    rows are put in a random order and the first ``per_class`` kept. The order does not depend
+    on ``per_class``, so with one seed the sample for 100 a class is part of the sample for
+    1,000, and a sweep over sizes adds labels rather than drawing new ones. A class with fewer
+    labelled rows than ``per_class`` is refused, naming it: silently training on fewer rows
+    would mislabel the size of the experiment.
+    """
+    if not isinstance(per_class, int | np.integer) or per_class < 1:
+        raise ValueError(f"--per-class must be a positive integer, got {per_class!r}")
+    y = np.asarray(y)
+    rng = np.random.default_rng(seed)
+    out = np.full_like(y, -1)
+    for label in np.unique(y[y >= 0]):
+        rows = np.flatnonzero(y == label)
+        if len(rows) < per_class:
+            name = class_names[label] if class_names is not None else str(label)
+            raise ValueError(
+                f"--per-class {per_class}: class {name!r} has only {len(rows)} labelled rows "
+                f"in split {split!r}"
+            )
+        out[rng.permutation(rows)[:per_class]] = label
+    return out
+
+
+class _RelabelledStore:
+    """A store's view in which ``split`` has other labels (a labelled sample); rows unchanged."""
+
+    def __init__(self, store: FeatureStore, split: str, labels: np.ndarray):
+        self._store, self._split, self._labels = store, split, labels
+        self.path = store.path
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+    def labels(self, split: str | None = None):
+        if split is None:
+            raise ValueError("a labelled sample belongs to one split: ask for its labels by name")
+        if split == self._split:
+            return self._labels
+        return self._store.labels(split)
 
 
 class _EmbeddedStore:
