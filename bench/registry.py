@@ -41,10 +41,12 @@ MODULES = (
     "ncm",
     "accuracy",
     "protocols",
+    "cifar10_gist",
     "ale_ceiling",
     "local",
     "hope",
     "overhead",
+    "images",
 )
 
 

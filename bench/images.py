@@ -1,0 +1,666 @@
+"""``imgscale bench images``: images in. Listing, reading, decoding and describing CIFAR-10
+JPEGs from a folder tree, WebDataset tar shards and parquet, in one process and through ``imgscale
+ingest`` on LocalClusters of 1 and 2 single-threaded workers, beside a plain single-process loop
+(Pillow decode, dense float64 numpy GIST) run in the same run; the same for the images upsampled
+to 256×256; peak RSS of the ingest's client and workers at two source sizes.
+
+The benchmark writes the first N CIFAR-10 training JPEGs (``cifar10/train.parquet`` of the data
+dir; at tiny without it, sklearn's digits as 32×32 JPEGs) into its scratch folder as a folder tree
+``<class>/<n>.jpg``, as WebDataset tar shards of 256 samples (``KEY.jpg`` + ``KEY.cls``), and as
+parquet with the file's own 2,048-row groups (the file itself when N is all of it: parquet row
+groups are never split, so they are its tasks). A smaller set of the same images, in all three
+kinds (parquet with 256-row groups), serves the 128×128 GIST and the first of the two sizes at
+which peak RSS is compared; the same images upsampled to 256×256 by Pillow (bicubic, JPEG quality
+90) are written as parquet with 256-row groups.
+
+In one process with one BLAS thread, per source kind: listing (``open_image_source(...)
+.partitions()``), reading the encoded bytes, reading + hashing + decoding (``decode_image``, RGB
+as stored), and the worker's own ``describe_partition`` for ``color``, ``gist-tiny`` (32×32) and
+``gist`` (128×128, on the smaller set). The peer is a plain loop over the same bytes:
+``PIL.Image.open(...).convert(...)`` (resized to the working size by Pillow's bilinear resize where
+it differs) and the GIST of each image by :func:`reference_gist`, LMgist's equations in dense
+float64 with one full complex FFT per filter (the tests check it against the descriptor). The
+upper bound of the 1 → 2 worker speed-up on this machine at this moment is the same work
+(``describe_partition`` with ``gist-tiny``) in 1 and then 2 plain processes without Dask.
+
+Through ``imgscale.jobs.ingest_images.ingest_images`` into a new store, on a LocalCluster of 1
+and then 2 single-threaded worker processes as ``imgscale.jobs.cluster.connect`` starts them,
+run from a spawned process of its own (the client holds nothing of this benchmark): images/s
+(listing, reading, hashing, decoding, describing and committing; the cluster's start is not
+counted), the 1 → 2 speed-up, and peak RSS of the client (which also runs the scheduler) and of
+the largest worker, sampled every 50 ms, for ``gist-tiny`` on the smaller and the full source.
+Every ingest record carries the 1-minute load average of the machine when it started.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import multiprocessing
+import os
+import queue as queue_module
+import shutil
+import tarfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from PIL import Image
+from threadpoolctl import threadpool_limits
+
+from imgscale.bench.common import PeakRSS, record
+from imgscale.bench.registry import Context, Skipped, benchmark
+from imgscale.jobs.features import Features, parse_features
+from imgscale.jobs.ingest_images import IMAGES_PER_PARTITION, describe_partition, known_of
+from imgscale.storage import ImageRequest, decode_image, open_image_source, read_partition
+
+CIFAR_TRAIN = "cifar10/train.parquet"
+CIFAR_TEST = "cifar10/test.parquet"
+# The CIFAR-10 parquet files' row groups: one ingest task each.
+CIFAR_ROW_GROUP = 2048
+# Tar shards and the smaller sets' row groups: one ingest task's worth of images.
+SMALL_GROUP = IMAGES_PER_PARTITION
+KINDS = ("folder", "tar", "parquet")
+LARGE_SIDE = 256
+LARGE_QUALITY = 90
+# (name, orientations per scale, working size) of the GIST settings measured; ingest's names.
+GIST_TINY = ("gist-tiny", (8, 8, 4), 32)
+GIST = ("gist", (8, 8, 8, 8), 128)
+GIST_BLOCKS = 4
+# A spawned child running the ingests of one cluster size must report within this long.
+CHILD_SECONDS = 4 * 3600
+
+
+def reference_gist(image: np.ndarray, orientations: tuple[int, ...], n_blocks: int) -> np.ndarray:
+    """LMgist (Oliva & Torralba 2001, Torralba's LMgist.m) of one square grey image, in dense
+    float64 with one full complex FFT per Gabor filter: what a person writes from the equations.
+
+    prefilt.m (fc = 4, 5-pixel symmetric padding): I ↦ log(I + 1), minus its Gaussian low-pass
+    exp(-|f|²/s²) (s = fc/√log 2), divided by 0.2 + the square root of the low-passed square.
+    createGabor.m on the image padded by 32 pixels (n = size + 64): filter (i, j) is
+    exp(-3.5 (|f|/(n·0.3/1.85^i) - 1)² - 2π (16 oᵢ²/32²) θ²) with θ the angle of f plus πj/oᵢ
+    wrapped to [-π, π]. gistGabor + downN: |IFFT(FFT(padded) · G)| cropped to the image, averaged
+    over the blocks bounded by floor(linspace(0, size, N + 1)), stacked column-major per filter.
+    """
+    img = image.astype(np.float64)
+    img -= img.min()
+    if img.max() > 0:
+        img *= 255 / img.max()
+    pad = 5
+    s1 = 4.0 / np.sqrt(np.log(2))
+    img = np.pad(np.log(img + 1), pad, mode="symmetric")
+    fy, fx = _centred_grid(img.shape[0])
+    lowpass = np.fft.ifftshift(np.exp(-(fx**2 + fy**2) / s1**2))
+    white = img - np.real(np.fft.ifft2(np.fft.fft2(img) * lowpass))
+    local_std = np.sqrt(np.abs(np.fft.ifft2(np.fft.fft2(white**2) * lowpass)))
+    out = (white / (0.2 + local_std))[pad:-pad, pad:-pad]
+
+    size, boundary = out.shape[0], 32
+    n = size + 2 * boundary
+    fy, fx = _centred_grid(n)
+    radius = np.fft.ifftshift(np.hypot(fx, fy))
+    angle = np.fft.ifftshift(np.arctan2(fy, fx))
+    spectrum = np.fft.fft2(np.pad(out, boundary, mode="symmetric"))
+    edges = np.floor(np.linspace(0, size, n_blocks + 1)).astype(int)
+    crop = slice(boundary, boundary + size)
+    features = []
+    for scale, n_orient in enumerate(orientations):
+        for j in range(n_orient):
+            theta = angle + np.pi / n_orient * j
+            theta = theta + 2 * np.pi * (theta < -np.pi) - 2 * np.pi * (theta > np.pi)
+            gabor = np.exp(
+                -3.5 * (radius / n / (0.3 / 1.85**scale) - 1) ** 2
+                - 2 * np.pi * (16 * n_orient**2 / 32**2) * theta**2
+            )
+            energy = np.abs(np.fft.ifft2(spectrum * gabor))[crop, crop]
+            blocks = np.empty((n_blocks, n_blocks))
+            for by in range(n_blocks):
+                for bx in range(n_blocks):
+                    rows = slice(edges[by], edges[by + 1])
+                    blocks[by, bx] = energy[rows, edges[bx] : edges[bx + 1]].mean()
+            features.extend(blocks.ravel(order="F"))
+    return np.asarray(features)
+
+
+def _centred_grid(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(fy, fx) = meshgrid(-n/2 : n/2 - 1), centred as LMgist builds its filters."""
+    f = np.arange(-n // 2, n // 2, dtype=np.float64)
+    fx, fy = np.meshgrid(f, f)
+    return fy, fx
+
+
+def plain_gist_rate(images: list[bytes], setting: tuple[str, tuple[int, ...], int]) -> float:
+    """Images/s of the peer: Pillow's decode to grey, Pillow's bilinear resize to the working
+    size where it differs, and :func:`reference_gist`, one image at a time."""
+    _, orientations, size = setting
+    started = time.perf_counter()
+    for data in images:
+        grey = Image.open(io.BytesIO(data)).convert("L")
+        if grey.size != (size, size):
+            grey = grey.resize((size, size), Image.Resampling.BILINEAR)
+        reference_gist(np.asarray(grey), orientations, GIST_BLOCKS)
+    return len(images) / (time.perf_counter() - started)
+
+
+def plain_decode_rate(images: list[bytes]) -> float:
+    """Images/s of the peer's decode alone: Pillow to an RGB array, one image at a time."""
+    started = time.perf_counter()
+    for data in images:
+        np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    return len(images) / (time.perf_counter() - started)
+
+
+# -- the images, written out as each kind of source ------------------------------------------
+
+
+def cifar_table(ctx: Context, n: int) -> pa.Table:
+    """The first ``n`` CIFAR-10 images (train, then test) as (id, label, image); at tiny scale
+    without the data dir, sklearn's digits as 32×32 JPEGs."""
+    try:
+        files = [ctx.data(CIFAR_TRAIN)]
+    except Skipped:
+        if ctx.scale != "tiny":
+            raise
+        return digits_table(n)
+    table = pq.read_table(files[0])
+    if table.num_rows < n:
+        table = pa.concat_tables([table, pq.read_table(ctx.data(CIFAR_TEST))])
+    return table.slice(0, n).combine_chunks()
+
+
+def digits_table(n: int) -> pa.Table:
+    """sklearn's 8×8 digits scaled up to 32×32 grey JPEGs (quality 75), as (id, label, image)."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images, labels = [], []
+    for i in range(n):
+        k = i % len(digits.images)
+        pixels = (digits.images[k] * 255 / 16).astype(np.uint8)
+        big = Image.fromarray(pixels).resize((32, 32), Image.Resampling.BICUBIC)
+        images.append(_jpeg(big, 75))
+        labels.append(f"digit{digits.target[k]}")
+    ids = [f"train/{label}/{i:05d}" for i, label in enumerate(labels)]
+    return pa.table({"id": ids, "label": labels, "image": pa.array(images, pa.binary())})
+
+
+def upsampled(table: pa.Table) -> pa.Table:
+    """The images upsampled to 256×256 by Pillow (bicubic), JPEG quality 90."""
+    images = [
+        _jpeg(
+            Image.open(io.BytesIO(data))
+            .convert("RGB")
+            .resize((LARGE_SIDE, LARGE_SIDE), Image.Resampling.BICUBIC),
+            LARGE_QUALITY,
+        )
+        for data in table.column("image").to_pylist()
+    ]
+    return table.set_column(2, "image", pa.array(images, pa.binary()))
+
+
+def _jpeg(image: Image.Image, quality: int) -> bytes:
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=quality)
+    return out.getvalue()
+
+
+def write_sources(
+    root: Path, table: pa.Table, row_group: int, parquet: Path | None = None
+) -> dict[str, str]:
+    """``table`` as a folder tree, tar shards and parquet under ``root`` (rewritten); the URL of
+    each kind. ``parquet`` is a file that already holds exactly ``table``, used as it is."""
+    shutil.rmtree(root, ignore_errors=True)
+    labels = table.column("label").to_pylist()
+    images = table.column("image").to_pylist()
+    folder = root / "folder"
+    for label in set(labels):
+        (folder / label).mkdir(parents=True)
+    for i, (label, data) in enumerate(zip(labels, images, strict=True)):
+        (folder / label / f"{i:05d}.jpg").write_bytes(data)
+    shards = root / "tar"
+    shards.mkdir()
+    for shard, start in enumerate(range(0, len(images), SMALL_GROUP)):
+        with tarfile.open(shards / f"shard-{shard:05d}.tar", "w") as tar:
+            for i in range(start, min(start + SMALL_GROUP, len(images))):
+                _add_member(tar, f"{i:05d}.jpg", images[i])
+                _add_member(tar, f"{i:05d}.cls", labels[i].encode())
+    if parquet is None:
+        parquet = root / "images.parquet"
+        pq.write_table(table, parquet, row_group_size=row_group)
+    return {"folder": str(folder), "tar": str(shards / "*.tar"), "parquet": str(parquet)}
+
+
+def _add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+# -- one process: each stage on its own ------------------------------------------------------
+
+
+def stage_rates(
+    kind: str, url: str, few_url: str, features: dict[str, Features], peers: dict[str, float]
+) -> list[dict]:
+    """Listing, reading, decoding and each descriptor through ``kind``'s source in this process
+    (one BLAS thread), beside the plain loop's rates in ``peers``."""
+    with threadpool_limits(limits=1):
+        started = time.perf_counter()
+        partitions = open_image_source(url).partitions()
+        listing = time.perf_counter() - started
+        read_rate, n = _rate(partitions, _read_only)
+        decode_rate, _ = _rate(partitions, _read_decode)
+        colour_rate, _ = _rate(partitions, _describer(features["color"]))
+        tiny_rate, _ = _rate(partitions, _describer(features[GIST_TINY[0]]))
+        gist_rate, n_few = _rate(
+            open_image_source(few_url).partitions(), _describer(features["gist"])
+        )
+    where = {"source": kind, "images": n}
+    tiny, gist = GIST_TINY[0], GIST[0]
+    return [
+        record(f"{kind}: listing", n / listing, "images/s", **where),
+        record(f"{kind}: read only", read_rate, "images/s", **where),
+        record(
+            f"{kind}: read + decode (RGB as stored)",
+            decode_rate,
+            "images/s",
+            peers["decode"],
+            peer="Pillow open + convert, one image at a time",
+            **where,
+        ),
+        record(
+            f"{kind}: read + decode + color vs read + decode",
+            colour_rate,
+            "images/s",
+            decode_rate,
+            peer="read + decode (target ratio ≥ 0.7)",
+            **where,
+        ),
+        record(
+            f"{kind}: read + decode + {tiny} (32×32), 1 process",
+            tiny_rate,
+            "images/s",
+            peers[tiny],
+            peer="plain loop: Pillow + dense float64 numpy GIST",
+            **where,
+        ),
+        record(
+            f"{kind}: read + decode + {gist} (128×128), 1 process",
+            gist_rate,
+            "images/s",
+            peers[gist],
+            peer="plain loop: Pillow + dense float64 numpy GIST",
+            source=kind,
+            images=n_few,
+        ),
+    ]
+
+
+def _rate(partitions: list, work: Callable[[object], int]) -> tuple[float, int]:
+    """(images/s, images) of ``work`` over every partition; ``work`` returns images done."""
+    started = time.perf_counter()
+    done = sum(work(partition) for partition in partitions)
+    return done / (time.perf_counter() - started), done
+
+
+def _read_only(partition) -> int:
+    return sum(bool(image.data) for image in read_partition(partition))
+
+
+def _read_decode(partition) -> int:
+    """What a worker does before describing: read, hash and decode (RGB as stored)."""
+    as_stored = [ImageRequest("RGB")]
+    done = 0
+    for image in read_partition(partition):
+        hashlib.sha256(image.data).digest()
+        decode_image(image.data, as_stored)
+        done += 1
+    return done
+
+
+def _describer(features: Features) -> Callable[[object], int]:
+    known = known_of(None)
+
+    def describe(partition) -> int:
+        return len(describe_partition(features, known, partition).keys)
+
+    return describe
+
+
+def plain_processes_speedup(url: str, features: Features) -> float:
+    """``describe_partition`` over the source's partitions in 2 plain processes (partition i in
+    process i mod 2) over 1: the 1 → 2 speed-up this machine allows now, without Dask."""
+    partitions = open_image_source(url).partitions()
+    context = multiprocessing.get_context("spawn")
+    seconds = {}
+    with context.Pool(2) as pool:
+        pool.map(_warm, range(2))
+        for procs in (1, 2):
+            shares = [partitions[p::procs] for p in range(procs)]
+            started = time.perf_counter()
+            pool.starmap(_describe_all, [(features, share) for share in shares])
+            seconds[procs] = time.perf_counter() - started
+    return seconds[1] / seconds[2]
+
+
+def _warm(_: int) -> None:
+    importlib.import_module("imgscale.jobs.ingest_images")
+
+
+def _describe_all(features: Features, partitions: list) -> int:
+    with threadpool_limits(limits=1):
+        return sum(map(_describer(features), partitions))
+
+
+# -- through imgscale ingest on a LocalCluster -----------------------------------------------
+
+
+def ingest_runs(workers: int, runs: list[tuple[str, str, str]], store_root: str) -> list[dict]:
+    """``ingest_images(source, new store, features)`` for each (name, source, features) of
+    ``runs``, on one LocalCluster of ``workers`` single-threaded workers (as the CLI starts
+    them), from a spawned process: seconds, images, 1-minute load, and peak RSS (bytes) of the
+    client and of the largest worker during each run."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_ingest_child, args=(queue, workers, runs, store_root))
+    child.start()
+    try:
+        result = queue.get(timeout=CHILD_SECONDS)
+    except queue_module.Empty:
+        result = {"error": "no answer"}
+    child.join()
+    if "error" in result:
+        raise RuntimeError(f"ingest on {workers} worker(s) failed: {result['error']}")
+    return result["runs"]
+
+
+def _ingest_child(queue, workers: int, runs: list[tuple[str, str, str]], store_root: str) -> None:
+    try:
+        queue.put({"runs": _ingest_in_cluster(workers, runs, Path(store_root))})
+    except Exception as exc:  # reported to the parent, which raises it there
+        queue.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def _ingest_in_cluster(workers: int, runs: list[tuple[str, str, str]], root: Path) -> list[dict]:
+    from imgscale.jobs.cluster import connect
+    from imgscale.jobs.ingest_images import ingest_images, plan_ingest
+
+    out = []
+    with connect(quiet=True, n_workers=workers) as client:
+        client.run(importlib.import_module, "imgscale.jobs.ingest_images")
+        worker_pids = {f"pid {pid}" for pid in client.run(os.getpid).values()}
+        for name, source, features in runs:
+            store = root / f"{name}.zarr"
+            shutil.rmtree(store, ignore_errors=True)
+            load = os.getloadavg()[0]
+            with PeakRSS() as rss:
+                summary = ingest_images(plan_ingest(source, store, features=features), client)
+            shutil.rmtree(store)
+            out.append(
+                {
+                    "name": name,
+                    "seconds": summary["seconds"],
+                    "images": summary["images_seen"],
+                    "load": load,
+                    "client_rss": rss.at_peak.get("client", 0),
+                    "worker_rss": max(v for k, v in rss.at_peak.items() if k in worker_pids),
+                }
+            )
+    return out
+
+
+def ingest_records(
+    kind: str,
+    one: dict[str, dict],
+    two: dict[str, dict],
+    peers: dict[str, float],
+    stage: dict[str, float],
+    plain_speedup: float,
+) -> list[dict]:
+    """Records of ``kind``'s ingest runs on 1 and 2 workers (by run name)."""
+    out = []
+    for feature, peer_rate, peer in (
+        ("color", stage["color"], "the same work in 1 process, no Dask"),
+        (GIST_TINY[0], peers[GIST_TINY[0]], "plain loop: Pillow + dense float64 numpy GIST"),
+        (GIST[0], peers[GIST[0]], "plain loop: Pillow + dense float64 numpy GIST"),
+    ):
+        rates = {}
+        for workers, runs in ((1, one), (2, two)):
+            run = runs[feature]
+            rates[workers] = run["images"] / run["seconds"]
+            out.append(
+                record(
+                    f"{kind}: imgscale ingest --features {feature}, {workers} worker(s)",
+                    rates[workers],
+                    "images/s",
+                    peer_rate,
+                    peer=peer + (" (target ratio ≥ 4 at 2 workers)" if feature != "color" else ""),
+                    source=kind,
+                    images=run["images"],
+                    workers=workers,
+                    load_1min=run["load"],
+                )
+            )
+        out.append(
+            record(
+                f"{kind}: ingest --features {feature}, speed-up 1 → 2 workers",
+                rates[2] / rates[1],
+                "x",
+                plain_speedup,
+                peer="gist-tiny in 1 → 2 plain processes, no Dask (target ≥ 1.8)",
+                source=kind,
+            )
+        )
+    return out
+
+
+def rss_records(kind: str, few: dict, full: dict) -> list[dict]:
+    """Peak RSS of the client and the largest worker at the full size beside the smaller one."""
+    return [
+        record(
+            f"{kind}: ingest {GIST_TINY[0]}, 2 workers, peak RSS of the {who} at "
+            f"{full['images']:,} images",
+            full[key] / 2**30,
+            "GiB",
+            few[key] / 2**30,
+            peer=f"the same at {few['images']:,} images (target: flat, ratio ≈ 1)",
+            source=kind,
+        )
+        for who, key in (("client", "client_rss"), ("largest worker", "worker_rss"))
+    ]
+
+
+def run(ctx: Context, n: int, n_few: int, n_peer_tiny: int, n_peer: int) -> list[dict]:
+    """Every measurement of the module docstring on ``n`` images (``n_few`` for the smaller
+    sets); the plain loop runs on ``n_peer_tiny`` images at 32×32 and ``n_peer`` at 128×128."""
+    scratch = ctx.scratch("images")
+    table = cifar_table(ctx, n)
+    given = ctx.data_dir / CIFAR_TRAIN if ctx.data_dir else None
+    whole = given is not None and given.exists() and pq.ParquetFile(given).metadata.num_rows == n
+    as_is = given if whole else None
+    full = write_sources(scratch / "full", table, CIFAR_ROW_GROUP, as_is)
+    few_table = table.slice(0, n_few)
+    few = write_sources(scratch / "few", few_table, SMALL_GROUP)
+    large_table = upsampled(few_table)
+    large = str(scratch / "large.parquet")
+    pq.write_table(large_table, large, row_group_size=SMALL_GROUP)
+    features = {name: parse_features(name) for name in ("color", GIST_TINY[0], GIST[0])}
+    ctx.log(f"images: {n:,} images written as folder, tar shards and parquet")
+
+    images = table.column("image").to_pylist()
+    large_images = large_table.column("image").to_pylist()
+    peers = {
+        "decode": plain_decode_rate(images[: n_peer_tiny * 10]),
+        GIST_TINY[0]: plain_gist_rate(images[:n_peer_tiny], GIST_TINY),
+        GIST[0]: plain_gist_rate(images[:n_peer], GIST),
+        "large": plain_gist_rate(large_images[:n_peer], GIST),
+        "large decode": plain_decode_rate(large_images[: n_peer * 10]),
+    }
+    del images, large_images, table, few_table, large_table
+    records = [
+        record(
+            f"plain loop: Pillow decode + dense float64 numpy {name}",
+            peers[name],
+            "images/s",
+            images=count,
+        )
+        for name, count in ((GIST_TINY[0], n_peer_tiny), (GIST[0], n_peer))
+    ]
+    with threadpool_limits(limits=1):  # first calls (imports, filter banks) are not timed
+        first = open_image_source(few["parquet"]).partitions()[0]
+        for one_features in features.values():
+            _describer(one_features)(first)
+    stage = {}
+    for kind in KINDS:
+        ctx.log(f"images: {kind}: stages in one process")
+        rows = stage_rates(kind, full[kind], few[kind], features, peers)
+        stage[kind] = {"color": rows[3]["value"]}
+        records += rows
+    records += large_stage_rates(large, features[GIST[0]], peers)
+    plain_speedup = plain_processes_speedup(full["folder"], features[GIST_TINY[0]])
+
+    runs_one, runs_two = [], []
+    for kind in KINDS:
+        runs_one += [
+            (f"{kind} color", full[kind], "color"),
+            (f"{kind} gist-tiny", full[kind], GIST_TINY[0]),
+            (f"{kind} gist", few[kind], GIST[0]),
+        ]
+        runs_two += [
+            (f"{kind} gist-tiny few", few[kind], GIST_TINY[0]),
+            (f"{kind} gist-tiny", full[kind], GIST_TINY[0]),
+            (f"{kind} color", full[kind], "color"),
+            (f"{kind} gist", few[kind], GIST[0]),
+        ]
+    large_runs = [("large gist", large, GIST[0])]
+    stores = str(scratch / "stores")
+    ctx.log("images: ingest on 1 worker")
+    one = {r["name"]: r for r in ingest_runs(1, runs_one + large_runs, stores)}
+    ctx.log("images: ingest on 2 workers")
+    two = {r["name"]: r for r in ingest_runs(2, runs_two + large_runs, stores)}
+
+    for kind in KINDS:
+        mine = len(kind) + 1
+        records += ingest_records(
+            kind,
+            {k[mine:]: v for k, v in one.items() if k.startswith(f"{kind} ")},
+            {k[mine:]: v for k, v in two.items() if k.startswith(f"{kind} ")},
+            peers,
+            stage[kind],
+            plain_speedup,
+        )
+        records += rss_records(kind, two[f"{kind} gist-tiny few"], two[f"{kind} gist-tiny"])
+    records += large_ingest_records(one["large gist"], two["large gist"], peers, plain_speedup)
+    return records
+
+
+def large_stage_rates(url: str, gist: Features, peers: dict[str, float]) -> list[dict]:
+    """The 256×256 parquet in one process: decode as stored, decode for GIST (reduced-size),
+    and decode + GIST, beside the plain loop."""
+    kind = f"parquet {LARGE_SIDE}×{LARGE_SIDE}"
+    with threadpool_limits(limits=1):
+        partitions = open_image_source(url).partitions()
+        decode_rate, n = _rate(partitions, _read_decode)
+        reduced_rate, _ = _rate(partitions, _decoder(gist.requests))
+        gist_rate, _ = _rate(partitions, _describer(gist))
+    peer = "plain loop: Pillow + dense float64 numpy GIST"
+    return [
+        record(
+            f"{kind}: read + decode (RGB as stored)",
+            decode_rate,
+            "images/s",
+            peers["large decode"],
+            peer="Pillow open + convert, one image at a time",
+            source=kind,
+            images=n,
+        ),
+        record(
+            f"{kind}: read + decode to grey 128×128 (reduced-size JPEG decoding)",
+            reduced_rate,
+            "images/s",
+            decode_rate,
+            peer="read + decode (RGB as stored)",
+            source=kind,
+            images=n,
+        ),
+        record(
+            f"{kind}: read + decode + gist (128×128), 1 process",
+            gist_rate,
+            "images/s",
+            peers["large"],
+            peer=peer,
+            source=kind,
+            images=n,
+        ),
+    ]
+
+
+def _decoder(requests: Iterable[ImageRequest]) -> Callable[[object], int]:
+    requests = list(requests)
+
+    def decode(partition) -> int:
+        done = 0
+        for image in read_partition(partition):
+            hashlib.sha256(image.data).digest()
+            decode_image(image.data, requests)
+            done += 1
+        return done
+
+    return decode
+
+
+def large_ingest_records(one: dict, two: dict, peers: dict[str, float], speedup: float) -> list:
+    kind = f"parquet {LARGE_SIDE}×{LARGE_SIDE}"
+    out, rates = [], {}
+    for workers, run_ in ((1, one), (2, two)):
+        rates[workers] = run_["images"] / run_["seconds"]
+        out.append(
+            record(
+                f"{kind}: imgscale ingest --features gist, {workers} worker(s)",
+                rates[workers],
+                "images/s",
+                peers["large"],
+                peer="plain loop: Pillow + dense float64 numpy GIST (target ratio ≥ 4 at 2 "
+                "workers)",
+                source=kind,
+                images=run_["images"],
+                workers=workers,
+                load_1min=run_["load"],
+            )
+        )
+    out.append(
+        record(
+            f"{kind}: ingest --features gist, speed-up 1 → 2 workers",
+            rates[2] / rates[1],
+            "x",
+            speedup,
+            peer="gist-tiny in 1 → 2 plain processes, no Dask (target ≥ 1.8)",
+            source=kind,
+        )
+    )
+    return out
+
+
+@benchmark(
+    "images",
+    "images in: listing, decode, GIST and colour per source kind (folder, tar shards, parquet) "
+    "in one process and through imgscale ingest on 1 and 2 workers vs a plain Pillow + numpy "
+    "GIST loop; 256x256 JPEGs; peak RSS vs images",
+    needs=(f"{CIFAR_TRAIN} (small and up; tiny uses sklearn's digits without it)",),
+)
+def suite(ctx: Context) -> list[dict]:
+    if ctx.external_cluster:
+        raise Skipped(
+            "it compares LocalClusters of 1 and 2 workers of its own; run it without --scheduler"
+        )
+    n, n_few, n_peer_tiny, n_peer = ctx.pick(
+        tiny=(300, 60, 10, 2),
+        small=(10_000, 1_000, 200, 40),
+        medium=(50_000, 2_000, 400, 60),
+        large=(60_000, 5_000, 400, 60),
+    )
+    return run(ctx, n, n_few, n_peer_tiny, n_peer)

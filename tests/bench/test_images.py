@@ -1,0 +1,76 @@
+"""`imgscale bench images`: its GIST peer is the descriptor's equations, and a tiny run measures
+every stage, source kind and cluster size it promises."""
+
+import numpy as np
+import pytest
+
+from imgscale.bench.images import GIST, GIST_TINY, KINDS, reference_gist, suite
+from imgscale.bench.registry import Context
+from imgscale.pipeline.describe import DESCRIPTORS
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("setting", [GIST_TINY, GIST])
+def test_the_peers_gist_is_the_descriptors(setting):
+    """The plain loop computes the same GIST as `imgscale ingest --features NAME`."""
+    name, orientations, size = setting
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[:size, :size] / size
+    images = np.stack(
+        [
+            rng.integers(0, 256, (size, size)),
+            np.clip(100 + 80 * x + 60 * (np.hypot(x - 0.5, y - 0.4) < 0.2), 0, 255),
+        ]
+    ).astype(np.uint8)
+    ours = DESCRIPTORS[name]().fit().transform(images)
+    for image, row in zip(images, ours, strict=True):
+        want = reference_gist(image, orientations, 4)
+        assert np.abs(row - want).max() / np.abs(want).max() < 1e-4
+
+
+@pytest.fixture(scope="module")
+def tiny_records(tmp_path_factory):
+    """A tiny run without the data dir: sklearn's digits as JPEGs."""
+    root = tmp_path_factory.mktemp("bench-images")
+    ctx = Context(scale="tiny", out=root, workdir=root / "work", benchmark="images", log=str)
+    return {r["name"]: r for r in suite(ctx)}
+
+
+def test_every_stage_of_every_source_kind_is_measured_beside_its_peer(tiny_records):
+    for kind in KINDS:
+        for stage in ("listing", "read only", "read + decode (RGB as stored)"):
+            assert tiny_records[f"{kind}: {stage}"]["value"] > 0
+        colour = tiny_records[f"{kind}: read + decode + color vs read + decode"]
+        assert (
+            colour["peer_value"] == tiny_records[f"{kind}: read + decode (RGB as stored)"]["value"]
+        )
+        for name, _, size in (GIST_TINY, GIST):
+            stage = tiny_records[f"{kind}: read + decode + {name} ({size}×{size}), 1 process"]
+            assert stage["value"] > 0 and stage["peer_value"] > 0
+            assert stage["ratio"] == pytest.approx(stage["value"] / stage["peer_value"])
+
+
+def test_ingest_runs_on_one_and_two_workers_with_the_peer_and_the_speed_up(tiny_records):
+    for kind in (*KINDS, "parquet 256×256"):
+        features = ("gist",) if kind.endswith("256") else ("color", "gist-tiny", "gist")
+        for feature in features:
+            for workers in (1, 2):
+                run = tiny_records[
+                    f"{kind}: imgscale ingest --features {feature}, {workers} worker(s)"
+                ]
+                assert run["value"] > 0 and run["peer_value"] > 0 and run["workers"] == workers
+                assert run["images"] == (60 if feature == "gist" else 300)
+                assert 0 <= run["load_1min"]
+            speedup = tiny_records[f"{kind}: ingest --features {feature}, speed-up 1 → 2 workers"]
+            assert speedup["value"] > 0 and speedup["peer_value"] > 0
+
+
+def test_peak_rss_of_client_and_workers_is_measured_at_two_sizes(tiny_records):
+    for kind in KINDS:
+        for who in ("client", "largest worker"):
+            name = f"{kind}: ingest gist-tiny, 2 workers, peak RSS of the {who} at 300 images"
+            rss = tiny_records[name]
+            # A Python process with numpy, Dask and Pillow loaded holds at least 50 MiB.
+            assert 0.05 < rss["value"] < 8 and 0.05 < rss["peer_value"] < 8
+            assert "60 images" in rss["peer"]
