@@ -153,25 +153,32 @@ class _Pending:
         return len(self.keys)
 
 
-def ingest_images(
+@dataclass
+class IngestPlan:
+    """What an ingest will do, found on the client before any cluster is needed: the
+    descriptors, what the store holds, and the partitions holding new images (``total``: their
+    count, None when listing cannot tell, as for tar shards and parquet)."""
+
+    source: str
+    store_path: Any
+    features: Features
+    known: Known
+    partitions: list[ImagePartition]
+    total: int | None
+    started: float = field(default_factory=time.perf_counter)
+
+
+def plan_ingest(
     source: str,
     store_path: Any,
-    client: Any,
     *,
     features: str | None = None,
-    split: str = "train",
-    commit_rows: int | None = None,
     images_per_partition: int = IMAGES_PER_PARTITION,
     source_options: dict[str, str] | None = None,
-    progress: Callable[[int, int | None, int, int], None] | None = None,
-) -> dict[str, Any]:
-    """Describe SOURCE's images that STORE lacks and append them; returns a summary.
-
-    ``features`` is ``--features`` (required for a new store; an existing one is described as
-    its record says). ``commit_rows`` (default: the store's rows per chunk) and `COMMIT_SECONDS`
-    bound the work a kill loses. ``progress(done, total, rows, refused)`` is called as partitions
-    finish (``total`` None while unknown).
-    """
+) -> IngestPlan:
+    """List SOURCE and keep the partitions with images STORE lacks. ``features`` is
+    ``--features``: required for a new store; an existing one is described as its record says,
+    and refuses other descriptors."""
     started = time.perf_counter()
     images = open_image_source(source, **(source_options or {}))
     existing = _open_existing(store_path)
@@ -186,30 +193,47 @@ def ingest_images(
         described_by = parse_features(features)
         if existing is not None:
             check_same_features(existing.descriptor, described_by, str(store_path))
-    known = known_of(existing)
     partitions = images.partitions(images_per_partition)
-    total = _new_images(partitions, existing)
-    if total is not None:
-        partitions = [p for p, n in zip(partitions, total, strict=True) if n]
-        total = sum(total)
+    counts = _new_images(partitions, existing)
+    total = None
+    if counts is not None:
+        partitions = [p for p, n in zip(partitions, counts, strict=True) if n]
+        total = sum(counts)
+    known = known_of(existing) if partitions else known_of(None)
+    return IngestPlan(source, store_path, described_by, known, partitions, total, started)
 
+
+def ingest_images(
+    plan: IngestPlan,
+    client: Any,
+    *,
+    split: str = "train",
+    commit_rows: int | None = None,
+    progress: Callable[[int, int | None, int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Describe the planned images on ``client``'s cluster and append them; returns a summary.
+
+    ``commit_rows`` (default: the store's rows per chunk) and `COMMIT_SECONDS` bound the work a
+    kill loses. ``progress(done, total, rows, refused)`` is called as partitions finish.
+    """
+    described_by = plan.features
     create = partial(
         create_store,
         dim=described_by.dim,
         descriptor=described_by.record,
-        provenance={"source": str(source)},
+        provenance={"source": str(plan.source)},
     )
     summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0}
-    with create_or_open(store_path, create) as (store, _):
-        check_same_features(store.descriptor, described_by, str(store_path))
+    with create_or_open(plan.store_path, create) as (store, _):
+        check_same_features(store.descriptor, described_by, str(plan.store_path))
         commit_rows = commit_rows or store.rows_per_chunk
-        threads = max(1, sum(client.nthreads().values()))
+        threads = max(1, sum(client.nthreads().values())) if plan.partitions else 1
         pending, last_commit = _Pending(), time.monotonic()
         results = stream_map(
             client,
             describe_partition,
-            (described_by, known),
-            partitions,
+            (described_by, plan.known),
+            plan.partitions,
             in_flight=TASKS_PER_THREAD * threads,
         )
         for result in results:
@@ -222,19 +246,30 @@ def ingest_images(
             if progress is not None:
                 done = summary["rows"] + len(pending)
                 refused = summary["refused"] + len(pending.refused)
-                progress(summary["images_seen"], total, done, refused)
+                progress(summary["images_seen"], plan.total, done, refused)
         _commit(store, pending, split, summary)
         summary["store_rows"] = store.committed_rows
-    seconds = time.perf_counter() - started
-    summary.update(
-        {
-            "seconds": seconds,
-            "images_per_second": summary["images_seen"] / seconds if seconds else 0.0,
-            "features": described_by.label,
-            "dim": described_by.dim,
-        }
-    )
-    return summary
+    return finish_summary(plan, summary)
+
+
+def finish_summary(plan: IngestPlan, summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary of a run, with its wall time, rate and descriptors."""
+    seconds = time.perf_counter() - plan.started
+    return {
+        **summary,
+        "seconds": seconds,
+        "images_per_second": summary["images_seen"] / seconds if seconds else 0.0,
+        "features": plan.features.label,
+        "dim": plan.features.dim,
+    }
+
+
+def nothing_to_do(plan: IngestPlan) -> dict[str, Any]:
+    """The summary of a plan with no new image (the store holds every image listed)."""
+    store = _open_existing(plan.store_path)
+    summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0}
+    summary["store_rows"] = store.committed_rows if store is not None else 0
+    return finish_summary(plan, summary)
 
 
 def _open_existing(store_path: Any) -> FeatureStore | None:
