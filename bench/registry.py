@@ -41,7 +41,6 @@ MODULES = (
     "ncm",
     "accuracy",
     "protocols",
-    "cifar10_gist",
     "ale_ceiling",
     "local",
     "hope",
