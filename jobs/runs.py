@@ -245,18 +245,27 @@ def one_line(exc: BaseException) -> str:
 
 
 def _finish(run: ActiveRun, stop, heart, outcome: str, error: str | None) -> None:
+    """Record the outcome. The job's work is done (or has failed on its own) by now, so a ledger
+    that cannot take the record (disk full, read-only) is a warning, never the job's outcome."""
     stop.set()
     heart.join()
     rows = run.figures.get("rows", run.rows_done)
-    run.ledger.finish(
-        run.run_id,
-        outcome,
-        rows=rows if isinstance(rows, int) else None,
-        rows_done=run.rows_done,
-        rows_total=run.rows_total,
-        figures=run.figures,
-        error=error,
-    )
+    try:
+        run.ledger.finish(
+            run.run_id,
+            outcome,
+            rows=rows if isinstance(rows, int) else None,
+            rows_done=run.rows_done,
+            rows_total=run.rows_total,
+            figures=run.figures,
+            error=error,
+        )
+    except Exception as exc:
+        click.echo(
+            f"imgscale: warning: outcome {outcome!r} of run {run.run_id} not recorded "
+            f"({one_line(exc)}); the next command that writes the ledger marks it lost",
+            err=True,
+        )
 
 
 def _heartbeat(run: ActiveRun, stop: threading.Event) -> None:

@@ -22,7 +22,7 @@ from imgscale.jobs.runs import (
 )
 from imgscale.jobs.schedule import parse_every
 from imgscale.jobs.spec import SpecError, load_spec
-from imgscale.storage import Ledger, use_storage_options
+from imgscale.storage import Ledger, StoreError, use_storage_options
 
 
 @click.command()
@@ -108,7 +108,13 @@ def runs(ctx: click.Context, since: str | None, kind: str | None, as_json: bool,
     book = Ledger(ledger_path(ledger))
     records = []
     if book.path.exists():
-        book.mark_lost()
+        try:
+            book.mark_lost()
+        except StoreError as exc:  # a read-only ledger is still listed
+            click.echo(
+                f"imgscale: warning: {exc}; runs whose process ended may still show 'running'",
+                err=True,
+            )
         records = book.runs(since=None if since is None else _since(since), kind=kind)
     listing = [_summary(r) for r in records]
     if as_json:
