@@ -25,16 +25,21 @@ def _onnxruntime() -> Any:
     return onnxruntime
 
 
+# torchvision's classifiers take 224×224 images; used when a model leaves its size free.
+DEFAULT_IMAGE_SIZE = 224
+
+
 class OnnxFeatures(TransformerMixin, BaseEstimator):
     """Activations of a CNN given as an ONNX model: the named output for each RGB image, a 4-D
     map (n, C, h, w) averaged over h and w to (n, C), a 2-D output (n, C) as it is.
 
     Images are fed as float32 NCHW, scaled to [0, 1] and standardised per channel,
     (x − mean) / std (ImageNet statistics by default, as torchvision's models expect). The model
-    must take one float tensor of shape (batch, 3, image_size, image_size), its batch dimension
-    free or 1. Inference runs with onnxruntime on the CPU with one thread (a Dask worker runs one
-    task per core). The session is built when first needed in each process and is never pickled,
-    so the descriptor ships to workers as its parameters.
+    must take one float tensor of shape (batch, 3, height, width), its batch dimension free or 1;
+    images are fed at the size the model declares, or at ``image_size``. Inference runs with
+    onnxruntime on the CPU with one thread (a Dask worker runs one task per core). The session
+    is built when first needed in each process and is never pickled, so the descriptor ships to
+    workers as its parameters.
 
     Parameters
     ----------
@@ -42,8 +47,9 @@ class OnnxFeatures(TransformerMixin, BaseEstimator):
         The serialised ONNX model.
     output : str or None, default=None
         Name of the output to use; None takes the model's first output.
-    image_size : int, default=224
-        Side of the square RGB images `transform` takes.
+    image_size : int or None, default=None
+        Side of the square RGB images `transform` takes. None: the model's own input size when
+        it declares one (square), else 224 (torchvision's classifiers).
     mean, std : tuple of 3 float, default=ImageNet's
         Per-channel standardisation of the [0, 1] input, in RGB order.
 
@@ -51,6 +57,8 @@ class OnnxFeatures(TransformerMixin, BaseEstimator):
     ----------
     n_features_out_ : int
         Channels of the output, found at fit by running one blank image.
+    image_size_ : int
+        Side of the images fed to the model.
     input_name_ : str
     output_name_ : str
 
@@ -64,7 +72,7 @@ class OnnxFeatures(TransformerMixin, BaseEstimator):
         self,
         model: bytes,
         output: str | None = None,
-        image_size: int = 224,
+        image_size: int | None = None,
         mean: tuple[float, float, float] = (0.485, 0.456, 0.406),
         std: tuple[float, float, float] = (0.229, 0.224, 0.225),
     ):
@@ -76,12 +84,13 @@ class OnnxFeatures(TransformerMixin, BaseEstimator):
 
     @property
     def image_request(self) -> tuple[str, tuple[int, int]]:
-        """What the decoder hands `transform`: RGB images of image_size × image_size."""
-        return "RGB", (self.image_size, self.image_size)
+        """What the decoder hands `transform` (once fitted): RGB images of image_size_ ×
+        image_size_."""
+        check_is_fitted(self)
+        return "RGB", (self.image_size_, self.image_size_)
 
     def fit(self, images: Any = None, y: Any = None) -> OnnxFeatures:
         """Load the model, check its input and output, and find `n_features_out_`."""
-        size = check_image_size(self.image_size, "OnnxFeatures")
         for name in ("mean", "std"):
             value = np.asarray(getattr(self, name), dtype=np.float64)
             if value.shape != (3,) or not np.all(np.isfinite(value)):
@@ -99,9 +108,10 @@ class OnnxFeatures(TransformerMixin, BaseEstimator):
         batch, *rest = inputs[0].shape
         if len(rest) != 3 or (isinstance(batch, int) and batch != 1):
             raise ValueError(
-                f"OnnxFeatures: the model's input must be (batch, 3, {size}, {size}) with a free "
+                "OnnxFeatures: the model's input must be (batch, 3, height, width) with a free "
                 f"or unit batch dimension, got {inputs[0].shape}"
             )
+        size = self._input_size(rest[1:])
         outputs = [o.name for o in session.get_outputs()]
         output = outputs[0] if self.output is None else self.output
         if output not in outputs:
@@ -110,15 +120,35 @@ class OnnxFeatures(TransformerMixin, BaseEstimator):
             )
         self.input_name_ = inputs[0].name
         self.output_name_ = output
+        self.image_size_ = size
         self._session = session
         blank = np.zeros((1, size, size, 3), np.uint8)
         self.n_features_out_ = int(self._run(blank).shape[1])
         return self
 
+    def _input_size(self, declared: list[Any]) -> int:
+        """``image_size``, else the model's declared square input size, else 224; refused if it
+        contradicts what the model declares."""
+        static = [d for d in declared if isinstance(d, int)]
+        if self.image_size is not None:
+            size = check_image_size(self.image_size, "OnnxFeatures")
+            if any(d != size for d in static):
+                raise ValueError(
+                    f"OnnxFeatures: image_size {size}, but the model takes {declared[0]}×"
+                    f"{declared[1]} images"
+                )
+            return size
+        if len(static) == 2 and static[0] != static[1]:
+            raise ValueError(
+                f"OnnxFeatures: the model takes {static[0]}×{static[1]} images; only square "
+                "inputs are supported"
+            )
+        return static[0] if static else DEFAULT_IMAGE_SIZE
+
     def transform(self, images: Any) -> np.ndarray:
         """Activations: float32 (n, n_features_out_)."""
         check_is_fitted(self)
-        images = check_images(images, "RGB", self.image_size, "OnnxFeatures")
+        images = check_images(images, "RGB", self.image_size_, "OnnxFeatures")
         out = np.empty((len(images), self.n_features_out_), np.float32)
         step = _SLICE if self._batch_is_free() else 1
         for start in range(0, len(images), step):

@@ -1,0 +1,100 @@
+"""`--features`: names to descriptors, the record a store keeps, and the checks against it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from imgscale.jobs.features import check_same_features, features_of_store, parse_features
+from imgscale.pipeline.describe import DESCRIPTORS
+from imgscale.storage import StoreError
+
+
+def tiny_network(path, scale: float = 1.0) -> None:
+    """A 1×1 convolution RGB -> 2 channels, then global average pooling, saved to ``path``."""
+    weight = (scale * np.arange(6, dtype=np.float32).reshape(2, 3, 1, 1)) / 10
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["images", "W"], ["map"]),
+            helper.make_node("GlobalAveragePool", ["map"], ["pooled"]),
+        ],
+        "tiny",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["n", 3, 16, 16])],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["n", 2, 1, 1])],
+        initializer=[numpy_helper.from_array(weight, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path.write_bytes(model.SerializeToString())
+
+
+def test_names_are_concatenated_in_order_with_their_widths():
+    features = parse_features("gist-tiny, color")
+    assert [e["name"] for e in features.record["features"]] == ["gist-tiny", "color"]
+    assert [e["dim"] for e in features.record["features"]] == [320, 128]
+    assert features.dim == 448
+    assert [(r.mode, r.size) for r in features.requests] == [("L", (32, 32)), ("RGB", (64, 64))]
+    rng = np.random.default_rng(0)
+    grey = rng.integers(0, 256, (3, 32, 32), dtype=np.uint8)
+    rgb = rng.integers(0, 256, (3, 64, 64, 3), dtype=np.uint8)
+    rows = features.describe([[grey[i], rgb[i]] for i in range(3)])
+    expected = np.hstack(
+        [
+            DESCRIPTORS["gist-tiny"]().fit().transform(grey),
+            DESCRIPTORS["color"]().fit().transform(rgb),
+        ]
+    )
+    np.testing.assert_allclose(rows, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("gits", "unknown descriptor 'gits'"),
+        ("gist,,color", "names separated by commas"),
+        ("onnx:", "expected onnx:PATH"),
+        ("onnx:missing.onnx", "is not a file"),
+        ("color:8", "unknown descriptor 'color:8'"),
+    ],
+)
+def test_bad_feature_names_are_refused_in_one_line(spec, message):
+    with pytest.raises(ValueError, match=message):
+        parse_features(spec)
+
+
+def test_the_record_survives_json_and_rebuilds_the_same_descriptors(tmp_path):
+    tiny_network(tmp_path / "tiny.onnx")
+    features = parse_features(f"gist-tiny,onnx:{tmp_path / 'tiny.onnx'}")
+    record = json.loads(json.dumps(features.record))
+    rebuilt = features_of_store(record, "s.zarr")
+    check_same_features(record, rebuilt, "s.zarr")
+    assert rebuilt.steps[1].image_request == ("RGB", (16, 16))  # the size the model declares
+    images = [[np.full((32, 32), 7 * i, np.uint8), np.full((16, 16, 3), 9 * i, np.uint8)]
+              for i in range(2)]  # fmt: skip
+    np.testing.assert_array_equal(rebuilt.describe(images), features.describe(images))
+    # The 1×1 convolution of a constant image, averaged: W · ((v/255 − mean) / std).
+    weight = np.arange(6, dtype=np.float32).reshape(2, 3) / 10
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    expected = weight @ ((9 / 255 - mean) / std)
+    np.testing.assert_allclose(features.describe(images)[1, 320:], expected, rtol=1e-5)
+
+
+def test_a_store_refuses_rows_described_otherwise():
+    record = parse_features("gist-tiny").record
+    with pytest.raises(StoreError, match="described by gist-tiny; refusing rows described by gist"):
+        check_same_features(record, parse_features("gist"), "s.zarr")
+    with pytest.raises(StoreError, match="holds vectors"):
+        check_same_features(None, parse_features("gist"), "s.zarr")
+
+
+def test_an_onnx_model_whose_bytes_changed_is_refused(tmp_path):
+    model = tmp_path / "tiny.onnx"
+    tiny_network(model)
+    record = json.loads(json.dumps(parse_features(f"onnx:{model}").record))
+    tiny_network(model, scale=2.0)
+    with pytest.raises(StoreError, match="sha256"):
+        features_of_store(record, "s.zarr")
+    with pytest.raises(StoreError, match="refusing rows"):
+        check_same_features(record, parse_features(f"onnx:{model}"), "s.zarr")
