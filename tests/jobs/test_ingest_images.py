@@ -299,3 +299,26 @@ def test_kill_9_at_any_moment_then_rerun_holds_every_image_exactly_once(tmp_path
     ids = list(open_store(store).ids())
     assert len(ids) == len(set(ids)) == len(images)
     assert set(ids) == set(images)
+
+
+def test_a_folder_on_s3_into_a_store_on_s3(tmp_path, s3_bucket, monkeypatch):
+    import fsspec
+
+    images = digit_images(3)
+    write_folder(tmp_path / "photos", images)
+    (tmp_path / "photos" / "digit-0" / "empty.jpg").write_bytes(b"")
+    fsspec.filesystem("s3").put(f"{tmp_path / 'photos'}/", f"{s3_bucket}/photos/", recursive=True)
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    store = f"{s3_bucket}/photos.zarr"
+    result = CliRunner().invoke(
+        cli, ["ingest", f"{s3_bucket}/photos/", store, "--features", "gist-tiny", "--json"]
+    )
+    assert result.exit_code == 0, f"{result.output} {result.exception!r}"
+    assert (json.loads(result.stdout)["rows"], json.loads(result.stdout)["refused"]) == (9, 1)
+    opened = open_store(store)
+    ids = list(opened.ids())
+    assert sorted(ids) == sorted(images)
+    np.testing.assert_allclose(
+        opened.features().compute(), gist_tiny([images[k] for k in ids]), rtol=1e-5, atol=1e-6
+    )
+    assert [r["key"] for r in opened.rejected().to_pylist()] == ["digit-0/empty.jpg"]
