@@ -142,6 +142,7 @@ def _remote_client(address: str) -> Iterator[Client]:
         )
     if protocol in ("tcp", "tls"):
         _probe(address, *parse_host_port(location))
+        _handshake(address)
     try:
         client = Client(address, timeout=f"{HANDSHAKE_SECONDS}s")
     except (OSError, TimeoutError) as exc:
@@ -173,6 +174,35 @@ def _probe(address: str, host: str, port: int | None) -> None:
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise ClusterError(f"no Dask scheduler at {address}: {reason.lower()}") from exc
+
+
+def _handshake(address: str) -> None:
+    """Fail within HANDSHAKE_SECONDS if the port answers but does not speak Dask: Client's own
+    timeout does not bound a peer that accepts and stays silent, and the command would hang."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def shake() -> None:
+        args = Security().get_connection_args("client")
+        comm = await asyncio.wait_for(
+            connect(address, timeout=HANDSHAKE_SECONDS, **args), HANDSHAKE_SECONDS
+        )
+        await comm.close()
+
+    try:
+        asyncio.run(shake())
+    except TimeoutError as exc:
+        raise ClusterError(
+            f"no Dask scheduler at {address}: the port accepted the connection but did not "
+            f"complete Dask's handshake within {HANDSHAKE_SECONDS:g} s (another service there?)"
+        ) from exc
+    except Exception as exc:  # a peer speaking another protocol: closed or garbled comm
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ClusterError(
+            f"no Dask scheduler at {address}: Dask's handshake failed ({first})"
+        ) from exc
 
 
 def _check_shared_paths(client: Client, paths: Iterable[str | os.PathLike]) -> None:
