@@ -31,6 +31,14 @@ def same_spelling(name: str) -> str:
     return unicodedata.normalize("NFC", name)
 
 
+def check_class_names(names: Sequence[str], where: str) -> list[str]:
+    """``names`` as a list, refused unless they are unique non-empty strings."""
+    names = list(names)
+    if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise StoreError(f"{where}: class names must be unique non-empty strings")
+    return names
+
+
 def numbered_names(count: int) -> list[str]:
     """The names integer labels get: "0".."count-1"."""
     return [str(i) for i in range(count)]

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from imgscale.storage.classes import check_class_names
 from imgscale.storage.commit_log import CLAIMS, latest_commit
 from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import (
@@ -46,6 +47,7 @@ from imgscale.storage.layout import (
     create_codes_array,
     create_features_array,
     default_rows_per_chunk,
+    write_classes,
     write_record,
 )
 from imgscale.storage.lock import FileLock, writer_lock
@@ -129,23 +131,21 @@ def _create(
     rows_per_chunk = default_rows_per_chunk(dim) if rows_per_chunk is None else int(rows_per_chunk)
     if rows_per_chunk < 1:
         raise StoreError(f"store {path}: rows_per_chunk {rows_per_chunk}; expected ≥ 1")
+    names = check_class_names(class_names or [], f"store {path}")
     if not is_local(path):
         with writer_lock(path) as claim:
             if claim.commit != 0:
                 raise StoreError(f"store {path}: exists; refusing to overwrite it")
             remove_tree(path, keep=CLAIMS)  # what a killed creation left
-            _write_skeleton(path, dim, rows_per_chunk, create_arrays, record, provenance)
+            _write_skeleton(path, dim, rows_per_chunk, create_arrays, record, provenance, names)
     else:
         if has_entries(path):
             raise StoreError(
                 f"store {path}: path exists and is not empty; refusing to overwrite it"
             )
         path.mkdir(parents=True, exist_ok=True)
-        _write_skeleton(path, dim, rows_per_chunk, create_arrays, record, provenance)
-    store = FeatureStore(path)
-    if class_names:
-        store.set_class_names(class_names)
-    return store
+        _write_skeleton(path, dim, rows_per_chunk, create_arrays, record, provenance, names)
+    return FeatureStore(path)
 
 
 def _write_skeleton(
@@ -155,6 +155,7 @@ def _write_skeleton(
     create_arrays: Callable[[int], None],
     record: dict[str, Any],
     provenance: dict[str, Any] | None,
+    class_names: list[str],
 ) -> None:
     zarr.create_group(**zarr_target(path))
     create_arrays(rows_per_chunk)
@@ -167,6 +168,8 @@ def _write_skeleton(
         "batches": [],
         **record,
     }
+    if class_names:
+        write_classes(path, class_names, record)
     # The record goes last: until it exists, open_store refuses the directory.
     write_record(path, record)
 

@@ -8,7 +8,8 @@ A store is a zarr v3 group directory::
                             also holds each image's sha256)
     rejected/{n:012d}.parquet   images refused by an ingest (key, sha256, reason), one file per
                             commit that refused any; the record lists them
-    classes.parquet         label -> class name
+    classes/{C:06d}-{crc:08x}.parquet   label -> class name, a new file whenever classes are
+                            added (stores made before had one ``classes.parquet``)
     .lock                   flock target serialising writers
 
 On an object store (an ``s3://`` URL, storage/fs.py) the commit record is instead the
@@ -17,10 +18,13 @@ latest of ``commits/{n:012d}.json`` and writers claim the next commit instead of
 
 Readers trust only the commit record: rows past ``committed_rows`` and rows files that no batch
 names are leftovers of a writer that died and are overwritten or removed by the next writer.
+The record holds the crc32c of every parquet file it names (rows, rejects, classes), so a
+damaged or missing file is refused by name on read, never read as other labels or no classes.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -28,6 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import google_crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -57,7 +62,9 @@ CODES = "codes"
 CODEBOOK = "codebook"
 ROTATION = "rotation"
 ROWS_DIR = "rows"
-CLASSES_FILE = "classes.parquet"
+# The class table of stores made before class tables were versioned and checksummed.
+LEGACY_CLASSES_FILE = "classes.parquet"
+CLASSES_DIR = "classes"
 LOCK_FILE = ".lock"
 # zarr's LocalStore writes every key to "<key>.<uuid>.partial" then renames it; a writer killed
 # mid-write leaves such files behind, and our own tmp files use the same suffix so one sweep
@@ -266,36 +273,68 @@ def copy_file_atomic(source: Location, target: Location) -> None:
         raise
 
 
-def write_table_atomic(table: pa.Table, target: Location) -> None:
+def write_table_atomic(table: pa.Table, target: Location) -> int:
     """Write a parquet file so a reader or a crash sees the old file or the new one, never half
-    (an object store's PUT is atomic by itself)."""
+    (an object store's PUT is atomic by itself); returns the crc32c of its bytes."""
+    data = table_bytes(table)
     if not is_local(target):
-        put_object(target, table_bytes(table))
-        return
+        put_object(target, data)
+        return google_crc32c.value(data)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_path_for(target)
     try:
-        pq.write_table(table, tmp)
+        tmp.write_bytes(data)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    return google_crc32c.value(data)
 
 
-def read_classes(path: Location) -> list[str]:
-    file = path / CLASSES_FILE
-    if not file.exists():
-        return []
-    table = read_table(file).sort_by("label")
+def file_crc32c(file: Location) -> int:
+    return google_crc32c.value(file.read_bytes())
+
+
+def read_checked_table(file: Location, crc32c: int | None, where: str, **options: Any) -> pa.Table:
+    """A parquet file the commit record names, checked against the record's crc32c (None: a
+    file written before checksums were kept); ``options`` as `pyarrow.parquet.read_table`'s."""
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise StoreError(f"{where}: {file} is missing; the store is damaged") from None
+    if crc32c is not None and google_crc32c.value(data) != crc32c:
+        raise StoreError(f"{where}: {file} fails its crc32c checksum; the store is damaged")
+    return pq.read_table(io.BytesIO(data), **options)
+
+
+def read_classes(path: Location, record: dict[str, Any] | None = None) -> list[str]:
+    """The class names, from the class table ``record`` (default: the committed one) names."""
+    record = read_record(path) if record is None else record
+    entry = record.get("classes")
+    if entry is not None:
+        file = path / entry["file"]
+        table = read_checked_table(file, entry["crc32c"], f"store {path}: class table")
+    else:
+        file = path / LEGACY_CLASSES_FILE
+        if not file.exists():
+            return []
+        table = read_table(file)
+    table = table.sort_by("label")
     labels = table.column("label").to_pylist()
     if labels != list(range(len(labels))):
         raise StoreError(f"{file}: labels {labels[:10]}…, expected 0..{len(labels) - 1} in order")
     return table.column("name").to_pylist()
 
 
-def write_classes(path: Location, names: list[str]) -> None:
+def write_classes(path: Location, names: list[str], record: dict[str, Any]) -> None:
+    """Write a class table of ``names`` as a new file and name it in ``record`` (committed by
+    the caller's `write_record`): a file is never rewritten, so a reader holding the previous
+    record still reads the table it names."""
     table = pa.table(
         {"label": pa.array(range(len(names)), pa.int32()), "name": pa.array(names, pa.string())},
         schema=CLASSES_SCHEMA,
     )
-    write_table_atomic(table, path / CLASSES_FILE)
+    data_crc = google_crc32c.value(table_bytes(table))
+    file = f"{CLASSES_DIR}/{len(names):06d}-{data_crc:08x}.parquet"
+    crc = write_table_atomic(table, path / file)
+    record["classes"] = {"file": file, "crc32c": crc}

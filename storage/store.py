@@ -12,13 +12,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imgscale.storage.chunks import ChunkReader, SplitRows
+from imgscale.storage.classes import check_class_names
 from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import (
     Location,
     absolute,
     location,
     read_parquet_schema,
-    read_table,
     tree_bytes,
 )
 from imgscale.storage.ids import HashRuns, id_hashes
@@ -28,9 +28,11 @@ from imgscale.storage.layout import (
     ROWS_SCHEMA,
     SCHEMA_VERSION,
     SHA256,
+    read_checked_table,
     read_classes,
     read_record,
     write_classes,
+    write_record,
 )
 from imgscale.storage.lock import writer_lock
 from imgscale.storage.pq_codec import PQCodec
@@ -105,11 +107,10 @@ class FeatureStore:
         ``names`` must agree with the existing names on their common prefix; a shorter list
         changes nothing.
         """
-        names = list(names)
-        if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
-            raise StoreError(f"store {self.path}: class names must be unique non-empty strings")
+        names = check_class_names(names, f"store {self.path}")
         with writer_lock(self.path):
-            old = read_classes(self.path)
+            record = read_record(self.path)
+            old = read_classes(self.path, record)
             common = min(len(old), len(names))
             if names[:common] != old[:common]:
                 raise StoreError(
@@ -117,7 +118,8 @@ class FeatureStore:
                     f"expected the existing names {old} first, new names after"
                 )
             if len(names) > len(old):
-                write_classes(self.path, names)
+                write_classes(self.path, names, record)
+                write_record(self.path, record)
 
     def has_batch(self, batch_id: str) -> bool:
         return any(b["batch_id"] == batch_id for b in read_record(self.path)["batches"])
@@ -305,7 +307,10 @@ class FeatureStore:
         """Images an ingest refused and no later ingest committed: key, sha256, reason and
         split of the latest refusal of each key, in the order they were refused."""
         record = read_record(self.path)
-        files = [read_table(self.path / r["file"]) for r in record.get("rejected", [])]
+        files = [
+            read_checked_table(self.path / r["file"], r.get("crc32c"), f"store {self.path}")
+            for r in record.get("rejected", [])
+        ]
         if not files:
             return REJECTED_SCHEMA.empty_table()
         table = pa.concat_tables(files)
@@ -352,8 +357,10 @@ class FeatureStore:
         where = f"store {self.path}: rows file {file} for rows {batch['start']}–{batch['stop'] - 1}"
         expected = batch["stop"] - batch["start"]
         try:
-            table = read_table(
+            table = read_checked_table(
                 file,
+                batch.get("crc32c"),
+                where,
                 columns=list(columns),
                 read_dictionary=[c for c in columns if c in _DICTIONARY],
             )

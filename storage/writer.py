@@ -24,6 +24,7 @@ from imgscale.storage.layout import (
     ROWS_DIR,
     ROWS_SCHEMA,
     copy_file_atomic,
+    file_crc32c,
     open_codes_array,
     open_features_array,
     read_classes,
@@ -150,7 +151,7 @@ class BatchWriter(_LockedWriter):
         self._pending_rows = 0
         self._meta: list[pa.RecordBatch] = []
         self._rejects: list[pa.RecordBatch] = []
-        self._classes = ClassTable(read_classes(path))
+        self._classes = ClassTable(read_classes(path, record))
         self._is_pq, self._array = _open_rows_array(path, record)
         self._committed_hashes = self.store.committed_id_hashes()
         self._batch_hashes = HashRuns()
@@ -291,13 +292,14 @@ class BatchWriter(_LockedWriter):
         if self._rejects:
             rejected = record.setdefault("rejected", [])
             file = rejected_file_name(len(rejected))
-            write_table_atomic(pa.Table.from_batches(self._rejects), self.store.path / file)
-            rejected.append({"file": file, "images": sum(b.num_rows for b in self._rejects)})
+            crc = write_table_atomic(pa.Table.from_batches(self._rejects), self.store.path / file)
+            images = sum(b.num_rows for b in self._rejects)
+            rejected.append({"file": file, "images": images, "crc32c": crc})
         if self.rows_written:
             table = pa.Table.from_batches(self._meta)
             if self._classes.added:
                 where = f"store {self.store.path}, batch {self.batch_id!r}"
-                write_classes(self.store.path, self._classes.final_names(where))
+                write_classes(self.store.path, self._classes.final_names(where), record)
             _add_batch(self.store.path, record, self.batch_id, self.start, table)
         write_record(self.store.path, record)
 
@@ -308,15 +310,21 @@ def _add_batch(
     """Write the rows file of a batch starting at row `start` and add the batch to `record`
     (committed by the caller's `write_record`, after every rows file is in place)."""
     rows_file = rows_file_name(start)
-    write_table_atomic(rows, path / rows_file)
-    _record_batch(record, batch_id, start, start + rows.num_rows, rows_file)
+    crc = write_table_atomic(rows, path / rows_file)
+    _record_batch(record, batch_id, start, start + rows.num_rows, rows_file, crc)
 
 
 def _record_batch(
-    record: dict[str, Any], batch_id: str, start: int, stop: int, rows_file: str
+    record: dict[str, Any], batch_id: str, start: int, stop: int, rows_file: str, crc32c: int
 ) -> None:
     record["batches"].append(
-        {"batch_id": batch_id, "start": start, "stop": stop, "rows_file": rows_file}
+        {
+            "batch_id": batch_id,
+            "start": start,
+            "stop": stop,
+            "rows_file": rows_file,
+            "crc32c": crc32c,
+        }
     )
     record["committed_rows"] = stop
 
@@ -426,9 +434,12 @@ class CopyWriter(_LockedWriter):
         for batch in self.batches:
             start = self.start + batch["start"]
             rows_file = rows_file_name(start)
-            copy_file_atomic(self.source.path / batch["rows_file"], self.store.path / rows_file)
+            source_file = self.source.path / batch["rows_file"]
+            crc = batch.get("crc32c")
+            crc = file_crc32c(source_file) if crc is None else crc
+            copy_file_atomic(source_file, self.store.path / rows_file)
             _record_batch(record, batch["batch_id"], start, start + batch["stop"] - batch["start"],
-                          rows_file)  # fmt: skip
+                          rows_file, crc)  # fmt: skip
         write_record(self.store.path, record)
 
 

@@ -19,6 +19,17 @@ def _truncate(file: Path) -> None:
     file.write_bytes(data[: len(data) // 2])
 
 
+def _forget_rows_checksums(store: FeatureStore) -> None:
+    """Make the store's commit record as stores made before checksums were kept."""
+    import json
+
+    meta_file = store.path / "zarr.json"
+    meta = json.loads(meta_file.read_text())
+    for batch in meta["attributes"]["imgscale"]["batches"]:
+        del batch["crc32c"]
+    meta_file.write_text(json.dumps(meta))
+
+
 def _flip_a_byte(file: Path) -> None:
     data = bytearray(file.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -71,6 +82,12 @@ def test_rows_file_column_of_another_type_is_reported(store: FeatureStore, colum
         table.schema.get_field_index(column), column, pa.array([1.5] * table.num_rows)
     )
     pq.write_table(retyped, file)
+    reopened = FeatureStore(store.path)
+    # The file no longer matches the crc32c its commit record holds.
+    with pytest.raises(StoreError, match=f"{re.escape(str(file))} fails its crc32c checksum"):
+        reopened.labels() if column == "label" else reopened.splits()
+    # A store written before rows files were checksummed: the column's type is checked.
+    _forget_rows_checksums(store)
     reopened = FeatureStore(store.path)
     with pytest.raises(StoreError, match=f"{re.escape(str(file))}.*column '{column}' is double"):
         reopened.labels() if column == "label" else reopened.splits()

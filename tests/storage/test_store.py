@@ -6,6 +6,7 @@ import itertools
 import json
 from pathlib import Path
 
+import google_crc32c
 import hypothesis.strategies as st
 import numpy as np
 import pyarrow as pa
@@ -189,8 +190,15 @@ def test_record_holds_provenance_and_batches(store: FeatureStore) -> None:
     record = json.loads((store.path / "zarr.json").read_text())["attributes"]["imgscale"]
     assert record["dtype"] == "float32" and record["encoding"] == "raw"
     assert set(record["created"]) >= {"time", "imgscale_version", "host"}
+    rows_file = "rows/000000000000.parquet"
     assert record["batches"] == [
-        {"batch_id": "b0", "start": 0, "stop": 25, "rows_file": "rows/000000000000.parquet"}
+        {
+            "batch_id": "b0",
+            "start": 0,
+            "stop": 25,
+            "rows_file": rows_file,
+            "crc32c": google_crc32c.value((store.path / rows_file).read_bytes()),
+        }
     ]
 
 
