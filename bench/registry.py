@@ -41,6 +41,7 @@ MODULES = (
     "ncm",
     "accuracy",
     "protocols",
+    "cifar10_gist",
     "ale_ceiling",
     "local",
     "hope",
