@@ -18,6 +18,7 @@ from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import read_table
 from imgscale.storage.ids import HashRuns, first_repeated, id_hashes
 from imgscale.storage.layout import (
+    CLASSES_DIR,
     IMAGE_ROWS_SCHEMA,
     REJECTED_DIR,
     REJECTED_SCHEMA,
@@ -338,8 +339,9 @@ def _open_rows_array(path: Path, record: dict[str, Any]) -> tuple[bool, Any]:
 
 def remove_uncommitted(path: Path, record: dict[str, Any] | None = None) -> None:
     """Remove what a writer that failed or died before its commit left behind: tmp files, rows
-    files no batch names, and row chunks wholly past the committed rows (the row array shrinks
-    to the committed rows, which drops their chunk files). Only safe while holding the lock."""
+    and rejects files the record does not name, class tables of more classes than the record's,
+    and row chunks wholly past the committed rows (the row array shrinks to the committed rows,
+    which drops their chunk files). Only safe while holding the lock."""
     record = read_record(path) if record is None else record
     remove_partials(path)
     named = {b["rows_file"] for b in record["batches"]}
@@ -348,6 +350,12 @@ def remove_uncommitted(path: Path, record: dict[str, Any] | None = None) -> None
         for file in (path / folder).glob("*.parquet"):
             if f"{folder}/{file.name}" not in named:
                 file.unlink(missing_ok=True)
+    # Earlier class tables stay: a reader holding an earlier record may still read one.
+    classes = record.get("classes")
+    committed = int(classes["file"].split("/")[1][:6]) if classes else 0
+    for file in (path / CLASSES_DIR).glob("*.parquet"):
+        if int(file.name[:6]) > committed:
+            file.unlink(missing_ok=True)
     _, array = _open_rows_array(path, record)
     if array.shape[0] > record["committed_rows"]:
         array.resize((record["committed_rows"], array.shape[1]))

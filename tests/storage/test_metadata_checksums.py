@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from imgscale.storage import StoreError, create_store, open_store
+from imgscale.storage.layout import write_classes
 
 
 @pytest.fixture
@@ -89,3 +90,14 @@ def test_a_store_written_before_checksums_still_reads(store):
 
 def read_record(path):
     return json.loads((path / "zarr.json").read_text())["attributes"]["imgscale"]
+
+
+def test_a_class_table_a_killed_writer_left_is_removed_by_the_next(store):
+    with pytest.raises(RuntimeError):
+        with store.writer("b") as writer:
+            writer.write(np.zeros((1, 4), np.float32), ["bird"], ["r50"])
+            # as a commit killed after writing its class table, before its record
+            write_classes(store.path, ["cat", "dog", "bird"], {})
+            raise RuntimeError("killed")
+    assert len(list((store.path / "classes").glob("*.parquet"))) == 1
+    assert open_store(store.path).class_names == ["cat", "dog"]
