@@ -22,9 +22,12 @@ root may then fail on a missing array (and is refused, never answered from a mix
 from __future__ import annotations
 
 import ctypes
+import glob
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 import uuid
 import warnings
@@ -34,6 +37,7 @@ from pathlib import Path
 import dask.array as da
 import google_crc32c
 import numpy as np
+import psutil
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
@@ -78,16 +82,20 @@ def save_model(
 
     With ``replace``, an existing model at ``path`` is swapped for the new one in one atomic
     exchange of the two directories: a reader opens either the old model or the new, never a
-    mixture or nothing, and a failed save leaves the old model untouched.
+    mixture or nothing, and a failed save leaves the old model untouched. A scratch folder that
+    a killed save of the same model left behind is removed first; a write that fails (disk full)
+    is one line naming the model and the file.
     """
     path = location(path)
     if not is_local(path):
         _save_on_object_store(path, steps, provenance, replace)
         return
+    if path.parent.is_dir():
+        _remove_abandoned_scratch(path)
     if path.exists() and not replace:
         raise StoreError(f"model {path}: already exists; expected a new path")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_scratch_prefix(path), dir=path.parent))
     try:
         root = zarr.open_group(tmp, mode="w", zarr_format=3)
         _write_steps(root, steps)
@@ -97,8 +105,43 @@ def save_model(
             _exchange(tmp, path)
         else:
             os.replace(tmp, path)
+    except OSError as exc:  # disk full, quota, permissions: name the model and the file
+        where = exc.filename or tmp
+        raise StoreError(
+            f"model {path}: could not write {where} ({exc.strerror or exc}); nothing was saved"
+        ) from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the scratch, or the old model after a swap
+
+
+# A save writes into ".{model}.saving-{pid}-{pid start, ms}-{host hash}-XXXX" beside the model:
+# a later save of the same model removes such a folder once its process is gone (killed).
+_SCRATCH = re.compile(r"\.saving-(\d+)-(\d+)-([0-9a-f]{8})-[^/]*$")
+
+
+def _host_hash() -> str:
+    return f"{google_crc32c.value(socket.gethostname().encode()):08x}"
+
+
+def _scratch_prefix(path: Path) -> str:
+    started = psutil.Process().create_time()
+    return f".{path.name}.saving-{os.getpid()}-{round(started * 1000)}-{_host_hash()}-"
+
+
+def _remove_abandoned_scratch(path: Path) -> None:
+    """Remove scratch folders of saves of ``path`` whose process ended without removing them
+    (SIGKILL, power loss): on this host, their pid is gone or belongs to a later process."""
+    for scratch in path.parent.glob(f".{glob.escape(path.name)}.saving-*"):
+        match = _SCRATCH.search(scratch.name)
+        if not match or match.group(3) != _host_hash():
+            continue  # another host's save: its process cannot be checked from here
+        pid, started_ms = int(match.group(1)), int(match.group(2))
+        try:
+            alive = round(psutil.Process(pid).create_time() * 1000) == started_ms
+        except psutil.Error:
+            alive = False
+        if not alive:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _save_on_object_store(
