@@ -71,10 +71,18 @@ def _missing_extra(name: str, exc: ImportError) -> click.Command:
     return unavailable
 
 
-@click.group(cls=ImgscaleGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=ImgscaleGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="imgscale")
-def cli() -> None:
-    """Train image classifiers from feature vectors streamed from zarr stores through Dask."""
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Train image classifiers from images or feature vectors, streamed from zarr stores through
+    Dask."""
+    if ctx.invoked_subcommand is None:  # bare `imgscale`: the help, not an error
+        click.echo(ctx.get_help())
 
 
 @cli.command(cls=RecordedCommand)
@@ -260,8 +268,9 @@ def _ingest_images(
 @cli.command("remove-batch")
 @click.argument("store", type=StorePath(exists=True, file_okay=False))
 @click.argument("batch_id")
+@json_option
 @verbose_option
-def remove_batch(store, batch_id) -> None:
+def remove_batch(store, batch_id, as_json) -> None:
     """Remove the last committed batch BATCH_ID from STORE (one atomic commit).
 
     Only the last batch: rows are addressed by position (a model's row count, embed's
@@ -271,6 +280,9 @@ def remove_batch(store, batch_id) -> None:
     from imgscale.storage import open_store
 
     rows = open_store(store).remove_batch(batch_id)
+    if as_json:
+        click.echo(json.dumps({"batch_id": batch_id, "rows": rows}))
+        return
     click.echo(f"{store}: batch {batch_id} removed ({rows} rows)", err=True)
 
 
@@ -454,11 +466,12 @@ METHOD_LIST = "\b\nMethods:\n" + "\n".join(
 )
 @method_options
 @scheduler_option
+@json_option
 @verbose_option
 @click.pass_context
 def train(
     ctx, store, model, method, split, val_split, embedding, n_components, gamma, per_class, seed,
-    scheduler, **options,
+    scheduler, as_json, **options,
 ) -> None:  # fmt: skip
     """Train a classifier on STORE and save it to MODEL (zarr + JSON, no pickle)."""
     from imgscale.jobs import models
@@ -495,6 +508,7 @@ def train(
     started = time.perf_counter()
     with connect(
         scheduler,
+        quiet=as_json,
         shared_paths=[feature_store.path],
         data_bytes=row_bytes(feature_store),
     ):
@@ -514,10 +528,19 @@ def train(
             **sample,
         )
     classifier = fitted.steps[-1][1] if hasattr(fitted, "steps") else fitted
-    report(
-        {"rows": len(feature_store.labels(split)), "rho": getattr(classifier, "rho_", None),
-         **sample}
-    )  # fmt: skip
+    rho = getattr(classifier, "rho_", None)
+    summary = {
+        "model": str(model),
+        "method": method,
+        "rows": len(feature_store.labels(split)),
+        "rho": None if rho is None else float(rho),
+        "seconds": time.perf_counter() - started,
+        **sample,
+    }
+    report(summary)
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
     detail = f", rho={classifier.rho_:g}" if hasattr(classifier, "rho_") else ""
     if hasattr(classifier, "best_iteration_"):
         detail += f", d={classifier.n_components}, best W at iteration {classifier.best_iteration_}"
@@ -540,8 +563,9 @@ def train(
     "part (for scheduled runs as the store grows).",
 )
 @scheduler_option
+@json_option
 @verbose_option
-def predict(model, store, out, split, top_k, new_rows, scheduler) -> None:
+def predict(model, store, out, split, top_k, new_rows, scheduler, as_json) -> None:
     """Write MODEL's predictions for STORE's rows to the parquet file OUT."""
     from imgscale.jobs import models
     from imgscale.jobs.class_names import model_class_names
@@ -559,6 +583,7 @@ def predict(model, store, out, split, top_k, new_rows, scheduler) -> None:
     names = model_class_names(provenance, feature_store)
     with connect(
         scheduler,
+        quiet=as_json,
         shared_paths=[feature_store.path],
         data_bytes=row_bytes(feature_store),
     ):
@@ -572,6 +597,9 @@ def predict(model, store, out, split, top_k, new_rows, scheduler) -> None:
                 ),
             )
     report({"rows": rows})
+    if as_json:
+        click.echo(json.dumps({"rows": rows, "first_row": first, "out": str(out)}))
+        return
     click.echo(f"{out}: {rows} rows" + (f" from row {first}" if new_rows else ""), err=True)
 
 

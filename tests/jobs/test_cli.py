@@ -87,3 +87,34 @@ def test_ingest_of_bad_input_fails_and_changes_nothing(tmp_path, digits_splits):
     after = open_store(store)
     assert after.committed_rows == len(before)
     np.testing.assert_array_equal(after.features().compute(), before)
+
+
+def test_bare_imgscale_prints_the_help_and_exits_0():
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("imgscale"))], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: imgscale") and "ingest" in done.stdout
+    assert done.stderr == ""
+
+
+def test_train_predict_and_remove_batch_print_one_json_object_with_json(tmp_path):
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(c, 1, (40, 5)) for c in range(3)]).astype(np.float32)
+    np.savez(tmp_path / "a.npz", X=X, y=np.repeat(np.arange(3), 40))
+    np.savez(tmp_path / "b.npz", X=X[:10] + 1, y=np.zeros(10, int))
+    store, model = str(tmp_path / "s.zarr"), str(tmp_path / "r.model")
+
+    def invoke(*args):
+        result = CliRunner().invoke(cli, [*args, "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    assert invoke("ingest", str(tmp_path / "a.npz"), store)["rows"] == 120
+    trained = invoke("train", store, model, "--method", "ridge")
+    assert trained["rows"] == 120 and trained["rho"] > 0 and trained["method"] == "ridge"
+    out = str(tmp_path / "p.parquet")
+    assert invoke("predict", model, store, out)["rows"] == 120
+    batch = invoke("ingest", str(tmp_path / "b.npz"), store)["batch_id"]
+    assert invoke("remove-batch", store, batch) == {"batch_id": batch, "rows": 10}
+    assert open_store(store).committed_rows == 120
