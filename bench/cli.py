@@ -16,12 +16,19 @@ import click
 from imgscale.bench.registry import SCALES
 from imgscale.jobs.options import json_option, scheduler_option, verbose_option
 
-# The bench extra: plots (matplotlib) and each benchmark's Dask performance report (bokeh). Checked
-# on load, so that without the extra `imgscale bench` is a one-line install hint before any work,
-# not a failure after a benchmark has run.
-for _module in ("matplotlib", "bokeh"):
-    if find_spec(_module) is None:
-        raise ImportError(f"No module named {_module!r}", name=_module)
+# The bench extra: plots (matplotlib) and each benchmark's Dask performance report (bokeh).
+# Checked before any benchmark runs, so that without the extra running benchmarks is a one-line
+# install hint before any work, not a failure after one has run; --list needs neither.
+BENCH_EXTRA = ("matplotlib", "bokeh")
+
+
+def _require_bench_extra() -> None:
+    missing = [module for module in BENCH_EXTRA if find_spec(module) is None]
+    if missing:
+        raise click.ClickException(
+            f"`imgscale bench` needs the 'bench' extra to run benchmarks ({', '.join(missing)} "
+            "not installed): pip install 'imgscale[bench]'"
+        )
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -82,6 +89,7 @@ def bench(
     from imgscale.bench.suite import run_suite, select
 
     if docs:
+        _require_bench_extra()
         _write_docs(Path(docs), tables, as_json)
         return
     if tables:
@@ -92,6 +100,7 @@ def bench(
         return
     if not out:
         raise click.UsageError("--out DIR is required to run benchmarks")
+    _require_bench_extra()
     data = resolve_data_dir(data_dir)
     if data is not None and not data.is_dir():
         raise click.UsageError(f"--data-dir {data}: no such folder")
