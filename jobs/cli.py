@@ -113,6 +113,11 @@ def cli(ctx: click.Context) -> None:
 )
 @click.option("--labels", "labels_path", type=click.Path(exists=True), help="idx labels file.")
 @click.option(
+    "--unlabelled",
+    is_flag=True,
+    help="The rows have no labels (an npz's other per-row arrays are not labels).",
+)
+@click.option(
     "--class-names",
     "class_names_path",
     type=click.Path(exists=True, dir_okay=False),
@@ -139,6 +144,7 @@ def ingest(
     image_column,
     path_column,
     labels_path,
+    unlabelled,
     class_names_path,
     split,
     batch_id,
@@ -159,7 +165,7 @@ def ingest(
     Rows of vectors already committed (same content, from any file) are skipped.
     """
     if _is_image_source(src, features, store):
-        vector_only = {"--x-key": x_key, "--labels": labels_path,
+        vector_only = {"--x-key": x_key, "--labels": labels_path, "--unlabelled": unlabelled,
                        "--class-names": class_names_path, "--batch-id": batch_id}  # fmt: skip
         given = [flag for flag, value in vector_only.items() if value]
         if given:
@@ -188,6 +194,7 @@ def ingest(
         class_names=read_class_names(class_names_path) if class_names_path else None,
         split=split,
         progress=progress_line("ingest", quiet=as_json),
+        unlabelled=unlabelled,
     )
     summary = {"rows": result.rows, "skipped": result.skipped, "batch_id": result.batch_id}
     report(summary)
@@ -652,10 +659,11 @@ def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
     """A PNG scatter of MODEL's 2-D embedding of STORE's rows by class, exemplars circled."""
     from imgscale.jobs import models
     from imgscale.jobs.cluster import connect, shared_path
-    from imgscale.jobs.plot import plot_embedding
+    from imgscale.jobs.plot import plot_embedding, require_pyplot
     from imgscale.storage import open_store
 
     check_new_path(out, "OUT", local_only=True)
+    require_pyplot()  # matplotlib is checked before any cluster starts
     fitted, _ = models.load(model)
     feature_store = open_store(shared_path(store))
     feature_store.require_split(split)

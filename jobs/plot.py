@@ -49,7 +49,7 @@ def plot_embedding(
 ) -> dict:
     """Write a PNG scatter of the embedded rows of `split` with the model's exemplars (if any)
     drawn as red open circles, as in paper 003 Fig. 1; returns what was drawn."""
-    _pyplot()  # before any rows are read
+    require_pyplot()  # before any rows are read
     points, labels = embedded_sample(model, store, split, max_points)
     exemplars = getattr(model, "embedded_exemplars_", None)
     title = f"{type(model).__name__}: {len(points)} rows of split {split!r} of {store.path.name}"
@@ -71,7 +71,7 @@ def draw_embedding(
     out: str | os.PathLike,
 ) -> None:
     """The scatter itself: one colour per class (legend by name), exemplars as red circles."""
-    plt = _pyplot()
+    plt = require_pyplot()
     classes = np.unique(labels)
     colours = plt.get_cmap("tab10" if len(classes) <= 10 else "tab20")
     figure, axes = plt.subplots(figsize=(8, 7), dpi=120)
@@ -95,7 +95,7 @@ def draw_embedding(
     plt.close(figure)
 
 
-def _pyplot():
+def require_pyplot():
     """matplotlib.pyplot on the file-only Agg backend, or the one-line install hint."""
     try:
         import matplotlib

@@ -49,6 +49,7 @@ def ingest_file(
     block_rows: int | None = None,
     class_names: Sequence[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    unlabelled: bool = False,
 ) -> Ingested:
     """Append ``src`` to the store at ``store_path``, creating it (dim from the file) if missing.
 
@@ -58,13 +59,21 @@ def ingest_file(
     touched or copied file too, is a no-op (``skipped``); the same rows under another split are
     refused. ``block_rows`` (default: the store's rows per chunk) bounds memory.
     ``class_names`` name the integer labels 0..C-1 (else labels are named by number, and string
-    labels are names themselves).
+    labels are names themselves). ``unlabelled`` says the rows have no labels: an .npz whose
+    other arrays hold one value a row is refused without it (labels under another name).
     """
     src = Path(src)
     store_path = location(store_path)
     if not src.is_file():
         raise StoreError(f"{src}: no such file")
-    source = open_source(src, x_key=x_key, y_key=y_key, ids_key=ids_key)
+    # Labels from an idx --labels file are labels too: the source's other arrays are not.
+    source = open_source(
+        src,
+        x_key=x_key,
+        y_key=y_key,
+        ids_key=ids_key,
+        unlabelled=unlabelled or labels_path is not None,
+    )
     labels = None
     try:
         if len(source.shape) != 2:

@@ -63,4 +63,5 @@ def test_without_matplotlib_the_error_says_what_to_install(
     result = CliRunner().invoke(cli, ["plot", *map(str, args)])
     assert result.exit_code != 0
     assert str(result.exception) == PLOT_HINT
+    assert "dask:" not in result.output  # refused before connecting to any cluster
     assert not (tmp_path / "x.png").exists()
