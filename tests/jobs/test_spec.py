@@ -52,7 +52,7 @@ INVALID = {
     "missing model": (EVALUATE, "key 'model': model {folder}/m.model does not exist"),
     "missing file": (
         'kind = "ingest"\nsrc = "nope.npz"\nstore = "new.zarr"',
-        "key 'src': file {folder}/nope.npz does not exist",
+        "key 'src': {folder}/nope.npz does not exist",
     ),
     "split the store lacks": (
         TRAIN + 'split = "holdout"',
