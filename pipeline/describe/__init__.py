@@ -8,6 +8,11 @@ JSON-able, so `get_params()` records the descriptor a store was built with.
 - `Gist`: Gabor energy over a grid (Oliva & Torralba 2001, as LMgist computes it; paper 000).
 - `ColorHistogram`: joint HSV (or RGB) histogram.
 - `OnnxFeatures`: activations of a user's CNN exported to ONNX (the ``onnx`` extra).
+- `DenseSift`, `LocalColor`: local descriptors of the patches of a regular grid, (n, patches, d).
+- `BagOfWords`, `FisherVector`: encodings of the local descriptors against a vocabulary they
+  learn (k-means; PCA + diagonal GMM), by `fit` on images or `fit_chunks` over local
+  descriptors held elsewhere (`InMemoryChunks`, or the cluster's chunks in
+  ``jobs.fit_features``).
 - `DESCRIPTORS`: the named settings, ``DESCRIPTORS[name]()`` builds one.
 """
 
@@ -16,9 +21,14 @@ from functools import partial
 
 from sklearn.base import BaseEstimator
 
+from imgscale.pipeline.describe.bag_of_words import BagOfWords
 from imgscale.pipeline.describe.color_histogram import ColorHistogram
+from imgscale.pipeline.describe.dense_sift import DenseSift
+from imgscale.pipeline.describe.fisher_vector import FisherVector
 from imgscale.pipeline.describe.gist import Gist
+from imgscale.pipeline.describe.local_color import LocalColor
 from imgscale.pipeline.describe.onnx_features import OnnxFeatures
+from imgscale.pipeline.describe.vocabulary import InMemoryChunks
 
 DESCRIPTORS: dict[str, Callable[[], BaseEstimator]] = {
     # LMgist's defaults: 4 scales × 8 orientations on a 4×4 grid, 512-D.
@@ -29,4 +39,14 @@ DESCRIPTORS: dict[str, Callable[[], BaseEstimator]] = {
     "color": partial(ColorHistogram, bins=(8, 4, 4), space="hsv", image_size=64),
 }
 
-__all__ = ["DESCRIPTORS", "ColorHistogram", "Gist", "OnnxFeatures"]
+__all__ = [
+    "DESCRIPTORS",
+    "BagOfWords",
+    "ColorHistogram",
+    "DenseSift",
+    "FisherVector",
+    "Gist",
+    "InMemoryChunks",
+    "LocalColor",
+    "OnnxFeatures",
+]

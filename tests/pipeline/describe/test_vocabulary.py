@@ -1,0 +1,118 @@
+"""Vocabulary fits by passes over chunks: each kernel against numpy, the fits against
+scikit-learn, and chunked fits equal to one-chunk fits."""
+
+import itertools
+
+import numpy as np
+import pytest
+from sklearn.mixture import GaussianMixture as SkGaussianMixture
+
+from imgscale.pipeline.describe import InMemoryChunks
+from imgscale.pipeline.describe.vocabulary import (
+    chunk_gmm_stats,
+    chunk_kmeans_stats,
+    fit_gmm,
+    fit_kmeans,
+    fit_pca,
+)
+
+
+def blobs(n: int, d: int, seed: int) -> np.ndarray:
+    """Four elongated Gaussian clusters, float32."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 6, (4, d))
+    scales = rng.uniform(0.5, 2.0, (4, d))
+    labels = rng.integers(0, 4, n)
+    return (centres[labels] + rng.normal(size=(n, d)) * scales[labels]).astype(np.float32)
+
+
+def chunked(X: np.ndarray, parts: int) -> InMemoryChunks:
+    return InMemoryChunks([{"x": part} for part in np.array_split(X, parts)])
+
+
+def test_kmeans_statistics_are_those_of_the_nearest_centre():
+    X = blobs(500, 5, 0)
+    centres = X[:7].astype(np.float64)
+    counts, sums, squares = chunk_kmeans_stats({"x": X}, "x", None, centres)
+    nearest = np.argmin(((X[:, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
+    for k in range(7):
+        members = X[nearest == k].astype(np.float64)
+        assert counts[k] == len(members)
+        np.testing.assert_allclose(sums[k], members.sum(axis=0), rtol=1e-10)
+        np.testing.assert_allclose(squares[k], (members**2).sum(axis=0), rtol=1e-10)
+
+
+def test_gmm_statistics_match_the_posteriors_written_out():
+    X = blobs(300, 3, 1).astype(np.float64)
+    rng = np.random.default_rng(2)
+    weights = np.array([0.2, 0.5, 0.3])
+    means, variances = rng.normal(0, 4, (3, 3)), rng.uniform(1, 5, (3, 3))
+    density = np.stack(
+        [
+            w * np.exp(-0.5 * ((X - m) ** 2 / v).sum(axis=1)) / np.sqrt((2 * np.pi) ** 3 * v.prod())
+            for w, m, v in zip(weights, means, variances, strict=True)
+        ],
+        axis=1,
+    )
+    gamma = density / density.sum(axis=1, keepdims=True)
+    s0, s1, s2, likelihood = chunk_gmm_stats({"x": X}, "x", None, weights, means, variances)
+    np.testing.assert_allclose(s0, gamma.sum(axis=0), rtol=1e-9)
+    np.testing.assert_allclose(s1, gamma.T @ X, rtol=1e-9)
+    np.testing.assert_allclose(s2, gamma.T @ X**2, rtol=1e-9)
+    assert likelihood == pytest.approx(np.log(density.sum(axis=1)).sum(), rel=1e-10)
+
+
+def test_pca_is_numpys_eigendecomposition_of_the_covariance():
+    X = blobs(400, 6, 3)
+    mean, components = fit_pca(chunked(X, 3), "x", 2)
+    np.testing.assert_allclose(mean, X.mean(axis=0), rtol=1e-6)
+    _, _, vt = np.linalg.svd(X - X.mean(axis=0), full_matrices=False)
+    np.testing.assert_allclose(np.abs(components @ vt[:2].T), np.eye(2), atol=1e-6)
+
+
+def test_kmeans_over_chunks_equals_kmeans_over_one_chunk_and_finds_the_blobs():
+    X = blobs(2000, 4, 4)
+    args = dict(n_descriptors=len(X), max_iter=100, tol=1e-6, random_state=0)
+    one = fit_kmeans(chunked(X, 1), "x", None, 4, **args)
+    many = fit_kmeans(chunked(X, 5), "x", None, 4, **args)
+    # The seeding sample differs with the chunking; the optimum does not.
+    order = lambda r: r.centres[np.lexsort(r.centres.T)]  # noqa: E731
+    np.testing.assert_allclose(order(one), order(many), rtol=1e-6, atol=1e-6)
+    assert one.counts.sum() == len(X)
+
+
+def test_em_reaches_scikit_learns_likelihood_from_the_same_start():
+    X = blobs(3000, 3, 5)
+    start = fit_kmeans(
+        chunked(X, 4), "x", None, 4, n_descriptors=len(X), max_iter=100, tol=1e-6, random_state=0
+    )
+    ours = fit_gmm(chunked(X, 4), "x", None, start, max_iter=500, tol=1e-9)
+    reference = SkGaussianMixture(
+        4, covariance_type="diag", means_init=start.centres, tol=1e-9, max_iter=500, reg_covar=0
+    ).fit(X.astype(np.float64))
+    assert ours.log_likelihood == pytest.approx(reference.score(X.astype(np.float64)), abs=1e-6)
+    order = np.argsort(ours.means[:, 0])
+    np.testing.assert_allclose(
+        ours.means[order], reference.means_[np.argsort(reference.means_[:, 0])], atol=1e-4
+    )
+
+
+def test_each_em_pass_does_not_lower_the_likelihood():
+    X = blobs(1000, 3, 6)
+    start = fit_kmeans(
+        chunked(X, 2), "x", None, 6, n_descriptors=len(X), max_iter=3, tol=0, random_state=0
+    )
+    likelihoods = [
+        fit_gmm(chunked(X, 2), "x", None, start, max_iter=n, tol=-np.inf).log_likelihood
+        for n in range(0, 8)
+    ]
+    assert all(b >= a - 1e-9 for a, b in itertools.pairwise(likelihoods))
+    assert likelihoods[-1] > likelihoods[0]
+
+
+def test_fewer_descriptors_than_centres_are_refused():
+    with pytest.raises(ValueError, match="3 local descriptors for 5 centres"):
+        fit_kmeans(
+            chunked(blobs(3, 2, 0), 1), "x", None, 5,
+            n_descriptors=3, max_iter=5, tol=0, random_state=0,
+        )  # fmt: skip
