@@ -92,7 +92,8 @@ def cli(ctx: click.Context) -> None:
     "--features",
     metavar="NAMES",
     help="Images in: descriptors to compute, comma-separated: gist, gist-tiny, color, "
-    "onnx:MODEL.onnx (default for a store of images: those it was made with).",
+    "onnx:MODEL.onnx, bow:VOCAB.model, fisher:VOCAB.model (vocabularies of imgscale "
+    "fit-features) (default for a store of images: those it was made with).",
 )
 @click.option("--x-key", help="Array or column holding the features (npz, parquet).")
 @click.option(
@@ -268,6 +269,103 @@ def _ingest_images(
         f"{summary['images_seen']} read ({summary['features']}, {summary['dim']}-D; "
         f"{summary['store_rows']} rows in the store, {summary['seconds']:.1f} s, "
         f"{summary['images_per_second']:,.0f} images/s){none}",
+        err=True,
+    )
+
+
+@cli.command("fit-features", cls=RecordedCommand)
+@click.argument("src", type=click.Path())
+@click.argument("vocabulary", type=StorePath())
+@click.option(
+    "--features",
+    "kind",
+    type=click.Choice(["bow", "fisher"]),
+    required=True,
+    help="bow: a k-means dictionary of dense SIFT (paper 000); fisher: PCA + diagonal GMM of "
+    "dense RootSIFT and local colour (paper 002).",
+)
+@click.option("--words", type=click.IntRange(min=1), help="bow: dictionary size [400].")
+@click.option(
+    "--pyramid-levels",
+    type=click.IntRange(1, 4),
+    help="bow: 1 (whole image), 3 (1x1 + 2x2 + 4x4 cells) [1].",
+)
+@click.option("--gaussians", type=click.IntRange(min=1), help="fisher: GMM size [16].")
+@click.option(
+    "--components", type=click.IntRange(min=1), help="fisher: PCA dimensions a channel [64]."
+)
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Images drawn from SRC (seeded) to learn from.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the sample and fit.")
+@click.option(
+    "--image-size",
+    type=click.IntRange(min=4),
+    default=128,
+    show_default=True,
+    help="Side of the square image (resize-crop) the local descriptors are computed on.",
+)
+@click.option("--patch-size", type=click.IntRange(min=4), default=16, show_default=True)
+@click.option("--step", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--image-column", default="image", show_default=True, help="Parquet column of image bytes."
+)
+@click.option(
+    "--path-column", default="path", show_default=True, help="List file column of image paths."
+)
+@scheduler_option
+@json_option
+@verbose_option
+def fit_features(
+    src, vocabulary, kind, words, pyramid_levels, gaussians, components, sample, seed,
+    image_size, patch_size, step, image_column, path_column, scheduler, as_json,
+) -> None:  # fmt: skip
+    """Learn the vocabulary of --features bow or fisher from a sample of the images of SRC (any
+    image source of `imgscale ingest`) and save it as VOCABULARY; then
+    `imgscale ingest SRC STORE --features bow:VOCABULARY` (or fisher:VOCABULARY).
+
+    Local descriptors are computed on the workers and stay there; each k-means or EM iteration
+    is one pass over them.
+    """
+    from imgscale.jobs.cluster import connect, shared_path
+    from imgscale.jobs.fit_features import fit_vocabulary, vocabulary_of
+    from imgscale.storage import is_url
+
+    for_kind = {"bow": ("--words", "--pyramid-levels"), "fisher": ("--gaussians", "--components")}
+    given = {"--words": words, "--pyramid-levels": pyramid_levels, "--gaussians": gaussians,
+             "--components": components}  # fmt: skip
+    wrong = [flag for flag, value in given.items() if value and flag not in for_kind[kind]]
+    if wrong:
+        raise click.UsageError(f"{', '.join(wrong)}: not for --features {kind}")
+    check_new_path(vocabulary, "VOCABULARY")
+    grid = {"patch_sizes": (patch_size,), "step": step, "image_size": image_size}
+    if kind == "bow":
+        params = {"n_words": words or 400, "pyramid_levels": pyramid_levels or 1}
+    else:
+        params = {"n_gaussians": gaussians or 16, "n_components": components or 64}
+    model = vocabulary_of(kind, **grid, **params, random_state=seed)
+    if not is_url(src):
+        src = str(shared_path(src))
+    vocabulary = shared_path(vocabulary)
+    local = [Path(src)] if not is_url(src) and Path(src).exists() else []
+    with connect(scheduler, quiet=as_json, shared_paths=local) as client:
+        summary = fit_vocabulary(
+            src, vocabulary, model, client, sample=sample, seed=seed,
+            source_options={"image_column": image_column, "path_column": path_column},
+        )  # fmt: skip
+    report(summary)
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    click.echo(
+        f"{vocabulary}: {kind} vocabulary ({summary['dim']}-D rows) learned from "
+        f"{summary['images']} images, {summary['local_descriptors']:,} local descriptors "
+        f"({summary['refused']} images refused, {summary['seconds']:.1f} s); "
+        f"use --features {kind}:{vocabulary}",
         err=True,
     )
 

@@ -2,11 +2,13 @@
 them so that every batch of its rows is computed the same way.
 
 ``--features gist,color`` is a comma-separated list of descriptor names (`DESCRIPTORS` of
-``imgscale.pipeline.describe``: ``gist``, ``gist-tiny``, ``color``) and ``onnx:MODEL.onnx`` for a
-user's CNN; a row is the concatenation of the descriptors in that order. The store records each
-descriptor's name, parameters and width (an ONNX model by its path and the sha256 of its bytes),
-and refuses a batch described otherwise. An image store ingested again without ``--features``
-is described as its record says.
+``imgscale.pipeline.describe``: ``gist``, ``gist-tiny``, ``color``), ``onnx:MODEL.onnx`` for a
+user's CNN, and ``bow:VOCAB.model`` / ``fisher:VOCAB.model`` for bags of words and Fisher
+vectors encoded against a vocabulary ``imgscale fit-features`` saved; a row is the
+concatenation of the descriptors in that order. The store records each descriptor's name,
+parameters and width (an ONNX model by its path and the sha256 of its bytes, a vocabulary by
+its path and the sha256 of its parameters and arrays), and refuses a batch described otherwise.
+An image store ingested again without ``--features`` is described as its record says.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from imgscale.pipeline.describe import DESCRIPTORS, OnnxFeatures
 from imgscale.storage import ImageRequest, StoreError
 
 ONNX = "onnx"
+# --features kind → the vocabulary class its model file must hold.
+VOCABULARY_KINDS = {"bow": "BagOfWords", "fisher": "FisherVector"}
+MODEL_KINDS = (ONNX, *VOCABULARY_KINDS)
 
 
 @dataclass
@@ -68,13 +73,21 @@ def parse_features(spec: str) -> Features:
         kind, _, argument = name.partition(":")
         if kind == ONNX:
             step, entry = _onnx_step(argument, name)
+            step.fit()
+        elif kind in VOCABULARY_KINDS:
+            step, entry = _vocabulary_step(kind, argument, name)
         elif kind in DESCRIPTORS and not argument:
-            step = DESCRIPTORS[kind]()
+            step = DESCRIPTORS[kind]().fit()
             entry = {"name": kind, "params": _json(step.get_params())}
         else:
-            known = ", ".join([*DESCRIPTORS, f"{ONNX}:MODEL.onnx"])
+            known = ", ".join(
+                [
+                    *DESCRIPTORS,
+                    f"{ONNX}:MODEL.onnx",
+                    *(f"{k}:VOCAB.model" for k in VOCABULARY_KINDS),
+                ]
+            )
             raise ValueError(f"--features: unknown descriptor {name!r}; expected one of {known}")
-        step.fit()
         entry["dim"] = int(step.n_features_out_)
         steps.append(step)
         entries.append(entry)
@@ -82,24 +95,27 @@ def parse_features(spec: str) -> Features:
 
 
 def features_of_store(record: dict[str, Any], store: str) -> Features:
-    """`Features` as a store's record describes them (an ONNX model read again from its path,
-    refused if its bytes changed)."""
+    """`Features` as a store's record describes them (an ONNX model or a vocabulary read again
+    from its path, refused if it changed)."""
     steps = []
     for entry in record["features"]:
-        if entry["name"] == ONNX:
-            step, found = _onnx_step(entry["model"], f"{ONNX}:{entry['model']}")
+        kind = entry["name"]
+        if kind in MODEL_KINDS:
+            spelling = f"{kind}:{entry['model']}"
+            if kind == ONNX:
+                step, found = _onnx_step(entry["model"], spelling)
+                step.fit()
+            else:
+                step, found = _vocabulary_step(kind, entry["model"], spelling)
             if found["model_sha256"] != entry["model_sha256"]:
                 raise StoreError(
                     f"store {store}: its rows were described by {entry['model']} with sha256 "
                     f"{entry['model_sha256'][:12]}…, which now has {found['model_sha256'][:12]}…"
                 )
-        elif entry["name"] in DESCRIPTORS:
-            step = DESCRIPTORS[entry["name"]]().set_params(**entry["params"])
+        elif kind in DESCRIPTORS:
+            step = DESCRIPTORS[kind]().set_params(**entry["params"]).fit()
         else:
-            raise StoreError(
-                f"store {store}: described by {entry['name']!r}, which this imgscale lacks"
-            )
-        step.fit()
+            raise StoreError(f"store {store}: described by {kind!r}, which this imgscale lacks")
         steps.append(step)
     return Features(steps, record)
 
@@ -114,8 +130,8 @@ def check_same_features(stored: dict[str, Any] | None, features: Features, store
     if _comparable(stored) != _comparable(features.record):
         raise StoreError(
             f"store {store}: its rows are described by "
-            f"{Features([], stored).label if stored.get('features') else stored}; "
-            f"refusing rows described by {features.label} (use another store)"
+            f"{_identity(stored) if stored.get('features') else stored}; "
+            f"refusing rows described by {_identity(features.record)} (use another store)"
         )
 
 
@@ -137,6 +153,55 @@ def _onnx_step(path: str, name: str) -> tuple[BaseEstimator, dict[str, Any]]:
     return step, entry
 
 
+def _vocabulary_step(kind: str, path: str, name: str) -> tuple[BaseEstimator, dict[str, Any]]:
+    """The fitted vocabulary saved at ``path`` (``imgscale fit-features``), refused in one line
+    unless it is the class ``kind`` names."""
+    from imgscale.jobs.models import load
+
+    if not path:
+        raise ValueError(
+            f"--features {name!r}: expected {kind}:PATH, a vocabulary fit-features saved"
+        )
+    try:
+        vocabulary, _ = load(path)
+    except StoreError as exc:
+        raise ValueError(f"--features {name!r}: {exc}") from None
+    expected = VOCABULARY_KINDS[kind]
+    found = type(vocabulary).__name__
+    if found != expected:
+        made_by = {cls: k for k, cls in VOCABULARY_KINDS.items()}.get(found)
+        what = (
+            f"a {found} vocabulary (fit-features --features {made_by}; use {made_by}:{path})"
+            if made_by
+            else f"a {found} model, not a vocabulary"
+        )
+        raise ValueError(f"--features {name!r}: {path} is {what}; expected a {expected} vocabulary")
+    entry = {
+        "name": kind,
+        "model": _resolved(path),
+        "model_sha256": vocabulary_sha256(vocabulary),
+        "params": _json(vocabulary.get_params()),
+    }
+    return vocabulary, entry
+
+
+def vocabulary_sha256(vocabulary: BaseEstimator) -> str:
+    """sha256 of a fitted vocabulary's class, parameters and fitted arrays (name, dtype, shape,
+    bytes): its identity wherever and however its file is stored."""
+    digest = hashlib.sha256(type(vocabulary).__name__.encode())
+    digest.update(json.dumps(_json(vocabulary.get_params()), sort_keys=True).encode())
+    for name, value in sorted(vars(vocabulary).items()):
+        if name.endswith("_") and isinstance(value, np.ndarray):
+            digest.update(f"{name}:{value.dtype.str}:{value.shape}".encode())
+            digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.hexdigest()
+
+
+def _resolved(path: str) -> str:
+    """A local path made absolute (workers and later runs read it again); a URL as given."""
+    return path if "://" in path else str(Path(path).resolve())
+
+
 def _json(params: dict[str, Any]) -> dict[str, Any]:
     """Parameters as a JSON round trip gives them back (tuples become lists)."""
     return json.loads(json.dumps(params))
@@ -151,5 +216,14 @@ def _comparable(record: dict[str, Any]) -> list[tuple]:
     ]
 
 
+def _identity(record: dict[str, Any]) -> str:
+    """The descriptors' spelling, a model's with the start of its sha256 (a vocabulary fitted
+    again at the same path is another vocabulary)."""
+    return ",".join(
+        _spelling(e) + (f" (sha256 {e['model_sha256'][:12]}…)" if "model_sha256" in e else "")
+        for e in record["features"]
+    )
+
+
 def _spelling(entry: dict[str, Any]) -> str:
-    return f"{ONNX}:{entry['model']}" if entry["name"] == ONNX else entry["name"]
+    return f"{entry['name']}:{entry['model']}" if entry["name"] in MODEL_KINDS else entry["name"]

@@ -453,10 +453,19 @@ def _not_for(method: Method, name: str) -> str:
     return f"{options[name].flag} applies to --method {takers} only"
 
 
+# Vocabularies of local descriptors (`imgscale fit-features`), read by ``--features bow:`` and
+# ``fisher:``.
+VOCABULARIES = (
+    "imgscale.pipeline.describe:BagOfWords",
+    "imgscale.pipeline.describe:FisherVector",
+)
+
+
 def model_classes() -> Iterable[str]:
-    """Every class a saved model may hold, as ``"module:Class"``: each method's estimators and
-    each embedding."""
+    """Every class a saved model may hold, as ``"module:Class"``: each method's estimators,
+    each embedding and each vocabulary."""
     for method in METHODS.values():
         yield from method.estimators
     for reference, _ in EMBEDDINGS.values():
         yield reference
+    yield from VOCABULARIES

@@ -103,6 +103,19 @@ FITTED_SHAPES: dict[str, dict[str, Shape]] = {
         "explained_variance_": ("K",),
     },
     "GaussianRandomProjection": {"components_": ("K", "D")},
+    "BagOfWords": {"words_": ("n_words", "W")},
+    # Per channel of local descriptors: its PCA and GMM (S: 128-D SIFT, R: 96-D colour).
+    "FisherVector": {
+        f"{channel}_{name}": shape
+        for channel, width in (("sift", "S"), ("color", "R"))
+        for name, shape in (
+            ("mean_", (width,)),
+            ("components_", ("n_components", width)),
+            ("weights_", ("n_gaussians",)),
+            ("means_", ("n_gaussians", "n_components")),
+            ("variances_", ("n_gaussians", "n_components")),
+        )
+    },
     "PCALap": _EIGENFUNCTIONS,
     "RPLap": _EIGENFUNCTIONS,
     "ALE": _EIGENFUNCTIONS,

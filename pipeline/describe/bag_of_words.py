@@ -102,7 +102,7 @@ class BagOfWords(TransformerMixin, BaseEstimator):
 
     def local_descriptors(self, images: Any) -> Chunk:
         """The SIFT descriptors of a batch of images, all rows together: {"sift": (n·P, 128)}."""
-        self._check_params()
+        self.check_params()
         images = check_images(images, "L", self.image_size, "BagOfWords")
         return {CHANNEL: self._sift(images).reshape(-1, 128)}
 
@@ -114,7 +114,7 @@ class BagOfWords(TransformerMixin, BaseEstimator):
     def fit_chunks(self, chunks: DescriptorChunks, n_descriptors: int) -> BagOfWords:
         """Learn the dictionary from local descriptors in ``chunks`` (`local_descriptors` of
         batches of images), ``n_descriptors`` in all."""
-        self._check_params()
+        self.check_params()
         result = fit_kmeans(
             chunks,
             CHANNEL,
@@ -164,7 +164,8 @@ class BagOfWords(TransformerMixin, BaseEstimator):
         sift = DenseSift(tuple(self.patch_sizes), self.step, self.root).fit()
         return sift.transform(np.asarray(images, np.uint8))
 
-    def _check_params(self) -> None:
+    def check_params(self) -> None:
+        """Refuse parameters no image can be described with, before any image is read."""
         check_grid_params(self.patch_sizes, self.step, "BagOfWords", self.image_size)
         if not isinstance(self.n_words, int | np.integer) or self.n_words < 1:
             raise ValueError(f"BagOfWords: n_words must be an integer >= 1, got {self.n_words!r}")

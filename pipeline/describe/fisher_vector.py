@@ -142,7 +142,7 @@ class FisherVector(TransformerMixin, BaseEstimator):
 
     def local_descriptors(self, images: Any) -> Chunk:
         """Each channel's descriptors of a batch of images, all rows together: (n·P, d)."""
-        self._check_params()
+        self.check_params()
         return {name: X.reshape(-1, X.shape[2]) for name, X in self._describe(images).items()}
 
     def fit(self, images: Any, y: Any = None) -> FisherVector:
@@ -153,7 +153,7 @@ class FisherVector(TransformerMixin, BaseEstimator):
     def fit_chunks(self, chunks: DescriptorChunks, n_descriptors: int) -> FisherVector:
         """Learn each channel's PCA and GMM from local descriptors in ``chunks``
         (`local_descriptors` of batches of images), ``n_descriptors`` a channel."""
-        self._check_params()
+        self.check_params()
         self.log_likelihood_, self.n_iter_ = {}, {}
         for channel in self.channels:
             mean, components = fit_pca(chunks, channel, int(self.n_components))
@@ -214,7 +214,8 @@ class FisherVector(TransformerMixin, BaseEstimator):
             local["color"] = LocalColor(tuple(self.patch_sizes), self.step).fit().transform(images)
         return local
 
-    def _check_params(self) -> None:
+    def check_params(self) -> None:
+        """Refuse parameters no image can be described with, before any image is read."""
         check_grid_params(self.patch_sizes, self.step, "FisherVector", self.image_size)
         channels = tuple(self.channels)
         if not channels or len(set(channels)) != len(channels) or set(channels) - set(CHANNELS):

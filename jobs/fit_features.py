@@ -1,0 +1,170 @@
+"""``imgscale fit-features SOURCE VOCAB.model --features bow|fisher``: a vocabulary of local
+descriptors, learned on the cluster from a sample of a source's images.
+
+The client lists the source and draws the sample: with listed keys (a folder, a list file) N
+keys at random (seeded); without (tar shards, parquet), the first ⌈N / partitions⌉ images of
+every partition, so the sample spans the whole source. Each task reads, decodes and describes
+one partition's sampled images (`BagOfWords.local_descriptors`, `FisherVector.local_descriptors`)
+and keeps the local descriptors on its worker as the task's result: they never reach the client.
+Every pass of the fit (`pipeline.describe.vocabulary`: PCA, each k-means and each EM iteration)
+then maps a statistics kernel over those results, one task per partition, and adds the small
+per-partition sums on the client. Images that cannot be decoded are counted and left out.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from distributed import Client, Future, wait
+from sklearn.base import BaseEstimator
+
+from imgscale.jobs.models import save
+from imgscale.pipeline.describe import BagOfWords, FisherVector
+from imgscale.storage import (
+    ImagePartition,
+    ImageRejected,
+    ImageRequest,
+    decode_image,
+    open_image_source,
+    read_partition,
+)
+
+IMAGES_PER_PARTITION = 64
+
+
+@dataclass(frozen=True)
+class SampledPartition:
+    """One task's share of the sample: the partition, and which of its images to describe
+    (``keys``, when listing gave them) or how many of its first images (``limit``)."""
+
+    partition: ImagePartition
+    keys: frozenset[str] | None
+    limit: int | None
+
+
+@dataclass
+class ClusterChunks:
+    """Local descriptors held on the workers, one task result per partition (the
+    `DescriptorChunks` of ``pipeline.describe.vocabulary``)."""
+
+    client: Client
+    futures: list[Future]
+
+    def map(self, kernel: Callable, *shared: object) -> list:
+        """``[kernel(chunk, *shared) ...]`` as one task per chunk, where the chunk is; the shared
+        arguments (centres, a GMM) are sent once to each worker."""
+        sent = self.client.scatter(list(shared), broadcast=True, hash=False)
+        return self.client.gather(
+            [self.client.submit(kernel, chunk, *sent, pure=False) for chunk in self.futures]
+        )
+
+
+def vocabulary_of(kind: str, **params: Any) -> BaseEstimator:
+    """The unfitted vocabulary ``--features bow`` or ``--features fisher`` names."""
+    classes = {"bow": BagOfWords, "fisher": FisherVector}
+    if kind not in classes:
+        raise ValueError(f"--features {kind!r}: expected bow or fisher")
+    vocabulary = classes[kind](**params)
+    vocabulary.check_params()
+    return vocabulary
+
+
+def sample_partitions(
+    source: str,
+    sample: int,
+    seed: int,
+    source_options: dict[str, str] | None = None,
+    images_per_partition: int = IMAGES_PER_PARTITION,
+) -> list[SampledPartition]:
+    """The source's partitions holding the sample of ``sample`` images (module docstring)."""
+    if sample < 1:
+        raise ValueError(f"--sample {sample}: expected at least 1 image")
+    partitions = open_image_source(source, **(source_options or {})).partitions(
+        images_per_partition
+    )
+    if not partitions:
+        raise ValueError(f"{source}: no images to learn a vocabulary from")
+    if any(p.keys is None for p in partitions):
+        limit = math.ceil(sample / len(partitions))
+        return [SampledPartition(p, None, limit) for p in partitions]
+    keys = [k for p in partitions for k in p.keys]
+    rng = np.random.default_rng(seed)
+    chosen = {keys[i] for i in rng.choice(len(keys), min(sample, len(keys)), replace=False)}
+    sampled = [
+        SampledPartition(p, frozenset(chosen.intersection(p.keys)), None) for p in partitions
+    ]
+    return [s for s in sampled if s.keys]
+
+
+def describe_sample(vocabulary: BaseEstimator, item: SampledPartition) -> dict[str, np.ndarray]:
+    """The local descriptors of a partition's sampled images (runs on a worker; the result
+    stays there). ``"images"`` and ``"refused"`` count them."""
+    request = ImageRequest(*vocabulary.image_request)
+    mode, (height, width) = vocabulary.image_request
+    skip = None if item.keys is None else (lambda key: key not in item.keys)
+    images, refused = [], 0
+    for image in read_partition(item.partition, skip=skip):
+        if item.limit is not None and len(images) >= item.limit:
+            break
+        if image.problem is not None:
+            refused += 1
+            continue
+        try:
+            images.append(decode_image(image.data, [request])[0])
+        except ImageRejected:
+            refused += 1
+    shape = (0, height, width) if mode == "L" else (0, height, width, 3)
+    batch = np.stack(images) if images else np.zeros(shape, np.uint8)
+    chunk = vocabulary.local_descriptors(batch)
+    return {**chunk, "images": np.array([len(images), refused])}
+
+
+def _counts(chunk: dict[str, np.ndarray]) -> tuple[int, int, int]:
+    """(images, refused, local descriptors) of a chunk."""
+    descriptors = next(v for k, v in chunk.items() if k != "images")
+    return int(chunk["images"][0]), int(chunk["images"][1]), len(descriptors)
+
+
+def fit_vocabulary(
+    source: str,
+    path: Any,
+    vocabulary: BaseEstimator,
+    client: Client,
+    *,
+    sample: int,
+    seed: int = 0,
+    source_options: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Fit ``vocabulary`` on a sample of SOURCE's images on ``client``'s cluster and save it at
+    ``path``; returns a summary of the fit."""
+    started = time.perf_counter()
+    items = sample_partitions(source, sample, seed, source_options)
+    futures = client.map(describe_sample, [vocabulary] * len(items), items, pure=False)
+    try:
+        wait(futures)
+        counts = np.array(client.gather(client.map(_counts, futures, pure=False)))
+        images, refused, descriptors = (int(n) for n in counts.sum(axis=0))
+        if images == 0:
+            raise ValueError(f"{source}: none of the {refused} sampled images could be decoded")
+        vocabulary.fit_chunks(ClusterChunks(client, futures), descriptors)
+    finally:
+        client.cancel(futures)
+    save(vocabulary, path, source=str(source), sample_images=images, sample_seed=seed)
+    summary = {
+        "images": images,
+        "refused": refused,
+        "local_descriptors": descriptors,
+        "dim": int(vocabulary.n_features_out_),
+        "seconds": time.perf_counter() - started,
+    }
+    if isinstance(vocabulary, FisherVector):
+        summary.update({f"{c}_log_likelihood": v for c, v in vocabulary.log_likelihood_.items()})
+        summary.update({f"{c}_em_iterations": v for c, v in vocabulary.n_iter_.items()})
+    else:
+        summary["kmeans_iterations"] = vocabulary.n_iter_
+    return summary

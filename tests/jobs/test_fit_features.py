@@ -1,0 +1,152 @@
+"""`imgscale fit-features` and `ingest --features bow:/fisher:` through the CLI on a real
+multi-process cluster: the vocabulary learned from local descriptors kept on the workers is the
+one the same passes learn in one process, the rows are the vocabulary's encodings of the images,
+and another vocabulary, or a vocabulary of another kind, is refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+from sklearn.datasets import load_sample_images
+
+from imgscale.jobs.cli import cli
+from imgscale.jobs.fit_features import describe_sample, sample_partitions, vocabulary_of
+from imgscale.jobs.models import load
+from imgscale.pipeline.describe import InMemoryChunks
+from imgscale.storage import open_store
+
+pytestmark = pytest.mark.slow
+SIZE = 48
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> Path:
+    """A folder tree of 48×48 RGB PNGs cut from sklearn's two photos, one folder a photo."""
+    root = tmp_path_factory.mktemp("photos")
+    rng = np.random.default_rng(0)
+    for name, photo in zip(("china", "flower"), load_sample_images().images, strict=True):
+        (root / name).mkdir()
+        for i, (y, x) in enumerate(rng.integers(0, 400 - 2 * SIZE, (8, 2))):
+            crop = photo[y : y + 2 * SIZE : 2, x : x + 2 * SIZE : 2]
+            Image.fromarray(np.ascontiguousarray(crop)).save(root / name / f"{i}.png")
+    return root
+
+
+def run(*args: str) -> dict:
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def refused(*args: str) -> str:
+    """The one line a refused command ends with (a usage error's, or the exception's, which
+    `imgscale` prints as its message)."""
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code != 0
+    if isinstance(result.exception, SystemExit):  # click's usage errors
+        return result.output.strip().splitlines()[-1]
+    return str(result.exception)
+
+
+def decoded(root: Path, keys: list[str], mode: str) -> np.ndarray:
+    """Pillow's own decode of the lossless PNGs (already at the working size)."""
+    return np.stack([np.asarray(Image.open(root / key).convert(mode)) for key in keys])
+
+
+def fit(photos: Path, out: Path, scheduler: str, *options: str) -> dict:
+    return run("fit-features", str(photos), str(out), "--image-size", str(SIZE),
+               "--scheduler", scheduler, *options)  # fmt: skip
+
+
+def test_bow_rows_are_the_vocabularys_histograms_of_each_image(photos, tmp_path, scheduler_address):
+    summary = fit(photos, tmp_path / "bow.model", scheduler_address,
+                  "--features", "bow", "--words", "20", "--pyramid-levels", "2")  # fmt: skip
+    assert summary["images"] == 16 and summary["local_descriptors"] == 16 * 25
+    assert summary["dim"] == 20 * 5
+    store = tmp_path / "bow.zarr"
+    ingest = run("ingest", str(photos), str(store), "--features",
+                 f"bow:{tmp_path / 'bow.model'}", "--scheduler", scheduler_address)  # fmt: skip
+    assert ingest["rows"] == 16 and ingest["dim"] == 100
+    rows = open_store(store)
+    ids = rows.rows(columns=["id"]).column("id").to_pylist()
+    vocabulary, _ = load(tmp_path / "bow.model")
+    expected = vocabulary.transform(decoded(photos, ids, "L"))
+    np.testing.assert_allclose(np.asarray(rows.features()[:]), expected, atol=1e-6)
+
+
+def test_the_cluster_fit_is_the_in_process_fit_of_the_same_sample(
+    photos, tmp_path, scheduler_address
+):
+    fit(photos, tmp_path / "fv.model", scheduler_address, "--features", "fisher",
+        "--gaussians", "3", "--components", "8", "--sample", "10", "--seed", "4")  # fmt: skip
+    on_cluster, provenance = load(tmp_path / "fv.model")
+    assert provenance["sample_images"] == 10
+    here = vocabulary_of("fisher", n_gaussians=3, n_components=8, patch_sizes=(16,), step=8,
+                         image_size=SIZE, random_state=4)  # fmt: skip
+    chunks = [describe_sample(here, item) for item in sample_partitions(str(photos), 10, 4)]
+    here.fit_chunks(InMemoryChunks(chunks), sum(len(c["sift"]) for c in chunks))
+    for name in ("sift_components_", "sift_means_", "color_variances_", "color_weights_"):
+        np.testing.assert_allclose(getattr(on_cluster, name), getattr(here, name), rtol=1e-6)
+    assert on_cluster.n_iter_ == here.n_iter_
+
+
+def test_fisher_rows_are_unit_norm_per_channel_and_the_vocabularys_encoding(
+    photos, tmp_path, scheduler_address
+):
+    fit(photos, tmp_path / "fv.model", scheduler_address,
+        "--features", "fisher", "--gaussians", "2", "--components", "8")  # fmt: skip
+    store = tmp_path / "fv.zarr"
+    run("ingest", str(photos), str(store), "--features", f"fisher:{tmp_path / 'fv.model'}",
+        "--scheduler", scheduler_address)  # fmt: skip
+    rows = open_store(store)
+    X = np.asarray(rows.features()[:])
+    assert X.shape == (16, 2 * 2 * 2 * 8)
+    np.testing.assert_allclose(np.linalg.norm(X[:, :32], axis=1), 1, rtol=1e-5)
+    ids = rows.rows(columns=["id"]).column("id").to_pylist()
+    vocabulary, _ = load(tmp_path / "fv.model")
+    np.testing.assert_allclose(X, vocabulary.transform(decoded(photos, ids, "RGB")), atol=1e-5)
+
+
+def test_a_store_made_with_another_vocabulary_is_refused_in_one_line(
+    photos, tmp_path, scheduler_address
+):
+    for seed in ("1", "2"):
+        fit(photos, tmp_path / f"v{seed}.model", scheduler_address,
+            "--features", "bow", "--words", "8", "--seed", seed)  # fmt: skip
+    store = tmp_path / "s.zarr"
+    first = photos / "china"
+    run("ingest", str(first), str(store), "--features", f"bow:{tmp_path / 'v1.model'}",
+        "--scheduler", scheduler_address)  # fmt: skip
+    message = refused("ingest", str(photos / "flower"), str(store), "--features",
+                      f"bow:{tmp_path / 'v2.model'}", "--scheduler", scheduler_address)  # fmt: skip
+    assert "\n" not in message and "v1.model" in message and "v2.model" in message
+    assert "refusing rows described by" in message
+
+
+def test_a_vocabulary_of_another_kind_or_no_vocabulary_is_refused_in_one_line(
+    photos, tmp_path, scheduler_address
+):
+    fit(photos, tmp_path / "fv.model", scheduler_address,
+        "--features", "fisher", "--gaussians", "2", "--components", "4")  # fmt: skip
+    message = refused("ingest", str(photos), str(tmp_path / "s.zarr"), "--features",
+                      f"bow:{tmp_path / 'fv.model'}")  # fmt: skip
+    assert "is a FisherVector vocabulary" in message and "expected a BagOfWords" in message
+    assert "\n" not in message
+    message = refused("ingest", str(photos), str(tmp_path / "s.zarr"), "--features",
+                      f"fisher:{photos}")  # fmt: skip
+    assert "not an imgscale model" in message and "\n" not in message
+
+
+def test_an_image_size_under_one_patch_and_options_of_the_other_kind_are_refused(photos, tmp_path):
+    message = refused("fit-features", str(photos), str(tmp_path / "v.model"),
+                      "--features", "bow", "--image-size", "12")  # fmt: skip
+    assert "image_size 12 is smaller than one 16-pixel patch" in message and "\n" not in message
+    message = refused("fit-features", str(photos), str(tmp_path / "v.model"),
+                      "--features", "fisher", "--words", "10")  # fmt: skip
+    assert "--words: not for --features fisher" in message
+    assert not (tmp_path / "v.model").exists()
