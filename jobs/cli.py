@@ -309,8 +309,15 @@ def _ingest_images(
     show_default=True,
     help="Side of the square image (resize-crop) the local descriptors are computed on.",
 )
-@click.option("--patch-size", type=click.IntRange(min=4), default=16, show_default=True)
-@click.option("--step", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--patch-size",
+    default="16",
+    show_default=True,
+    help="Side of the patches in pixels; several, comma-separated, describe several scales.",
+)
+@click.option(
+    "--step", type=click.IntRange(min=1), default=8, show_default=True, help="Grid spacing."
+)
 @click.option(
     "--image-column", default="image", show_default=True, help="Parquet column of image bytes."
 )
@@ -342,7 +349,13 @@ def fit_features(
     if wrong:
         raise click.UsageError(f"{', '.join(wrong)}: not for --features {kind}")
     check_new_path(vocabulary, "VOCABULARY")
-    grid = {"patch_sizes": (patch_size,), "step": step, "image_size": image_size}
+    try:
+        patch_sizes = tuple(int(size) for size in patch_size.split(","))
+    except ValueError:
+        raise click.BadParameter(
+            f"{patch_size!r}: expected integers separated by commas", param_hint="--patch-size"
+        ) from None
+    grid = {"patch_sizes": patch_sizes, "step": step, "image_size": image_size}
     if kind == "bow":
         params = {"n_words": words or 400, "pyramid_levels": pyramid_levels or 1}
     else:

@@ -79,6 +79,17 @@ def test_bow_rows_are_the_vocabularys_histograms_of_each_image(photos, tmp_path,
     np.testing.assert_allclose(np.asarray(rows.features()[:]), expected, atol=1e-6)
 
 
+def test_several_patch_sizes_describe_the_images_at_several_scales(
+    photos, tmp_path, scheduler_address
+):
+    summary = fit(photos, tmp_path / "bow.model", scheduler_address,
+                  "--features", "bow", "--words", "10", "--patch-size", "16,24")  # fmt: skip
+    # 48-px images every 8 px: 5 × 5 patches of 16 px and 4 × 4 of 24 px.
+    assert summary["local_descriptors"] == 16 * (25 + 16)
+    vocabulary, _ = load(tmp_path / "bow.model")
+    assert tuple(vocabulary.patch_sizes) == (16, 24)
+
+
 def test_the_cluster_fit_is_the_in_process_fit_of_the_same_sample(
     photos, tmp_path, scheduler_address
 ):
