@@ -68,7 +68,9 @@ def chunk_moments(chunk: Chunk, channel: str) -> tuple[int, np.ndarray, np.ndarr
 
 
 def chunk_sample(chunk: Chunk, channel: str, projection: Projection, fraction: float, seed: int):
-    """A random ``fraction`` of a chunk's (projected) descriptors, at least one row."""
+    """A random ``fraction`` of a chunk's (projected) descriptors, at least one row. Every chunk
+    draws with the same ``seed``: rows at random positions of each chunk, reproducible however
+    the chunks are scheduled."""
     X = chunk[channel]
     rng = np.random.default_rng(seed)
     count = min(len(X), max(1, round(fraction * len(X))))

@@ -161,3 +161,20 @@ def test_an_image_size_under_one_patch_and_options_of_the_other_kind_are_refused
                       "--features", "fisher", "--words", "10")  # fmt: skip
     assert "--words: not for --features fisher" in message
     assert not (tmp_path / "v.model").exists()
+
+
+def test_a_source_without_listed_keys_gives_its_first_images_of_every_partition(photos, tmp_path):
+    # Parquet of image bytes: listing does not give keys, so each partition describes its
+    # first ⌈N / partitions⌉ images.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pngs = sorted(photos.rglob("*.png"))
+    table = pa.table({"image": [p.read_bytes() for p in pngs], "id": [p.name for p in pngs]})
+    pq.write_table(table, tmp_path / "images.parquet", row_group_size=4)
+    items = sample_partitions(str(tmp_path / "images.parquet"), 6, 0, images_per_partition=4)
+    assert len(items) == 4 and all(item.keys is None and item.limit == 2 for item in items)
+    vocabulary = vocabulary_of("bow", n_words=4, image_size=SIZE)
+    chunks = [describe_sample(vocabulary, item) for item in items]
+    assert [int(c["images"][0]) for c in chunks] == [2, 2, 2, 2]
+    assert all(c["sift"].shape == (2 * 25, 128) for c in chunks)
