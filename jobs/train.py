@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 from sklearn.base import BaseEstimator
 
@@ -64,7 +66,9 @@ def train(
     store.require_split(split)
     y = store.labels(split)
     if per_class is not None:
-        y = labelled_sample(y, per_class, seed, class_names=store.class_names, split=split)
+        y = labelled_sample(
+            y, store.ids(split), per_class, seed, class_names=store.class_names, split=split
+        )
         store = _RelabelledStore(store, split, y)
     classes = np.unique(y[y >= 0])
     if len(classes) < 2:
@@ -87,6 +91,7 @@ def train(
 
 def labelled_sample(
     y: np.ndarray,
+    ids: np.ndarray,
     per_class: int,
     seed: int = 0,
     *,
@@ -95,17 +100,19 @@ def labelled_sample(
 ) -> np.ndarray:
     """``y`` with the labels of all but ``per_class`` rows of each class set to -1 (unlabelled).
 
-    The rows kept are a random sample of each class, seeded by ``seed``: each class's labelled
-    rows are put in a random order and the first ``per_class`` kept. The order does not depend
-    on ``per_class``, so with one seed the sample for 100 a class is part of the sample for
-    1,000, and a sweep over sizes adds labels rather than drawing new ones. A class with fewer
-    labelled rows than ``per_class`` is refused, naming it: silently training on fewer rows
-    would mislabel the size of the experiment.
+    The rows kept are a random sample of each class, seeded by ``seed`` and drawn by the rows'
+    ``ids``: each labelled row gets a key, a hash of its id keyed by the seed, and each class
+    keeps its ``per_class`` rows of smallest key. The sample is therefore the same images
+    whatever order the store holds them in (an ingest commits rows in the order its tasks
+    finish), and since a key does not depend on ``per_class``, with one seed the sample for 100
+    a class is part of the sample for 1,000: a sweep over sizes adds labels rather than drawing
+    new ones. A class with fewer labelled rows than ``per_class`` is refused, naming it:
+    silently training on fewer rows would mislabel the size of the experiment.
     """
     if not isinstance(per_class, int | np.integer) or per_class < 1:
         raise ValueError(f"--per-class must be a positive integer, got {per_class!r}")
     y = np.asarray(y)
-    rng = np.random.default_rng(seed)
+    salt = str(int(seed)).encode()
     out = np.full_like(y, -1)
     for label in np.unique(y[y >= 0]):
         rows = np.flatnonzero(y == label)
@@ -115,7 +122,9 @@ def labelled_sample(
                 f"--per-class {per_class}: class {name!r} has only {len(rows)} labelled rows "
                 f"in split {split!r}"
             )
-        out[rng.permutation(rows)[:per_class]] = label
+        keys = [hashlib.blake2b(str(ids[row]).encode(), key=salt).digest() for row in rows]
+        order = sorted(range(len(rows)), key=keys.__getitem__)
+        out[rows[order[:per_class]]] = label
     return out
 
 

@@ -17,10 +17,14 @@ def run(*args) -> Result:
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
+def names(n: int) -> np.ndarray:
+    return np.array([f"img/{i:05d}" for i in range(n)])
+
+
 def test_sample_keeps_n_rows_a_class_with_their_labels():
     y = np.repeat(np.arange(4), [30, 12, 50, 20])
     y[::7] = -1  # unlabelled rows stay unlabelled
-    sample = labelled_sample(y, 10, seed=1)
+    sample = labelled_sample(y, names(len(y)), 10, seed=1)
     kept = sample >= 0
     np.testing.assert_array_equal(np.bincount(sample[kept]), [10, 10, 10, 10])
     np.testing.assert_array_equal(sample[kept], y[kept])
@@ -28,19 +32,29 @@ def test_sample_keeps_n_rows_a_class_with_their_labels():
 
 
 def test_sample_is_seeded_and_nested_across_sizes():
-    y = np.tile(np.arange(5), 40)
-    a, b = labelled_sample(y, 8, seed=3), labelled_sample(y, 8, seed=3)
+    y, ids = np.tile(np.arange(5), 40), names(200)
+    a, b = labelled_sample(y, ids, 8, seed=3), labelled_sample(y, ids, 8, seed=3)
     np.testing.assert_array_equal(a, b)
-    assert (labelled_sample(y, 8, seed=4) != a).any()
-    larger = labelled_sample(y, 20, seed=3)
+    assert (labelled_sample(y, ids, 8, seed=4) != a).any()
+    larger = labelled_sample(y, ids, 20, seed=3)
     # With one seed, the rows labelled at 8 a class are among those labelled at 20.
     assert (larger[a >= 0] == a[a >= 0]).all()
+
+
+def test_sample_is_the_same_images_whatever_the_row_order():
+    # Ingests commit rows in the order their tasks finish: the sample must follow the images.
+    y, ids = np.tile(np.arange(5), 40), names(200)
+    sample = labelled_sample(y, ids, 8, seed=2)
+    order = np.random.default_rng(0).permutation(200)
+    shuffled = labelled_sample(y[order], ids[order], 8, seed=2)
+    assert set(ids[order][shuffled >= 0]) == set(ids[sample >= 0])
+    np.testing.assert_array_equal(shuffled, sample[order])
 
 
 def test_sample_refuses_a_class_with_too_few_rows():
     y = np.repeat(np.arange(3), [10, 4, 10])
     with pytest.raises(ValueError, match=r"class 'b' has only 4 labelled rows in split 'train'"):
-        labelled_sample(y, 5, class_names=["a", "b", "c"])
+        labelled_sample(y, names(24), 5, class_names=["a", "b", "c"])
 
 
 def test_cli_ncm_learns_from_the_sampled_rows_only(tmp_path, digits_store, scheduler_address):
@@ -56,7 +70,7 @@ def test_cli_ncm_learns_from_the_sampled_rows_only(tmp_path, digits_store, sched
     np.testing.assert_array_equal(ncm.class_counts_, np.full(10, 20))
     assert provenance["labelled_per_class"] == 20 and provenance["sample_seed"] == 7
     # The means are those of exactly the rows labelled_sample draws with the same seed.
-    sample = labelled_sample(y, 20, seed=7)
+    sample = labelled_sample(y, store.ids("train"), 20, seed=7)
     X = store.features("train").compute().astype(np.float64)
     expected = np.stack([X[sample == c].mean(axis=0) for c in range(10)])
     np.testing.assert_allclose(ncm.means_, expected, rtol=1e-5, atol=1e-6)
@@ -74,7 +88,7 @@ def test_cli_ridge_centres_on_all_rows_and_fits_the_sample(
     ridge, _ = models.load(model)
     store = open_store(digits_store.path)
     X = store.features("train").compute().astype(np.float64)
-    sample = labelled_sample(store.labels("train"), 15, seed=0)
+    sample = labelled_sample(store.labels("train"), store.ids("train"), 15, seed=0)
     centred = X[sample >= 0] - X.mean(axis=0)
     Y = (sample[sample >= 0, None] == np.arange(10)).astype(np.float64)
     coef = np.linalg.solve(centred.T @ centred + 0.2 * np.eye(X.shape[1]), centred.T @ Y).T
