@@ -127,7 +127,7 @@ def chunk_gmm_stats(chunk: Chunk, channel: str, projection: Projection, weights,
     """Σγ (K,), Σγx (K, d), Σγx² (K, d) and the log-likelihood Σ log p(x), float64."""
     X = project(chunk[channel], projection).astype(np.float64)
     gamma, row_likelihood = responsibilities(X, weights, means, variances)
-    # Xᵀγ, not γᵀX: OpenBLAS ran the (K × m)(m × d) product 100× slower on 2 threads.
+    # Xᵀγ, not γᵀX: OpenBLAS runs the (K × m)(m × d) product far slower on several threads.
     first, second = (X.T @ gamma).T, ((X * X).T @ gamma).T
     return gamma.sum(axis=0), first, second, float(row_likelihood.sum())
 
