@@ -36,7 +36,7 @@ DESCRIPTORS: dict[str, Callable[[], BaseEstimator]] = {
     # Tiny images (32×32 CIFAR-10): paper 000 §4.1 reports 320-D grey GIST ("8 orientations
     # and 4 scales" would be 512-D); 320-D is the tiny-images bank (8, 8, 4) on a 4×4 grid.
     "gist-tiny": partial(Gist, orientations_per_scale=(8, 8, 4), n_blocks=4, image_size=32),
-    "color": partial(ColorHistogram, bins=(8, 4, 4), space="hsv", image_size=64),
+    "color": partial(ColorHistogram, bins=(8, 4, 4), space="hsv", image_size=32),
 }
 
 __all__ = [

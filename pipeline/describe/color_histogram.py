@@ -35,7 +35,7 @@ class ColorHistogram(TransformerMixin, BaseEstimator):
     bins : tuple of 3 int, default=(8, 4, 4)
         Bins per channel: (hue, saturation, value) or (red, green, blue).
     space : {"hsv", "rgb"}, default="hsv"
-    image_size : int, default=64
+    image_size : int, default=32
         Side of the square RGB images `transform` takes.
 
     Attributes
@@ -49,7 +49,7 @@ class ColorHistogram(TransformerMixin, BaseEstimator):
     Smith, "Color gamut transform pairs", SIGGRAPH 1978 (the HSV hexcone).
     """
 
-    def __init__(self, bins: tuple[int, int, int] = (8, 4, 4), space: str = "hsv", image_size=64):
+    def __init__(self, bins: tuple[int, int, int] = (8, 4, 4), space: str = "hsv", image_size=32):
         self.bins = bins
         self.space = space
         self.image_size = image_size

@@ -35,10 +35,10 @@ def test_names_are_concatenated_in_order_with_their_widths():
     assert [e["name"] for e in features.record["features"]] == ["gist-tiny", "color"]
     assert [e["dim"] for e in features.record["features"]] == [320, 128]
     assert features.dim == 448
-    assert [(r.mode, r.size) for r in features.requests] == [("L", (32, 32)), ("RGB", (64, 64))]
+    assert [(r.mode, r.size) for r in features.requests] == [("L", (32, 32)), ("RGB", (32, 32))]
     rng = np.random.default_rng(0)
     grey = rng.integers(0, 256, (3, 32, 32), dtype=np.uint8)
-    rgb = rng.integers(0, 256, (3, 64, 64, 3), dtype=np.uint8)
+    rgb = rng.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
     rows = features.describe([[grey[i], rgb[i]] for i in range(3)])
     expected = np.hstack(
         [

@@ -28,8 +28,8 @@ def reference_histogram(image, bins):
 @pytest.fixture
 def rgb_images():
     rng = np.random.default_rng(2)
-    noise = rng.integers(0, 256, (3, 64, 64, 3), dtype=np.uint8)
-    return np.concatenate([noise, photos(64, grey=False)])
+    noise = rng.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    return np.concatenate([noise, photos(32, grey=False)])
 
 
 def test_histograms_match_histogramdd_of_skimage_hsv(rgb_images):
@@ -45,14 +45,14 @@ def test_other_bins_and_rgb_match_histogramdd(rgb_images):
     got = ColorHistogram(bins=(4, 2, 3), space="rgb").fit().transform(rgb_images)
     for image, row in zip(rgb_images, got, strict=True):
         counts, _ = np.histogramdd(image.reshape(-1, 3), bins=(4, 2, 3), range=[(0, 256)] * 3)
-        np.testing.assert_allclose(row, counts.ravel() / 64**2, atol=1e-7)
+        np.testing.assert_allclose(row, counts.ravel() / 32**2, atol=1e-7)
 
 
 def test_rows_are_float32_and_sum_to_one(rgb_images):
     rows = DESCRIPTORS["color"]().fit().transform(rgb_images)
     assert rows.dtype == np.float32 and rows.shape == (len(rgb_images), 128)
     np.testing.assert_allclose(rows.sum(axis=1), 1, rtol=1e-6)
-    assert DESCRIPTORS["color"]().fit().transform(np.zeros((0, 64, 64, 3), np.uint8)).shape == (
+    assert DESCRIPTORS["color"]().fit().transform(np.zeros((0, 32, 32, 3), np.uint8)).shape == (
         0,
         128,
     )
@@ -69,7 +69,7 @@ def test_rows_are_float32_and_sum_to_one(rgb_images):
     ],
 )
 def test_a_uniform_image_lands_in_the_bin_its_colour_names(rgb, hsv_bin):
-    image = np.broadcast_to(np.array(rgb, np.uint8), (1, 64, 64, 3))
+    image = np.broadcast_to(np.array(rgb, np.uint8), (1, 32, 32, 3))
     row = DESCRIPTORS["color"]().fit().transform(image)[0]
     assert row[np.ravel_multi_index(hsv_bin, (8, 4, 4))] == 1
     h, s, v = colorsys.rgb_to_hsv(*(c / 255 for c in rgb))
@@ -78,10 +78,10 @@ def test_a_uniform_image_lands_in_the_bin_its_colour_names(rgb, hsv_bin):
 
 def test_images_of_another_shape_or_dtype_are_refused():
     color = DESCRIPTORS["color"]().fit()
-    with pytest.raises(ValueError, match=r"shape \(n, 64, 64, 3\), got shape \(2, 64, 64\)"):
-        color.transform(np.zeros((2, 64, 64), np.uint8))
+    with pytest.raises(ValueError, match=r"shape \(n, 32, 32, 3\), got shape \(2, 32, 32\)"):
+        color.transform(np.zeros((2, 32, 32), np.uint8))
     with pytest.raises(ValueError, match="uint8"):
-        color.transform(np.zeros((2, 64, 64, 3), np.float32))
+        color.transform(np.zeros((2, 32, 32, 3), np.float32))
 
 
 @pytest.mark.parametrize("params", [{"bins": (8, 4)}, {"bins": (8, 0, 4)}, {"space": "lab"}])
