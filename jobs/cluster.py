@@ -200,9 +200,24 @@ def _handshake(address: str) -> None:
         ) from exc
     except Exception as exc:  # a peer speaking another protocol: closed or garbled comm
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if _refused(exc):  # a scheduler refusing this client's certificate, or plain TCP to TLS
+            raise ClusterError(f"could not connect to the scheduler at {address}: {first}") from exc
         raise ClusterError(
             f"no Dask scheduler at {address}: Dask's handshake failed ({first})"
         ) from exc
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it came from) is the peer refusing the connection: a TLS
+    error or a reset, as a TLS scheduler answers a wrong certificate or plain TCP."""
+    import ssl
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError | ConnectionResetError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _check_shared_paths(client: Client, paths: Iterable[str | os.PathLike]) -> None:
