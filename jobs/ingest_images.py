@@ -238,6 +238,7 @@ def ingest_images(
         commit_rows = commit_rows or store.rows_per_chunk
         threads = max(1, sum(client.nthreads().values())) if plan.partitions else 1
         pending, last_commit = _Pending(), time.monotonic()
+        seen: dict[bytes, str] = {}
         results = stream_map(
             client,
             describe_partition,
@@ -248,7 +249,7 @@ def ingest_images(
         for result in results:
             summary["partitions"] += 1
             summary["images_seen"] += result.images_seen
-            _receive(pending, result)
+            _receive(pending, result, seen)
             if len(pending) >= commit_rows or time.monotonic() - last_commit > COMMIT_SECONDS:
                 _commit(store, pending, split, summary)
                 pending, last_commit = _Pending(), time.monotonic()
@@ -305,11 +306,11 @@ def _new_images(partitions: list[ImagePartition], store: FeatureStore | None) ->
     return counts
 
 
-def _receive(pending: _Pending, result: Described) -> None:
+def _receive(pending: _Pending, result: Described, seen: dict[bytes, str]) -> None:
     """Add a partition's rows to those pending, refusing an image whose bytes another image of
-    this run already brought (the first one received is kept)."""
+    this run already brought (the first one received is kept). ``seen`` maps the digest of every
+    image this run has taken, committed or pending, to its key."""
     pending.refused.extend(result.refused)
-    seen = {d: k for d, k in zip(pending.digests, pending.keys, strict=True)}
     keep = []
     for i, digest in enumerate(result.digests):
         if digest in seen:
