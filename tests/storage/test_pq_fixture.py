@@ -1,5 +1,10 @@
 """A PQ store written before the codec moved to `pipeline` (tests/fixtures/pq-store-v2, written at
-7b97115) opens and reads back exactly what it read then: codes, decoded rows, a split, metadata."""
+7b97115) opens and reads back exactly what it read then: codes, decoded rows, a split, metadata.
+
+The fixture is 300 rows of D = 16 in two batches (ids given for the second, "train" and "test"
+splits, three classes and unlabelled rows), 128 rows a chunk, codes of M = 4 with a rotation,
+and the ``.npy`` files beside it hold what that code read back (codes, all rows, the test split).
+"""
 
 from __future__ import annotations
 
