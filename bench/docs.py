@@ -7,9 +7,14 @@ documents from the merged table: for each benchmark, what it measures (its modul
 then per scale the machine, the commit, the command, and each figure beside its peer or anchor
 with the ratio. Speed and scale benchmarks go to benchmarks.md, accuracy ones to results.md.
 
-What a person concludes from the figures (where a method helps and where it does not, which
-figures an algorithm change has made stale) is kept in ``DOCS/findings/NAME.md`` and printed under
-the benchmark's heading, above its tables.
+Each document opens with a summary: per benchmark, the figures that answer its question
+(:mod:`imgscale.bench.headlines`) beside their peers, newest run at the largest scale. A run
+measured before the code it measures last changed is marked stale (:mod:`imgscale.bench.staleness`;
+no marks without git). ``DOCS/README.md``, the page of headline figures and its plots, is written
+with them (:mod:`imgscale.bench.summary`).
+
+What a person concludes from the figures (where a method helps and where it does not) is kept in
+``DOCS/findings/NAME.md`` and printed under the benchmark's heading, above its tables.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import inspect
 import shutil
 from pathlib import Path
 
-from imgscale.bench import report, results
+from imgscale.bench import headlines, report, results, staleness, summary
 from imgscale.bench.registry import SCALES, Benchmark, benchmarks
+from imgscale.bench.staleness import Change
 
 TABLE_FILE = "results.parquet"
+STALE = "⚠"
 IMAGES = "images"
 FINDINGS = "findings"
 DOCUMENTS = {
@@ -53,15 +60,18 @@ def add(docs: Path, table: Path) -> int:
 
 
 def write(docs: Path) -> list[Path]:
-    """Write benchmarks.md and results.md from ``docs/results.parquet``; the files written."""
+    """Write README.md (and its plots), benchmarks.md and results.md from
+    ``docs/results.parquet``; the files written."""
     rows = results.read(docs / TABLE_FILE)
     known = benchmarks()
+    stale = staleness.changes(rows, known)
     written = []
     unregistered = sorted({r["benchmark"] for r in rows} - set(known) - {"machine"})
+    kinds = {"machine": "speed", **{name: b.kind for name, b in known.items()}}
     for kind, (filename, title) in DOCUMENTS.items():
         names = [b.name for b in known.values() if b.kind == kind]
         names = ["machine", *names] if kind == "speed" else [*names, *unregistered]
-        sections = [_section(name, known.get(name), rows, docs) for name in names]
+        sections = [_section(name, known.get(name), rows, docs, stale) for name in names]
         text = "\n".join(
             [
                 f"# {title}",
@@ -72,18 +82,56 @@ def write(docs: Path) -> list[Path]:
                 "gives the machine, the commit and the command that regenerates it; a command "
                 "without `--scale` is the per-benchmark command that measured the figure before "
                 "the suite existed (`imgscale bench NAME --scale medium` measures those sizes "
-                "now).",
+                "now). The [summary page](README.md) has the headline figures and plots.",
                 "",
+                _summary([n for n in names if n != "machine"], rows, stale),
                 *[s for s in sections if s],
             ]
         )
         path = docs / filename
         path.write_text(text.rstrip() + "\n")
         written.append(path)
+    documents = {kind: filename for kind, (filename, _) in DOCUMENTS.items()}
+    written.insert(0, summary.write(docs, rows, kinds, stale, documents))
     return written
 
 
-def _section(name: str, bench: Benchmark | None, rows: list[dict], docs: Path) -> str:
+def _summary(names: list[str], rows: list[dict], stale: dict[tuple[str, str], Change]) -> str:
+    """The figures that answer each benchmark's question, beside their peers, with links."""
+    lines = [
+        "## Summary",
+        "",
+        "Per benchmark, the figures that answer its question: the newest run of each at the "
+        "largest scale it ran at, beside its peer, paper or limit; the full tables follow. "
+        f"{STALE} marks a run measured before the code it measures last changed.",
+        "",
+        "| benchmark: figure | ours | against | theirs | ratio | reads | scale |",
+        "|---|---:|---|---:|---:|---|---|",
+    ]
+    for name in names:
+        for h in headlines.summary(name, rows):
+            mark = f" {STALE}" if (name, h["commit"]) in stale else ""
+            lines.append(
+                f"| [{name}](#{summary.anchor(name)}): {h['label']} "
+                f"| {report.number(h['value'])} {h['unit']} "
+                f"| {h['peer'] or 'not named by the benchmark'} "
+                f"| {report.number(h['peer_value'])} | {_ratio(h['ratio'])} | {h['reading']} "
+                f"| {h['scale']}{mark} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(ratio: float | None) -> str:
+    return "" if ratio is None else f"{ratio:.3g}"
+
+
+def _section(
+    name: str,
+    bench: Benchmark | None,
+    rows: list[dict],
+    docs: Path,
+    stale: dict[tuple[str, str], Change],
+) -> str:
     mine = [r for r in rows if r["benchmark"] == name]
     if not mine:
         return ""
@@ -92,7 +140,8 @@ def _section(name: str, bench: Benchmark | None, rows: list[dict], docs: Path) -
     else:
         heading = f"{name}: {bench.summary}" if bench else name
         about = _about(bench)
-    lines = [f"## {heading}", "", about, ""] if about else [f"## {heading}", ""]
+    lines = [f'<a id="{summary.anchor(name)}"></a>', "", f"## {heading}", ""]
+    lines += [about, ""] if about else []
     findings = docs / FINDINGS / f"{name}.md"
     if findings.is_file():
         lines += [findings.read_text().strip(), ""]
@@ -101,9 +150,16 @@ def _section(name: str, bench: Benchmark | None, rows: list[dict], docs: Path) -
         for run in _runs(at_scale):
             first = run[0]
             when = f", {first['time']}" if first["time"] else ""
+            change = stale.get((name, first["commit"]))
+            note = (
+                f" {STALE} **Stale:** {change.commits} later commit(s) changed the code it "
+                f"measures (newest {change.newest})."
+                if change
+                else ""
+            )
             lines += [
                 f"**Scale {scale}.** Machine: {first['machine']}. Commit "
-                f"{first['commit'] or 'unknown'}{when}. Command: `{first['command']}`",
+                f"{first['commit'] or 'unknown'}{when}. Command: `{first['command']}`{note}",
                 "",
                 report.table(run),
             ]
