@@ -17,6 +17,13 @@ shows it, and ``imgscale bench hope --scale tiny`` runs it. Sizes come from ``ct
 scale: tiny is a toy that CI runs end to end in seconds, small finishes the whole suite in
 minutes, medium is the size of the published figures, large goes past the machine's memory
 where that means something.
+
+A benchmark's figures are summarised at the top of its document by the few that answer its
+question, and the headline figures of docs/README.md are chosen among them: both are named in
+:mod:`imgscale.bench.headlines`, one ``Figure`` line each (its record's name, what a reader calls
+it, its peer), never here. A benchmark not named there is summarised by its first figures with a
+peer. What it measures, for marking a figure stale once that code changes, is read from its
+module's imports (:mod:`imgscale.bench.staleness`): no declaration either.
 """
 
 from __future__ import annotations
