@@ -11,10 +11,11 @@ costs no import of scikit-learn, SciPy or numba.
 
 How to add a method
 -------------------
-1. Write the estimator in ``pipeline/classify/<method>.py`` (or ``pipeline/embed/``) and export
-   it from that package's ``__init__``. `evaluate` and `predict` need ``classes_``,
-   ``decision_function(X)`` and ``predict_top_k(X, k)``, lazy on dask input; `jobs.models.save`
-   keeps ``get_params()`` and the fitted attributes ending in ``_`` (numeric arrays or JSON).
+1. Write the estimator in ``pipeline/classify/<method>.py`` (an embedding in
+   ``pipeline/embed/``) and export it from that package's ``__init__``. `evaluate` and
+   `predict` need ``classes_``, ``decision_function(X)`` and ``predict_top_k(X, k)``, lazy on
+   dask input; `jobs.models.save` keeps ``get_params()`` and the fitted attributes ending in
+   ``_`` (numeric arrays or JSON).
 2. Write its fit function in this module, ``_fit_<name>(data: TrainingData, options: dict)``,
    returning the fitted estimator (imported inside the function). `TrainingData` is everything
    a method may read from the store: ``data.X``/``data.y`` (the train split, lazy; label -1 =
@@ -30,7 +31,7 @@ How to add a method
            "hope",
            "en-HOPE embedding, then kNN on it (paper 003 §3)",  # a line of `train --help`
            _fit_hope,
-           estimators=(f"{EMBED}:ExemplarHOPE",),  # every class the fitted model may hold
+           estimators=(f"{CLASSIFY}:ExemplarHOPE",),  # every class the fitted model may hold
            options=(N_EXEMPLARS, MAX_ITER),  # method-specific options it reads
            uses_validation=True,  # reads the --val-split rows
        )
@@ -266,7 +267,7 @@ def _fit_knn(data: TrainingData, options: dict) -> BaseEstimator:
 def _fit_hope(data: TrainingData, options: dict) -> BaseEstimator:
     # The labelled validation rows choose the iteration (early stopping, paper 003 §4); without
     # them a tenth of the train rows is held out.
-    from imgscale.pipeline.embed import ExemplarHOPE
+    from imgscale.pipeline.classify import ExemplarHOPE
 
     model = ExemplarHOPE(
         n_components=options["n_components"],
@@ -354,7 +355,7 @@ METHODS: dict[str, Method] = {
             "hope",
             "en-HOPE 2-D embedding, kNN against exemplars (paper 003 §3)",
             _fit_hope,
-            estimators=(f"{EMBED}:ExemplarHOPE",),
+            estimators=(f"{CLASSIFY}:ExemplarHOPE",),
             options=(
                 HOPE_DIM,
                 HOPE_EXEMPLARS,

@@ -9,6 +9,7 @@ from imgscale.exports import lazy_exports
 # Exported name → the module of this package defining it.
 _EXPORTS = {
     "top_k_columns": "_base",
+    "ExemplarHOPE": "hope",
     "MetricKNeighborsClassifier": "knn",
     "PredictedNeighbourhoodClassifier": "local",
     "NearestClassMean": "ncm",

@@ -12,7 +12,6 @@ from typing import Any
 
 import dask
 import dask.array as da
-import numba
 import numpy as np
 from sklearn.base import ClassifierMixin, TransformerMixin
 from sklearn.utils import Tags
@@ -20,6 +19,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from imgscale.pipeline.compute import compute
+from imgscale.pipeline.rows import check_dask_X
+from imgscale.pipeline.top_k import top_k_columns
 
 UNLABELLED = -1
 _UNKNOWN = -2
@@ -113,78 +114,6 @@ def encode_labels_lazy(y: Any, classes: np.ndarray) -> Any:
     if isinstance(y, da.Array):
         return y.map_blocks(encode_labels, dask.delayed(classes, pure=True), dtype=np.int64)
     return encode_labels(y, classes)
-
-
-def check_dask_X(X: da.Array, n_features: int | None) -> da.Array:
-    """Dask counterpart of sklearn's input checks: 2-D, full-width row chunks, float32."""
-    if X.ndim != 2:
-        raise ValueError(f"expected a 2-D array of features, got shape {X.shape}")
-    if n_features is not None and X.shape[1] != n_features:
-        raise ValueError(f"X has {X.shape[1]} features, but the model expects {n_features}")
-    if X.dtype.kind not in "fiub":
-        raise ValueError(f"expected numeric features, got dtype {X.dtype}")
-    return X.rechunk({1: -1}).astype(np.float32, copy=False)
-
-
-# Columns per block of the top-k scan: a block is skipped when its maximum (a vectorised
-# reduction) cannot enter the current k best, which is almost every block once k ≪ C.
-_SCAN_BLOCK = 16
-
-
-@numba.njit(cache=True, nogil=True, fastmath=True, inline="always")
-def _block_max(row: np.ndarray, offsets: np.ndarray, start: int) -> float:
-    best = row[start] - offsets[start]
-    for c in range(start + 1, start + _SCAN_BLOCK):
-        v = row[c] - offsets[c]
-        best = v if v > best else best
-    return best
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _insert(values: np.ndarray, columns: np.ndarray, j: int, v: float, c: int) -> None:
-    # Strict comparison: an equal score seen earlier (lower column) stays ahead.
-    while j > 0 and values[j - 1] < v:
-        values[j] = values[j - 1]
-        columns[j] = columns[j - 1]
-        j -= 1
-    values[j] = v
-    columns[j] = c
-
-
-@numba.njit(cache=True, nogil=True)
-def _top_k_scan(scores: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
-    n, n_columns = scores.shape
-    k = out.shape[1]
-    values = np.empty(k, dtype=scores.dtype)
-    for i in range(n):
-        row, columns = scores[i], out[i]
-        for c in range(k):
-            v = row[c] - offsets[c]
-            _insert(values, columns, c, -np.inf if v != v else v, c)  # NaN ranks last
-        start = k
-        while start < n_columns:
-            stop = min(start + _SCAN_BLOCK, n_columns)
-            if stop - start < _SCAN_BLOCK or _block_max(row, offsets, start) > values[k - 1]:
-                for c in range(start, stop):
-                    v = row[c] - offsets[c]
-                    if v > values[k - 1]:
-                        _insert(values, columns, k - 1, v, c)
-            start = stop
-
-
-def top_k_columns(scores: np.ndarray, k: int, offsets: np.ndarray | None = None) -> np.ndarray:
-    """Column indices (n, min(k, C)) of the k largest ``scores - offsets`` per row, best first,
-    ties to the lower column: the first k of a stable argsort of the negated scores.
-
-    One pass per row keeping the k best by insertion (almost every score only meets one
-    comparison), so selecting from 10,000 classes costs a read of the scores, not a sort.
-    """
-    n, n_columns = scores.shape
-    if offsets is None:
-        offsets = np.zeros(n_columns, dtype=scores.dtype)
-    out = np.empty((n, min(k, n_columns)), dtype=np.int64)
-    _top_k_scan(np.ascontiguousarray(scores), offsets.astype(scores.dtype, copy=False), out)
-    return out
 
 
 def _top_k_block(X: np.ndarray, scores: Any, params: tuple, classes: np.ndarray, k: int):

@@ -51,6 +51,7 @@ from threadpoolctl import threadpool_limits
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels, unique_labels
 from imgscale.pipeline.classify.knn import MetricKNeighborsClassifier
 from imgscale.pipeline.compute import Mapper, compute, run_in_process
+from imgscale.pipeline.embed import RandomFourierFeatures
 from imgscale.pipeline.gram import add_gram
 
 NEIGHBOURHOODS = ("predicted", "nearest")
@@ -392,8 +393,6 @@ def _posterior_block(
 
 def _embed(rows: np.ndarray, weights: np.ndarray, offset: np.ndarray) -> np.ndarray:
     """Random Fourier features of rows (`RandomFourierFeatures`' kernel)."""
-    from imgscale.pipeline.embed import RandomFourierFeatures  # embed imports classify
-
     return RandomFourierFeatures._transform_block(np.asarray(rows, np.float32), weights, offset)
 
 
@@ -569,8 +568,6 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         targets = self.regression_targets()
         inputs = X[self.neighbourhood_instances_]
         if self.embedding_dim is not None:
-            from imgscale.pipeline.embed import RandomFourierFeatures  # embed imports classify
-
             rff = RandomFourierFeatures(n_components=self.embedding_dim, random_state=seed).fit(X)
             self.embedding_weights_ = rff.random_weights_
             self.embedding_offset_ = rff.random_offset_

@@ -3,14 +3,12 @@
 Data-independent: `RandomFourierFeatures`, `SquareRoot`, `HistogramIntersection`,
 `GaussianRandomProjection`. Data-dependent: `Nystrom`, `AddKPCA`, `PCA`. Paper 000 §3.2.
 Separable Laplacian eigenfunctions: `PCALap`, `RPLap` (paper 000 Table 1), `ALE` (paper 001).
-Supervised: `ExemplarHOPE` (paper 003), an embedding that also classifies by kNN to exemplars.
 """
 
 from imgscale.pipeline.embed.add_kpca import AddKPCA
 from imgscale.pipeline.embed.ale import ALE
 from imgscale.pipeline.embed.gaussian_random_projection import GaussianRandomProjection
 from imgscale.pipeline.embed.histogram_intersection import HistogramIntersection
-from imgscale.pipeline.embed.hope import ExemplarHOPE
 from imgscale.pipeline.embed.nystrom import Nystrom
 from imgscale.pipeline.embed.pca import PCA
 from imgscale.pipeline.embed.pcalap import PCALap
@@ -22,7 +20,6 @@ __all__ = [
     "ALE",
     "PCA",
     "AddKPCA",
-    "ExemplarHOPE",
     "GaussianRandomProjection",
     "HistogramIntersection",
     "Nystrom",

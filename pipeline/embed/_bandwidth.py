@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from imgscale.pipeline.classify._base import top_k_columns
 from imgscale.pipeline.compute import compute
-from imgscale.pipeline.embed._base import sample_rows
 from imgscale.pipeline.reductions import reduce_rows
+from imgscale.pipeline.rows import sample_rows
+from imgscale.pipeline.top_k import top_k_columns
 
 # Rows compared to the queries at a time: a store chunk (32,768 rows at D = 512) in one block
 # bounds the queries × rows float32 scores at 64 MB for 500 queries. One selection per chunk
@@ -37,15 +37,6 @@ class NearestSquaredDistances:
         both = np.hstack([self.values, other.values])
         k = max(self.values.shape[1], other.values.shape[1])
         return NearestSquaredDistances(np.sort(both, axis=1)[:, :k])
-
-
-def squared_distances(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """‖a − b‖² for every row pair (len(A) × len(B)), float32, clipped at 0 (rounding)."""
-    out = A @ B.T
-    out *= -2
-    out += np.einsum("ij,ij->i", A, A)[:, None]
-    out += np.einsum("ij,ij->i", B, B)[None, :]
-    return np.maximum(out, 0, out=out)
 
 
 def chunk_nearest(

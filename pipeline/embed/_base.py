@@ -1,4 +1,4 @@
-"""Input checks, row sampling and the lazy per-chunk plumbing shared by every embedding.
+"""Input checks and the lazy per-chunk plumbing shared by every embedding.
 
 An embedding supplies `_transform_params()` (its fitted numpy arrays) and a static
 `_transform_block(X, *params, row_start)` numpy kernel (`row_start` names rows in errors).
@@ -19,11 +19,9 @@ import dask
 import dask.array as da
 import numpy as np
 from sklearn.base import TransformerMixin
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from imgscale.pipeline.classify._base import check_dask_X
-from imgscale.pipeline.compute import gather_rows
+from imgscale.pipeline.rows import check_dask_X
 
 # Largest embedded chunk (float32) one task produces: the design's 64–128 MiB chunk size, at its
 # high end because every piece maps and checksums its whole input chunk file and the Gram
@@ -40,21 +38,6 @@ def split_row_chunks(chunks: tuple[int, ...], max_rows: int) -> tuple[int, ...]:
         base, extra = divmod(rows, pieces)
         out += [base + 1] * extra + [base] * (pieces - extra)
     return tuple(out)
-
-
-def sample_rows(X: Any, n_samples: int, random_state: Any) -> np.ndarray:
-    """`n_samples` distinct rows of `X` (all rows if fewer), in row order, as float32 numpy.
-
-    Row indices are drawn on the client and the rows gathered chunk by chunk (`gather_rows`), so
-    only the sample, never the n-row array, reaches the client.
-    """
-    n_rows = X.shape[0]
-    rng = check_random_state(random_state)
-    if n_samples >= n_rows:
-        index = np.arange(n_rows)
-    else:
-        index = np.sort(rng.choice(n_rows, n_samples, replace=False))
-    return np.ascontiguousarray(gather_rows(X, index), dtype=np.float32)
 
 
 def check_non_negative_block(X: np.ndarray, row_start: int, what: str) -> None:

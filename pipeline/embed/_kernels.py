@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from imgscale.pipeline.embed._bandwidth import squared_distances
+from imgscale.pipeline.rows import squared_distances
 
 # Elements of the rows × landmarks × features minimum computed at once (64 MiB of float32).
 _MIN_BLOCK_ELEMENTS = 16 * 2**20

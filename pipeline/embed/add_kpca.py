@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from imgscale.pipeline.embed._base import RowTransformerMixin, check_non_negative_block, sample_rows
+from imgscale.pipeline.embed._base import RowTransformerMixin, check_non_negative_block
+from imgscale.pipeline.rows import sample_rows
 
 # Eigenvalues below this fraction of the largest (over all dimensions) are numerically zero.
 _RELATIVE_EIGENVALUE_FLOOR = 1e-10

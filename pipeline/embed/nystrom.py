@@ -10,8 +10,9 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
 from imgscale.pipeline.embed._bandwidth import check_gamma, knn_bandwidth
-from imgscale.pipeline.embed._base import RowTransformerMixin, sample_rows
+from imgscale.pipeline.embed._base import RowTransformerMixin
 from imgscale.pipeline.embed._kernels import kernel_matrix
+from imgscale.pipeline.rows import sample_rows
 
 KERNELS = ("gaussian", "intersection")
 

@@ -58,8 +58,7 @@ def test_every_embedding_is_loadable():
 
 def test_option_choices_are_the_estimators_own():
     """The table spells the choices out (--help imports no estimator); they must not drift."""
-    from imgscale.pipeline.classify import RidgeClassifier
-    from imgscale.pipeline.embed import ExemplarHOPE
+    from imgscale.pipeline.classify import ExemplarHOPE, RidgeClassifier
     from imgscale.pipeline.gram import GRAM_PRECISIONS
 
     assert methods.GRAM_PRECISION.type == GRAM_PRECISIONS

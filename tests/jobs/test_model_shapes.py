@@ -60,7 +60,7 @@ FAMILIES: dict[str, tuple[Callable, str]] = {
         "training_rows_",
     ),
     "hope": (
-        lambda: embed.ExemplarHOPE(
+        lambda: classify.ExemplarHOPE(
             n_exemplars=8, n_factors=10, n_hidden=6, max_iter=5, random_state=0
         ).fit(X, Y),
         "output_weights_",

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from imgscale.jobs import models
 from imgscale.jobs.cli import cli
 from imgscale.jobs.plot import PLOT_HINT, embedded_sample
-from imgscale.pipeline.embed import PCA, ExemplarHOPE
+from imgscale.pipeline.classify import ExemplarHOPE
+from imgscale.pipeline.embed import PCA
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from imgscale.jobs import models
 from imgscale.jobs.cli import cli
-from imgscale.pipeline.embed import ExemplarHOPE
+from imgscale.pipeline.classify import ExemplarHOPE
 from imgscale.storage import create_store
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))

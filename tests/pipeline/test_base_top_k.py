@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from imgscale.pipeline.classify._base import top_k_columns
+from imgscale.pipeline.top_k import top_k_columns
 
 
 def stable_top_k(scores: np.ndarray, k: int) -> np.ndarray:

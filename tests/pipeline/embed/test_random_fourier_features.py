@@ -8,6 +8,7 @@ from imgscale.pipeline.embed import RandomFourierFeatures
 from imgscale.pipeline.embed import _base as embed_base
 from imgscale.pipeline.embed._bandwidth import knn_bandwidth
 from imgscale.pipeline.reductions import reduce_rows
+from imgscale.pipeline.rows import sample_rows
 from tests.pipeline.embed.conftest import as_dask
 
 
@@ -78,8 +79,8 @@ def test_wide_output_chunks_are_cut_to_the_byte_limit_and_equal_numpy(monkeypatc
 
 def test_sampled_rows_of_dask_input_equal_the_numpy_sample():
     X = np.random.default_rng(7).normal(size=(200, 3)).astype(np.float32)
-    expected = embed_base.sample_rows(X, 25, 0)
-    np.testing.assert_array_equal(embed_base.sample_rows(as_dask(X), 25, 0), expected)
+    expected = sample_rows(X, 25, 0)
+    np.testing.assert_array_equal(sample_rows(as_dask(X), 25, 0), expected)
     assert len(np.unique(expected, axis=0)) == 25
 
 

@@ -7,15 +7,9 @@ from sklearn.datasets import load_digits
 from sklearn.decomposition import PCA
 from sklearn.neighbors import KNeighborsClassifier
 
-from imgscale.pipeline.embed.hope import (
-    ExemplarHOPE,
-    Layout,
-    Network,
-    Problem,
-    exemplar_knn_scores,
-    exemplars_per_class,
-    initial_blocks,
-)
+from imgscale.pipeline.classify import ExemplarHOPE
+from imgscale.pipeline.classify.hope_exemplars import exemplar_knn_scores, exemplars_per_class
+from imgscale.pipeline.classify.hope_network import Layout, Network, Problem, initial_blocks
 from tests.pipeline.embed.conftest import as_dask
 
 H, F, M, h, N_CLASSES = 5, 4, 3, 2, 3
