@@ -40,8 +40,7 @@ def add_class(
     """
     started = time.perf_counter()
     model, provenance = models.load(model_path)
-    steps = list(model.steps) if hasattr(model, "steps") else [("model", model)]
-    classifier = steps[-1][1]
+    *embeddings, classifier = models.model_steps(model)
     if not isinstance(classifier, NearestClassMean):
         raise ValueError(
             f"model {model_path}: {type(classifier).__name__} cannot add classes; expected a "
@@ -71,23 +70,23 @@ def add_class(
                 f"model {model_path}: already has class {label!r}; expected a new name "
                 "(--replace makes these rows its only rows)"
             )
-        _forget_rows(classifier, class_index)
     elif label in model_names:
         class_index = model_names.index(label)
     else:
         class_index = len(model_names)
         model_names.append(label)
-    y = np.full(rows, class_index, dtype=np.asarray(classifier.classes_).dtype)
-    from_codes = getattr(store, "encoding", "raw") == "pq" and len(steps) == 1
+    model_label = np.asarray(classifier.classes_).dtype.type(class_index)
+    from_codes = store.encoding == "pq" and not embeddings
     if from_codes:
         codec = store.codec
-        codes = store.codes(split)[mask]
-        classifier.partial_fit_codes(codes, y, codec.codebook, codec.rotation)
+        classifier.add_class_codes(
+            store.codes(split)[mask], model_label, codec.codebook, codec.rotation, replace=replace
+        )
     else:
         X = store.features(split)[mask]
-        for _, step in steps[:-1]:
-            X = step.transform(X)
-        classifier.partial_fit(X, y)
+        for embedding in embeddings:
+            X = embedding.transform(X)
+        classifier.add_class(X, model_label, replace=replace)
     provenance = {**provenance, "class_names": model_names}
     _save_replacing(model, model_path, out, provenance, label)
     return {
@@ -98,15 +97,6 @@ def add_class(
         "from_codes": from_codes,
         "seconds": time.perf_counter() - started,
     }
-
-
-def _forget_rows(classifier: NearestClassMean, label: int) -> None:
-    """Zero a class's sums and count, so the rows added next alone give its mean."""
-    j = int(np.flatnonzero(np.asarray(classifier.classes_) == label)[0])
-    classifier.class_sums_ = classifier.class_sums_.copy()
-    classifier.class_counts_ = classifier.class_counts_.copy()
-    classifier.class_sums_[j] = 0
-    classifier.class_counts_[j] = 0
 
 
 def _save_replacing(

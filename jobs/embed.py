@@ -25,6 +25,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline
 
+from imgscale.jobs.models import model_steps
 from imgscale.pipeline.compute import compute
 from imgscale.storage import FeatureStore, StoreError, create_or_open, create_store
 
@@ -40,21 +41,20 @@ def batch_id(start: int, stop: int) -> str:
 def embedding_steps(model: BaseEstimator) -> BaseEstimator:
     """The part of a saved model that embeds: the model itself, or a pipeline without its
     classifier."""
-    if isinstance(model, Pipeline):
-        last = model.steps[-1][1]
-        if hasattr(last, "predict") or not hasattr(last, "transform"):
-            if len(model.steps) == 1:
-                raise ValueError("the model pipeline has no embedding step")
-            return model[:-1]
+    if not isinstance(model, Pipeline):
+        if not hasattr(model, "transform"):
+            raise ValueError(f"{type(model).__name__} is not an embedding (it has no transform)")
         return model
-    if not hasattr(model, "transform"):
-        raise ValueError(f"{type(model).__name__} is not an embedding (it has no transform)")
+    *embeddings, last = model_steps(model)
+    if hasattr(last, "predict") or not hasattr(last, "transform"):
+        if not embeddings:
+            raise ValueError("the model pipeline has no embedding step")
+        return model[:-1]
     return model
 
 
 def output_dim(embedding: BaseEstimator) -> int:
-    last = embedding.steps[-1][1] if isinstance(embedding, Pipeline) else embedding
-    return int(last.n_components_)
+    return int(model_steps(embedding)[-1].n_components_)
 
 
 def _destination(

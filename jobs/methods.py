@@ -149,17 +149,24 @@ class PQCodes:
 class TrainingData:
     """What a method may read from a store: the train split, the validation split, PQ codes.
 
-    Rows stay lazy (row-chunked dask arrays); only labels are numpy.
+    Rows stay lazy (row-chunked dask arrays); only labels are numpy. With a fitted
+    ``embedding``, every row a method reads is embedded on the fly, chunk by chunk (and there
+    are no codes to read).
     """
 
-    def __init__(self, store, split: str, val_split: str | None, eigenvalues=None):
+    def __init__(self, store, split: str, val_split: str | None, eigenvalues=None, embedding=None):
         self._store, self._split, self._val_split = store, split, val_split
+        self._embedding = embedding
         self.eigenvalues = eigenvalues
         self.y = store.labels(split)
 
+    def _features(self, split: str, where: Any = None) -> Any:
+        X = self._store.features(split) if where is None else self._store.features(split, where)
+        return X if self._embedding is None else self._embedding.transform(X)
+
     @property
     def X(self):
-        return self._store.features(self._split)
+        return self._features(self._split)
 
     def validation(self, labelled_only: bool = False) -> tuple[Any, np.ndarray] | None:
         """(X_val, y_val) of the validation split, or None if it has no labelled rows.
@@ -173,13 +180,13 @@ class TrainingData:
         if not labelled.any():
             return None
         if labelled_only:
-            return self._store.features(self._val_split, where=labelled), y_val[labelled]
-        return self._store.features(self._val_split), y_val
+            return self._features(self._val_split, labelled), y_val[labelled]
+        return self._features(self._val_split), y_val
 
     @property
     def codes(self) -> PQCodes | None:
         """The train split's PQ codes and codec (class means without decoding), or None."""
-        if getattr(self._store, "encoding", "raw") != "pq":
+        if self._embedding is not None or self._store.encoding != "pq":
             return None
         codec = self._store.codec
         return PQCodes(self._store.codes(self._split), codec.codebook, codec.rotation, codec.decode)

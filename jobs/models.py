@@ -2,12 +2,12 @@
 
 Only classes named in :data:`MODEL_CLASSES` can be loaded: a model file picks a class from this
 allow-list by name and supplies its JSON parameters and numeric arrays, nothing else, whose
-shapes must agree with its parameters (`jobs.model_shapes`). The class must accept every
-parameter by name, and every fitted attribute must be a fitted attribute's name (``name_``) that
-the class does not define, so a record naming another class, or an edited one, is refused in one
-line instead of failing inside a constructor or setting a method. The
-allow-list is every class the method and embedding tables of `jobs.methods` name; a class is
-imported only once a model file names it.
+shapes must agree with its parameters (the fitted arrays the class declares, `pipeline.fitted`).
+The class must accept every parameter by name, and every fitted attribute must be a fitted
+attribute's name (``name_``) that the class does not define, so a record naming another class,
+or an edited one, is refused in one line instead of failing inside a constructor or setting a
+method. The allow-list is every class the method and embedding tables of `jobs.methods` name; a
+class is imported only once a model file names it.
 """
 
 from __future__ import annotations
@@ -22,11 +22,39 @@ from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from imgscale.jobs.methods import estimator_class, model_classes
-from imgscale.jobs.model_shapes import check_shapes
+from imgscale.pipeline.fitted import Shape, check_fitted_shapes, fitted_shapes
 from imgscale.storage import SavedStep, StoreError, load_model, save_model
 
 # Class name → "module:Class" (`jobs.methods.estimator_class` imports it).
 MODEL_CLASSES: dict[str, str] = {ref.split(":")[1]: ref for ref in model_classes()}
+
+# The vocabularies of local descriptors do not declare their fitted arrays (`_fitted_shapes`)
+# yet; their shapes, per channel of descriptors (S: 128-D SIFT, R: 96-D colour), are here.
+_VOCABULARY_SHAPES: dict[str, dict[str, Shape]] = {
+    "BagOfWords": {"words_": ("n_words", "W")},
+    "FisherVector": {
+        f"{channel}_{name}": shape
+        for channel, width in (("sift", "S"), ("color", "R"))
+        for name, shape in (
+            ("mean_", (width,)),
+            ("components_", ("n_components", width)),
+            ("weights_", ("n_gaussians",)),
+            ("means_", ("n_gaussians", "n_components")),
+            ("variances_", ("n_gaussians", "n_components")),
+        )
+    },
+}
+
+
+def declared_shapes(cls: type[BaseEstimator]) -> dict[str, Shape] | None:
+    """The fitted arrays (name → shape) a loadable class has, or None if it declares none."""
+    shapes = fitted_shapes(cls)
+    return _VOCABULARY_SHAPES.get(cls.__name__) if shapes is None else shapes
+
+
+def model_steps(model: BaseEstimator) -> list[BaseEstimator]:
+    """The estimators of a model in order: a pipeline's steps, or the model itself."""
+    return [step for _, step in model.steps] if isinstance(model, Pipeline) else [model]
 
 
 class ClassifierPipeline(Pipeline):
@@ -56,8 +84,7 @@ def save(
 
     With ``replace``, an existing model at ``path`` is swapped for this one atomically.
     """
-    estimators = [step for _, step in model.steps] if isinstance(model, Pipeline) else [model]
-    steps = [_to_step(estimator) for estimator in estimators]
+    steps = [_to_step(estimator) for estimator in model_steps(model)]
     provenance = {
         "imgscale_version": version("imgscale"),
         "saved_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -111,7 +138,12 @@ def _from_step(index: int, step: SavedStep, path) -> BaseEstimator:
                 f"model {path}: step {index} ({step.kind}) has fitted value {name!r}; expected "
                 f"names ending in '_' that {step.kind} does not define"
             )
-    check_shapes(step.kind, step.params, step.scalars, step.arrays, f"model {path}")
+    try:
+        check_fitted_shapes(
+            step.kind, declared_shapes(cls) or {}, step.params, step.scalars, step.arrays
+        )
+    except ValueError as exc:
+        raise StoreError(f"model {path}: {exc}") from None
     estimator = cls(**step.params)
     for name, value in {**step.scalars, **step.arrays}.items():
         setattr(estimator, name, value)

@@ -82,10 +82,10 @@ def train(
         embedding.fit(store.features(split))
         # ssl regularises by the embedding's eigenvalues (PCALap, RPLap, ALE: paper 001 eq. 3).
         eigenvalues = getattr(embedding, "eigenvalues_", None)
-        store = _EmbeddedStore(store, embedding.transform)
     if entry.needs_eigenvalues and eigenvalues is None:
         raise ValueError(f"method {method!r} needs --embedding pcalap, rplap or ale (eigenvalues)")
-    classifier = entry.fit(TrainingData(store, split, val_split, eigenvalues), options)
+    data = TrainingData(store, split, val_split, eigenvalues, embedding)
+    classifier = entry.fit(data, options)
     return classifier if embedding is None else classifier_pipeline(embedding, classifier)
 
 
@@ -143,18 +143,4 @@ class _RelabelledStore:
             raise ValueError("a labelled sample belongs to one split: ask for its labels by name")
         if split == self._split:
             return self._labels
-        return self._store.labels(split)
-
-
-class _EmbeddedStore:
-    """A store's view whose ``features(split)`` are embedded on the fly (lazily, per chunk)."""
-
-    def __init__(self, store: FeatureStore, transform):
-        self._store, self._transform = store, transform
-        self.path = store.path
-
-    def features(self, split: str | None = None):
-        return self._transform(self._store.features(split))
-
-    def labels(self, split: str | None = None):
         return self._store.labels(split)

@@ -7,7 +7,7 @@ The network and objective are `hope_network`, the exemplars `hope_exemplars`, th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import dask.array as da
 import numpy as np
@@ -25,6 +25,7 @@ from imgscale.pipeline.classify.hope_exemplars import (
 from imgscale.pipeline.classify.hope_network import Layout, Network, Problem, initial_blocks
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed._base import RowTransformerMixin
+from imgscale.pipeline.fitted import Shape
 
 EXEMPLAR_INITS = ("kmeans", "random", "learned")
 SOLVERS = ("adam", "lbfgs")
@@ -139,6 +140,19 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
 
     EXEMPLAR_INITS = EXEMPLAR_INITS
     SOLVERS = SOLVERS
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): Z exemplars, F factors, H hidden
+    # units, K the embedding dimension.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        "mean_": ("D",),
+        "exemplars_": ("Z", "D"),
+        "exemplar_labels_": ("Z",),
+        "embedded_exemplars_": ("Z", "K"),
+        "factors_": (None, "F"),
+        "hidden_weights_": ("F", "H"),
+        "hidden_bias_": ("H",),
+        "output_weights_": ("K", "H"),
+    }
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import dask
 import dask.array as da
@@ -19,6 +19,7 @@ from imgscale.pipeline.classify._base import (
 from imgscale.pipeline.classify._minibatch import RowSampler
 from imgscale.pipeline.classify.ncm_metric import initial_projection
 from imgscale.pipeline.compute import compute
+from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.pq_codes import TopK
 from imgscale.pipeline.reductions import reduce_rows
 
@@ -174,6 +175,13 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
     Mensink et al., ECCV 2012, §3.1; Weinberger & Saul, "Distance metric learning for large
     margin nearest neighbor classification", JMLR 2009.
     """
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): N reference rows.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        "components_": ("n_components", "D"),
+        "reference_": ("N", "n_components"),
+        "reference_index_": ("N",),
+    }
 
     def __init__(
         self,

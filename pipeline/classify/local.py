@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
@@ -52,6 +52,7 @@ from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels, 
 from imgscale.pipeline.classify.knn import MetricKNeighborsClassifier
 from imgscale.pipeline.compute import Mapper, compute, run_in_process
 from imgscale.pipeline.embed import RandomFourierFeatures
+from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.gram import add_gram
 
 NEIGHBOURHOODS = ("predicted", "nearest")
@@ -455,6 +456,17 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
     Yu & Grauman, "Predicting useful neighborhoods for lazy local learning", NIPS 2014;
     Hsu, Kakade, Langford & Zhang, "Multi-label prediction via compressed sensing", NIPS 2009.
     """
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): N training rows, S measurements,
+    # M neighbourhood members.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        "training_rows_": ("N", "D"),
+        "training_index_": ("N",),
+        "sensing_signs_": ("S", "N"),
+        "target_mean_": ("S",),
+        "neighbourhood_instances_": ("M",),
+        "neighbourhood_sizes_": ("M",),
+    }
 
     def __init__(
         self,

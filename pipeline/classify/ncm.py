@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import column_or_1d
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, grown_classes
+from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.pq_codes import check_codebook, code_row_stats
 from imgscale.pipeline.reductions import RowStats, row_stats
 
@@ -37,6 +38,13 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
     Mensink, Verbeek, Perronnin & Csurka, "Metric learning for large scale image classification:
     generalizing to new classes at near-zero cost", ECCV 2012, §3.2 (here with W = I).
     """
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): C classes, D features.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        "class_sums_": ("C", "D"),
+        "class_counts_": ("C",),
+        "means_": ("C", "D"),
+    }
 
     def fit(self, X: Any, y: Any) -> NearestClassMean:
         """One pass over (X, y); rows labelled -1 are ignored."""
@@ -66,6 +74,33 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         """`partial_fit` from codes: add rows and new classes without decoding."""
         first = not hasattr(self, "classes_")
         return self._add_codes(codes, y, codebook, rotation, classes, first=first)
+
+    def add_class(self, X: Any, label: Any, *, replace: bool = False) -> NearestClassMean:
+        """Add class ``label`` from its rows X, or add them to the class if it exists; with
+        ``replace`` they become its only rows. The means of the other classes stay
+        bit-identical (paper 002 §4.4)."""
+        self._start_class(label, replace)
+        return self.partial_fit(X, _labels_of(label, len(X)))
+
+    def add_class_codes(
+        self, codes: Any, label: Any, codebook: Any, rotation: Any = None, *, replace: bool = False
+    ) -> NearestClassMean:
+        """`add_class` from product-quantization codes, without decoding them."""
+        self._start_class(label, replace)
+        return self.partial_fit_codes(codes, _labels_of(label, len(codes)), codebook, rotation)
+
+    def _start_class(self, label: Any, replace: bool) -> None:
+        """Check the model is fitted; with ``replace``, forget the rows of class ``label``."""
+        check_is_fitted(self)
+        if not replace:
+            return
+        found = np.flatnonzero(np.asarray(self.classes_) == label)
+        if len(found) == 0:
+            raise ValueError(f"no class {label!r} to replace; the model has {self.classes_[:10]}")
+        self.class_sums_ = self.class_sums_.copy()
+        self.class_counts_ = self.class_counts_.copy()
+        self.class_sums_[found[0]] = 0
+        self.class_counts_[found[0]] = 0
 
     def _add_codes(
         self, codes: Any, y: Any, codebook: Any, rotation: Any, classes: Any, *, first: bool
@@ -154,6 +189,11 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         scores -= np.einsum("cd,cd->c", means, means)
         scores -= np.einsum("nd,nd->n", X, X)[:, None]
         return scores
+
+
+def _labels_of(label: Any, n: int) -> np.ndarray:
+    """``n`` copies of ``label``, in its own dtype (a longer string label widens `classes_`)."""
+    return np.full(n, label, dtype=np.asarray([label]).dtype)
 
 
 def _log_posterior_block(X: np.ndarray, scores: Any, params: tuple) -> np.ndarray:

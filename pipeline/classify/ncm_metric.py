@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import dask
 import dask.array as da
@@ -20,6 +20,7 @@ from imgscale.pipeline.classify._base import (
 from imgscale.pipeline.classify._minibatch import RowSampler
 from imgscale.pipeline.classify.ncm import NearestClassMean
 from imgscale.pipeline.compute import compute
+from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.principal_axes import covariance_stats, principal_axes
 from imgscale.pipeline.reductions import RowStats
 
@@ -135,6 +136,12 @@ class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
     generalizing to new classes at near-zero cost", ECCV 2012, §3.2, §4.1, §4.4.
     """
 
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        **NearestClassMean._fitted_shapes,
+        "components_": ("n_components", "D"),
+        "projected_means_": ("C", "n_components"),
+    }
+
     def __init__(
         self,
         n_components: int = 64,
@@ -198,10 +205,6 @@ class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
     ) -> MetricNearestClassMean:
         self._check_has_metric()
         return super().partial_fit_codes(codes, y, codebook, rotation, classes)
-
-    def add_class(self, X: Any, label: Any) -> MetricNearestClassMean:
-        """Add (or add rows to) one class from its rows: its mean, nothing else changes."""
-        return self.partial_fit(X, np.full(len(X), label, dtype=np.asarray([label]).dtype))
 
     def add_class_prior(self, label: Any, prior_mean: Any) -> MetricNearestClassMean:
         """Add a class with no rows whose mean is a zero-shot prior (§4.4); rows added later

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import dask.array as da
 import numpy as np
@@ -18,6 +18,7 @@ from imgscale.pipeline.classify._base import (
 )
 from imgscale.pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
 from imgscale.pipeline.compute import compute
+from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.gram import GRAM_PRECISIONS
 from imgscale.pipeline.reductions import RowStats, reduce_rows, row_stats
 
@@ -131,6 +132,17 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
     Gong & Lazebnik, "Comparing data-dependent and data-independent embeddings for
     classification and ranking of Internet images", CVPR 2011, §3.3 and §4.1.
     """
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): C classes, D features.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        "coef_": ("C", "D"),
+        "intercept_": ("C",),
+        "mean_": ("D",),
+        "feature_sum_": ("D",),
+        "gram_": ("D", "D"),
+        "class_sums_": ("C", "D"),
+        "class_counts_": ("C",),
+    }
 
     def __init__(
         self,

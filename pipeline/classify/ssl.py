@@ -7,7 +7,7 @@ Both take the embedding U of `pipeline.embed.ALE` / `PCALap` / `RPLap` (unlabell
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import dask.array as da
 import numpy as np
@@ -23,6 +23,7 @@ from imgscale.pipeline.classify._base import (
 )
 from imgscale.pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
 from imgscale.pipeline.classify.ridge import RidgeClassifier, grid_rates
+from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.reductions import RowStats, row_stats
 
 LAM_GRID = (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
@@ -85,6 +86,11 @@ class SemiSupervisedEigenSolver(RowStatsMixin, LinearClassifierMixin, BaseEstima
     Mantziou, Papadopoulos & Kompatsiaris, ACM MM 2013, eq. 3. Fergus, Weiss & Torralba,
     "Semi-supervised learning in gigantic image collections", NIPS 2009, §3.
     """
+
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        **{k: v for k, v in RidgeClassifier._fitted_shapes.items() if k != "mean_"},
+        "eigenvalues_": ("D",),
+    }
 
     def __init__(
         self, lam: float | None = 100.0, lam_grid: tuple = LAM_GRID, fit_intercept: bool = True
@@ -223,6 +229,11 @@ class EigenvalueRidgeClassifier(RidgeClassifier):
     Gong & Lazebnik, CVPR 2011, §4.1 ("regularize the solution by a diagonal matrix of
     eigenvalues instead of a scalar multiple of the identity").
     """
+
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        **RidgeClassifier._fitted_shapes,
+        "eigenvalues_": ("D",),
+    }
 
     def fit(
         self, X: Any, y: Any, eigenvalues: Any = None, X_val: Any = None, y_val: Any = None

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
 from imgscale.pipeline.embed._base import RowTransformerMixin, check_non_negative_block
+from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.rows import sample_rows
 
 # Eigenvalues below this fraction of the largest (over all dimensions) are numerically zero.
@@ -49,6 +50,14 @@ class AddKPCA(RowTransformerMixin, BaseEstimator):
     Perronnin, Sánchez & Liu, "Large-scale image categorization with explicit data embedding",
     CVPR 2010. Gong & Lazebnik, CVPR 2011, §3.2.1 and §4.1.
     """
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): L landmarks, K components.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        "landmarks_": ("L", "D"),
+        "component_vectors_": ("L", "K"),
+        "component_dims_": ("K",),
+        "eigenvalues_": ("K",),
+    }
 
     def __init__(self, n_components: int | None = None, n_landmarks: int = 128, random_state=None):
         self.n_components = n_components

@@ -25,7 +25,7 @@ against numpy.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numba
 import numpy as np
@@ -36,6 +36,7 @@ from threadpoolctl import threadpool_limits
 
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed._base import RowTransformerMixin
+from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.reductions import reduce_rows
 
 # Rows projected at a time inside a chunk: bounds the rows × k float32 and index temporaries.
@@ -280,6 +281,22 @@ class SeparableEigenfunctions(RowTransformerMixin, BaseEstimator):
     _uses_density = True
 
     # -- fitting ------------------------------------------------------------------------------
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): P directions, B bins a direction,
+    # K eigenfunctions.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        "components_": ("P", "D"),
+        "offset_": ("P",),
+        "bin_low_": ("P",),
+        "bin_width_": ("P",),
+        "bin_counts_": ("P", "B"),
+        "clip_low_": ("P",),
+        "clip_high_": ("P",),
+        "bandwidths_": ("P",),
+        "eigenvalues_": ("K",),
+        "dims_": ("K",),
+        "eigenfunctions_": ("K", "B"),
+    }
 
     def fit(self, X: Any, y: Any = None):
         """Rotation, bin ranges and histograms from all rows of X, then the 1-D eigenproblems."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
 from imgscale.pipeline.embed._base import RowTransformerMixin
+from imgscale.pipeline.fitted import Shape
 
 
 class GaussianRandomProjection(RowTransformerMixin, BaseEstimator):
@@ -32,6 +33,9 @@ class GaussianRandomProjection(RowTransformerMixin, BaseEstimator):
     Dasgupta & Gupta, "An elementary proof of a theorem of Johnson and Lindenstrauss", 2003.
     Gong & Lazebnik, CVPR 2011, §3.2.1 and Table 1 (RPLap).
     """
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): D features, K components.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {"components_": ("K", "D")}
 
     def __init__(self, n_components: int = 1000, random_state: Any = None):
         self.n_components = n_components

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed._base import RowTransformerMixin, check_non_negative_block
+from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.reductions import reduce_rows
 
 
@@ -57,6 +58,9 @@ class HistogramIntersection(RowTransformerMixin, BaseEstimator):
     Maji & Berg, "Max-margin additive classifiers for detection", ICCV 2009 (φ2, unary encoding).
     Gong & Lazebnik, CVPR 2011, §3.2.2 and §4.1.
     """
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): D features.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {"max_": ("D",)}
 
     def __init__(self, n_levels: int = 8):
         self.n_levels = n_levels

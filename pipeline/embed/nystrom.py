@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
@@ -12,6 +12,7 @@ from sklearn.utils import check_random_state
 from imgscale.pipeline.embed._bandwidth import check_gamma, knn_bandwidth
 from imgscale.pipeline.embed._base import RowTransformerMixin
 from imgscale.pipeline.embed._kernels import kernel_matrix
+from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.rows import sample_rows
 
 KERNELS = ("gaussian", "intersection")
@@ -69,6 +70,14 @@ class Nystrom(RowTransformerMixin, BaseEstimator):
     Fowlkes, Belongie, Chung & Malik, "Spectral grouping using the Nyström method", PAMI 2004.
     Gong & Lazebnik, CVPR 2011, §3.2.1 (method) and §4.1 (landmarks, bandwidth, d).
     """
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): L landmarks, K components.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        "landmarks_": ("L", "D"),
+        "landmark_degrees_": ("L",),
+        "projection_": ("L", "K"),
+        "eigenvalues_": ("K",),
+    }
 
     def __init__(
         self,

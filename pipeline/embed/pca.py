@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
 from imgscale.pipeline.embed._base import RowTransformerMixin
+from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.principal_axes import covariance_stats, principal_axes
 from imgscale.pipeline.reductions import RowStats
 
@@ -43,6 +44,15 @@ class PCA(RowTransformerMixin, BaseEstimator):
     Gong & Lazebnik, CVPR 2011, Table 1 (PCALap's first step); Fergus, Weiss & Torralba,
     "Semi-supervised learning in gigantic image collections", NIPS 2009.
     """
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): D features, K components.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        "components_": ("K", "D"),
+        "mean_": ("D",),
+        "feature_sum_": ("D",),
+        "gram_": ("D", "D"),
+        "explained_variance_": ("K",),
+    }
 
     def __init__(self, n_components: int | None = None, whiten: bool = False):
         self.n_components = n_components

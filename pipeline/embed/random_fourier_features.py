@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -10,6 +10,7 @@ from sklearn.utils import check_random_state
 
 from imgscale.pipeline.embed._bandwidth import check_gamma, knn_bandwidth
 from imgscale.pipeline.embed._base import RowTransformerMixin
+from imgscale.pipeline.fitted import Shape
 
 
 class RandomFourierFeatures(RowTransformerMixin, BaseEstimator):
@@ -50,6 +51,12 @@ class RandomFourierFeatures(RowTransformerMixin, BaseEstimator):
     Gong & Lazebnik, "Comparing data-dependent and data-independent embeddings for classification
     and ranking of Internet images", CVPR 2011, §3.2.2 (embedding) and §4.1 (bandwidth).
     """
+
+    # The fitted arrays and their shapes (`pipeline.fitted`): D features, K components.
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        "random_weights_": ("D", "K"),
+        "random_offset_": ("K",),
+    }
 
     def __init__(
         self,

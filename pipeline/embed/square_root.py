@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator
 
 from imgscale.pipeline.embed._base import RowTransformerMixin, check_non_negative_block
+from imgscale.pipeline.fitted import Shape
 
 
 class SquareRoot(RowTransformerMixin, BaseEstimator):
@@ -27,6 +28,8 @@ class SquareRoot(RowTransformerMixin, BaseEstimator):
     Perronnin, Sánchez & Liu, "Large-scale image categorization with explicit data embedding",
     CVPR 2010. Gong & Lazebnik, CVPR 2011, §3.2.2.
     """
+
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {}
 
     def fit(self, X: Any, y: Any = None) -> SquareRoot:
         """Record the input width (the map has no parameters).

@@ -129,7 +129,9 @@ def test_a_new_entry_trains_with_the_store_data_and_options_it_declares(monkeypa
 
 
 class ArrayStore:
-    """The two reads `TrainingData` makes of a store, over in-memory splits."""
+    """What `TrainingData` reads of a raw store, over in-memory splits."""
+
+    encoding = "raw"
 
     def __init__(self, splits: dict[str, tuple[np.ndarray, np.ndarray]]):
         self.splits = splits

@@ -94,3 +94,27 @@ def test_fitted_state_rebuilds_a_model_that_keeps_learning(data):
     np.testing.assert_array_equal(rebuilt.predict(X), model.predict(X))
     rebuilt.partial_fit(X[200:], y[200:])
     np.testing.assert_allclose(rebuilt.means_, NearestClassMean().fit(X, y).means_, rtol=1e-6)
+
+
+def test_add_class_adds_or_replaces_one_class_mean_and_leaves_the_others_bit_identical():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 4)).astype(np.float32)
+    y = np.arange(60) % 3
+    model = NearestClassMean().fit(X, y)
+    before = model.means_.copy()
+    new_rows = rng.normal(size=(5, 4)).astype(np.float32) + 10
+    model.add_class(new_rows, 3)
+    np.testing.assert_array_equal(model.classes_, [0, 1, 2, 3])
+    np.testing.assert_array_equal(model.means_[:3], before)
+    np.testing.assert_allclose(model.means_[3], new_rows.mean(axis=0), rtol=1e-6)
+    model.add_class(new_rows[:2] - 20, 1, replace=True)
+    np.testing.assert_allclose(model.means_[1], (new_rows[:2] - 20).mean(axis=0), rtol=1e-6)
+    np.testing.assert_array_equal(model.means_[[0, 2]], before[[0, 2]])
+    assert model.class_counts_.tolist() == [20, 2, 20, 5]
+
+
+def test_replacing_a_class_the_model_does_not_have_is_refused():
+    X = np.eye(4, dtype=np.float32)
+    model = NearestClassMean().fit(X, [0, 0, 1, 1])
+    with pytest.raises(ValueError, match="no class 7 to replace"):
+        model.add_class(X, 7, replace=True)
