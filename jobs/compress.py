@@ -25,18 +25,15 @@ import dask
 import numpy as np
 
 from imgscale.pipeline.compute import gather_rows
+from imgscale.pipeline.pq_codec import DEFAULT_SAMPLE, PQCodec, check_m, sample_indices
 from imgscale.storage import (
-    DEFAULT_SAMPLE,
     CopyWriter,
     FeatureStore,
-    PQCodec,
     StoreError,
-    check_m,
     create_or_open,
     create_pq_store,
     is_url,
     location,
-    sample_indices,
     write_row_chunk,
 )
 
@@ -44,35 +41,12 @@ from imgscale.storage import (
 _WINDOW = 8
 
 
-def encode_chunk(X: np.ndarray, codec: PQCodec) -> tuple[np.ndarray, float, np.ndarray, float]:
-    """(codes, Σ‖x − x̂‖², Σx, Σ‖x‖²) of one chunk; the sums give MSE relative to variance.
-
-    The errors are the encoder's nearest-centroid distances (no decoded copy of the chunk); row
-    norms are in float32 (D terms each) and summed over rows in float64; Σx is summed in float32
-    over blocks of 1,024 rows, then in float64: within a few float32 ulps of a float64 sum over
-    all rows, at a fraction of its cost.
-    """
-    codes, errors = codec.encode_with_errors(X)
-    return (
-        codes,
-        float(errors.sum(dtype=np.float64)),
-        _column_sums(X),
-        float(np.einsum("nd,nd->n", X, X).sum(dtype=np.float64)),
-    )
-
-
-def _column_sums(X: np.ndarray, block: int = 1024) -> np.ndarray:
-    whole = len(X) // block * block
-    sums = X[:whole].reshape(-1, block, X.shape[1]).sum(axis=1).sum(axis=0, dtype=np.float64)
-    return sums + X[whole:].sum(axis=0, dtype=np.float64)
-
-
 def train_codec(
     src: FeatureStore, m: int, *, rotate: bool, sample: int, seed: int, niter: int = 25
 ) -> PQCodec:
     """Codec trained on ``sample`` rows of ``src`` drawn uniformly (all rows if fewer)."""
     n = src.committed_rows
-    check_m(src.dim, m)
+    _check_m(src, m)
     index = sample_indices(n, sample, seed)
     rows = gather_rows(src.features(), index)
     return PQCodec.train(rows, m, rotate=rotate, seed=seed, niter=niter)
@@ -103,7 +77,7 @@ def compress(
         raise StoreError(f"store {src.path}: encoding {src.encoding!r}; expected a raw store")
     if dst.exists() and (is_url(dst) or not dst.is_dir() or any(dst.iterdir())):
         raise StoreError(f"store {dst}: path exists and is not empty; refusing to overwrite it")
-    check_m(src.dim, m)
+    _check_m(src, m)
     started = time.perf_counter()
     if codec is None:
         codec = train_codec(src, m, rotate=rotate, sample=sample, seed=seed, niter=niter)
@@ -153,6 +127,14 @@ def compress(
     }
 
 
+def _check_m(src: FeatureStore, m: int) -> None:
+    """StoreError naming ``src`` unless ``m`` sub-quantizers divide its dimension."""
+    try:
+        check_m(src.dim, m)
+    except ValueError as e:
+        raise StoreError(f"store {src.path}: {e}") from e
+
+
 def _write_codes(
     src: FeatureStore,
     store: FeatureStore,
@@ -183,7 +165,7 @@ def encode_and_write_chunk(
 ) -> tuple[int, float, np.ndarray, float]:
     """Encode one source chunk and write its codes as chunk ``chunk_index`` of the PQ store at
     ``path`` (on the worker); returns (rows, Σ‖x − x̂‖², Σx, Σ‖x‖²)."""
-    codes, *sums = encode_chunk(X, codec)
+    codes, *sums = codec.encode_with_sums(X)
     write_row_chunk(path, chunk_index, codes)
     return (len(codes), *sums)
 

@@ -11,5 +11,7 @@ Other layers use these, and nothing else of the package:
 - `imgscale.pipeline.metrics`: per-class rate, top-k error, precision at 100, (Mi)AP.
 - `imgscale.pipeline.gram`: `GRAM_PRECISIONS`, the Gram products' precision choices.
 - `imgscale.pipeline.reductions`: `reduce_rows` and the row statistics every estimator shares.
-- `imgscale.pipeline.pq_codes`: class sums and ADC search on product-quantization codes.
+- `imgscale.pipeline.pq_codec`: `PQCodec`, product quantization (train, encode, decode, class
+  sums), the codec of PQ stores; `imgscale.pipeline.pq_codes`: its kernels on codes (class sums,
+  ADC search).
 """

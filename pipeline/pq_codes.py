@@ -1,9 +1,10 @@
 """Math on product-quantization codes without decoding them: class sums and ADC search.
 
 Codes are (n, M) uint8 indices into a codebook (M, 256, D/M) of float32 centroids, optionally for
-rotated rows ``x @ rotation`` (the storage layer's PQ codec). Both computations are per-chunk numpy
-kernels wired with `reduce_rows`, so over a row-chunked dask array they are a few runs of
-per-chunk tasks and a tree of adds (class sums) or merges (top-k).
+rotated rows ``x @ rotation``: the codes of `pipeline.pq_codec.PQCodec`, whose ``class_sums`` is
+`code_row_stats`. Both computations are per-chunk numpy kernels wired with `reduce_rows`, so over
+a row-chunked dask array they are a few runs of per-chunk tasks and a tree of adds (class sums)
+or merges (top-k).
 
 Class sums (paper 002 §4.1 compresses features with PQ; class means are sums over rows): a class's
 sum over its rows is Σ_rows Σ_j codebook[j, code_j] placed in sub-space j, so one pass gathering
@@ -31,8 +32,7 @@ from imgscale.pipeline.reductions import (
     stats_chains,
 )
 
-# Centroids per sub-quantizer: one for every value of a uint8 code. Derived from the codes' type
-# rather than shared with the storage codec, which this layer does not import.
+# Centroids per sub-quantizer: one for every value of a uint8 code.
 KSUB = np.iinfo(np.uint8).max + 1
 
 

@@ -6,7 +6,8 @@ Other layers use only the names listed here; zarr and parquet details stay insid
   first write fails), `open_store`, `FeatureStore` (read rows, labels, codes; append through
   `FeatureStore.writer`; `FeatureStore.record_pq_statistics`), `ingest_file`.
 - Copying a store chunk-parallel (`imgscale compress`): `CopyWriter`, `write_row_chunk`.
-- Product quantization: `PQCodec`, `check_m`, `sample_indices`, `DEFAULT_SAMPLE`.
+- Coded stores: a PQ store's codec is `imgscale.pipeline.pq_codec.PQCodec`, found by its
+  encoding's ``imgscale.codecs`` entry point (storage/row_codecs.py); this layer imports no codec.
 - Saved models: `SavedStep`, `save_model` (``replace=True`` swaps atomically), `load_model`.
 - Where stores and models live: `location` (a local `Path`, or a `UPath` for an ``s3://``,
   ``gs://``... URL), `is_url`, `use_storage_options` (fsspec options for a block of work;
@@ -51,10 +52,6 @@ _EXPORTS = {
     "SavedStep": "models",
     "load_model": "models",
     "save_model": "models",
-    "DEFAULT_SAMPLE": "pq_codec",
-    "PQCodec": "pq_codec",
-    "check_m": "pq_codec",
-    "sample_indices": "pq_codec",
     "SCHEMA_VERSION": "store",
     "FeatureStore": "store",
     "open_store": "store",

@@ -44,15 +44,13 @@ from imgscale.storage.layout import (
     DEFAULT_CODEC,
     PQ_SCHEMA_VERSION,
     SCHEMA_VERSION,
-    create_codes_array,
     create_features_array,
     default_rows_per_chunk,
     write_classes,
     write_record,
 )
 from imgscale.storage.lock import FileLock, writer_lock
-from imgscale.storage.pq_codec import PQCodec, check_codec
-from imgscale.storage.pq_store import pq_record, write_codec
+from imgscale.storage.row_codecs import coded_record, new_coded_store
 from imgscale.storage.store import FeatureStore
 
 SCRATCH_MARK = ".creating-"
@@ -91,30 +89,25 @@ def create_store(
 
 def create_pq_store(
     path: str | Path,
-    codec: PQCodec,
+    codec: Any,
     *,
     class_names: Sequence[str] | None = None,
     rows_per_chunk: int | None = None,
     provenance: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
 ) -> FeatureStore:
-    """Create an empty PQ store at ``path`` holding ``codec``; rows are appended as codes.
+    """Create an empty coded store at ``path`` holding ``codec`` (a PQ codec,
+    `imgscale.pipeline.pq_codec.PQCodec`); rows are appended as its codes.
 
     ``rows_per_chunk`` defaults to that of a raw store of the same D, so a decoded chunk is the
     usual ~64 MiB of float32 and every estimator sees the same task sizes on either store.
     """
     path = location(path)
-    check_codec(codec, codec.dim, f"store {path}")
+    record = {"schema_version": PQ_SCHEMA_VERSION, **coded_record(path, codec, source)}
 
     def arrays(rows_per_chunk: int) -> None:
-        create_codes_array(path, codec.m, rows_per_chunk)
-        write_codec(path, codec)
+        new_coded_store(path, codec, rows_per_chunk)
 
-    record = {
-        "schema_version": PQ_SCHEMA_VERSION,
-        "encoding": "pq",
-        "pq": pq_record(codec, source),
-    }
     return _create(path, codec.dim, rows_per_chunk, arrays, record, provenance, class_names)
 
 

@@ -56,11 +56,9 @@ SCHEMA_VERSION = 1
 PQ_SCHEMA_VERSION = 2
 ATTRS_KEY = "imgscale"
 FEATURES = "features"
-# PQ stores (storage/pq_store.py): n x M uint8 codes, M x 256 x D/M codebook, optional D x D
-# rotation.
+# Coded stores (storage/row_codecs.py): n x W uint8 codes, beside the arrays their codec names
+# (a PQ store's M x 256 x D/M codebook and optional D x D rotation).
 CODES = "codes"
-CODEBOOK = "codebook"
-ROTATION = "rotation"
 ROWS_DIR = "rows"
 # The class table of stores made before class tables were versioned and checksummed.
 LEGACY_CLASSES_FILE = "classes.parquet"

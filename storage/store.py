@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from imgscale.storage.chunks import ChunkReader, SplitRows
+from imgscale.storage.chunks import SplitRows
 from imgscale.storage.classes import check_class_names
 from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import (
@@ -35,14 +34,7 @@ from imgscale.storage.layout import (
     write_record,
 )
 from imgscale.storage.lock import writer_lock
-from imgscale.storage.pq_codec import PQCodec
-from imgscale.storage.pq_store import (
-    CodesChunkReader,
-    load_codec,
-    pq_info,
-    pq_params,
-    record_pq_statistics,
-)
+from imgscale.storage.row_codecs import record_codec_statistics, rows_codec
 from imgscale.storage.writer import BatchWriter, remove_last_batch
 
 if TYPE_CHECKING:
@@ -52,8 +44,6 @@ if TYPE_CHECKING:
 _DICTIONARY = ("split", "batch_id")
 
 __all__ = ["SCHEMA_VERSION", "FeatureStore", "open_store"]
-
-ENCODINGS = ("raw", "pq")
 
 
 class FeatureStore:
@@ -65,13 +55,9 @@ class FeatureStore:
         record = read_record(self.path)
         self.dim: int = record["dim"]
         self.rows_per_chunk: int = record["rows_per_chunk"]
-        self.encoding: str = record["encoding"]
-        if self.encoding not in ENCODINGS:
-            raise StoreError(
-                f"store {self.path}: encoding {self.encoding!r}; expected one of {ENCODINGS}"
-            )
-        if self.encoding == "pq":
-            pq_params(self.path, record)
+        # How the rows are kept (storage/row_codecs.py): checked here, so a store of an unknown
+        # encoding or with malformed codec parameters is refused when opened.
+        self.encoding: str = rows_codec(self.path, record).encoding
         # Committed rows files never change, so their columns are cached by (file, column), and
         # the hashes of the ids of the files read so far grow with each new batch.
         self._rows_cache: dict[tuple[str, str], pa.ChunkedArray] = {}
@@ -170,23 +156,17 @@ class FeatureStore:
         chunks (some become shorter or empty), and a chunk reads only the rows it keeps.
         """
         record = read_record(self.path)
-        n = record["committed_rows"]
-        if self.encoding == "pq":
-            reader = CodesChunkReader(self.path, record, n, decode=True)
-        else:
-            reader = ChunkReader(self.path, n, self.dim, self.rows_per_chunk)
+        reader = rows_codec(self.path, record).reader(record["committed_rows"])
         return self._dask_rows("imgscale-features-", reader, record, split, where)
 
     def codes(self, split: str | None = None) -> da.Array:
-        """A PQ store's committed codes as a uint8 (n, M) dask array, chunked like `features`.
+        """A coded (PQ) store's committed codes as a uint8 (n, M) dask array, chunked like
+        `features`.
 
         For the paths that never decode (class means from gathered centroids, ADC search).
         """
         record = read_record(self.path)
-        if record["encoding"] != "pq":
-            raise StoreError(f"store {self.path}: encoding {record['encoding']!r} has no codes")
-        n = record["committed_rows"]
-        reader = CodesChunkReader(self.path, record, n)
+        reader = rows_codec(self.path, record).codes_reader(record["committed_rows"])
         return self._dask_rows("imgscale-codes-", reader, record, split)
 
     def _dask_rows(
@@ -225,16 +205,14 @@ class FeatureStore:
         )
 
     @property
-    def codec(self) -> PQCodec:
-        """A PQ store's codebook and rotation, checked against the store."""
-        record = read_record(self.path)
-        if record["encoding"] != "pq":
-            raise StoreError(f"store {self.path}: encoding {record['encoding']!r} has no codec")
-        return load_codec(self.path, record)
+    def codec(self) -> Any:
+        """A coded store's codec (a PQ store's: `imgscale.pipeline.pq_codec.PQCodec`), its
+        arrays checked against the store."""
+        return rows_codec(self.path, read_record(self.path)).codec()
 
     def record_pq_statistics(self, **statistics: float) -> None:
-        """Keep measured figures of a PQ store's codec (e.g. ``mse``, ``relative_mse``)."""
-        record_pq_statistics(self.path, **statistics)
+        """Keep measured figures of a coded store's codec (e.g. ``mse``, ``relative_mse``)."""
+        record_codec_statistics(self.path, **statistics)
 
     @property
     def codebook(self) -> np.ndarray:
@@ -407,8 +385,8 @@ class FeatureStore:
         }
         if record.get("descriptor") is not None:
             summary["descriptor"] = record["descriptor"]
-        if record["encoding"] == "pq":
-            summary.update(pq_info(self.path, record, summary["bytes_on_disk"]))
+        rows = rows_codec(self.path, record)
+        summary.update(rows.info(record["committed_rows"], summary["bytes_on_disk"]))
         return summary
 
     def verify(self) -> None:
@@ -419,12 +397,7 @@ class FeatureStore:
         self._id_hashes = HashRuns()
         self._ids_files.clear()
         self._rows(record, None)  # every column of every rows file, read and checked
-        if record["encoding"] == "pq":
-            CodesChunkReader(self.path, record, n).verify()
-            return
-        reader = ChunkReader(self.path, n, self.dim, self.rows_per_chunk)
-        for index in range(math.ceil(n / self.rows_per_chunk)):
-            reader.read_chunk(index)
+        rows_codec(self.path, record).verify(n)
 
 
 def _batches(record: dict[str, Any], rows: pa.Table) -> list[dict[str, Any]]:

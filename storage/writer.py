@@ -26,8 +26,6 @@ from imgscale.storage.layout import (
     ROWS_SCHEMA,
     copy_file_atomic,
     file_crc32c,
-    open_codes_array,
-    open_features_array,
     read_classes,
     read_record,
     rejected_file_name,
@@ -37,7 +35,8 @@ from imgscale.storage.layout import (
     write_table_atomic,
 )
 from imgscale.storage.lock import remove_partials, writer_lock
-from imgscale.storage.validate import as_codes, as_digests, as_features, as_strings
+from imgscale.storage.row_codecs import rows_codec
+from imgscale.storage.validate import as_digests, as_strings
 
 
 class FeatureStore(Protocol):
@@ -153,7 +152,8 @@ class BatchWriter(_LockedWriter):
         self._meta: list[pa.RecordBatch] = []
         self._rejects: list[pa.RecordBatch] = []
         self._classes = ClassTable(read_classes(path, record))
-        self._is_pq, self._array = _open_rows_array(path, record)
+        self._rows_codec = rows_codec(path, record)
+        self._array = self._rows_codec.open_array("r+")
         self._committed_hashes = self.store.committed_id_hashes()
         self._batch_hashes = HashRuns()
 
@@ -192,10 +192,7 @@ class BatchWriter(_LockedWriter):
         shape = np.shape(X)
         n = shape[0] if shape else 0
         where = f"store {self.store.path}, batch {self.batch_id!r}, rows {first}–{first + n - 1}"
-        if self._is_pq:
-            X = as_codes(X, self._array.shape[1], where)
-        else:
-            X = as_features(X, self.store.dim, where, first)
+        X = self._rows_codec.check_block(X, where, first)
         n = X.shape[0]
         labels = self._classes.encode(labels, n, where, first)
         if ids is None:
@@ -330,13 +327,6 @@ def _record_batch(
     record["committed_rows"] = stop
 
 
-def _open_rows_array(path: Path, record: dict[str, Any]) -> tuple[bool, Any]:
-    """(is_pq, the store's row array open for writing): a PQ store takes uint8 codes (n × M)
-    instead of float rows; all else is the same."""
-    is_pq = record.get("encoding") == "pq"
-    return is_pq, open_codes_array(path, "r+") if is_pq else open_features_array(path, "r+")
-
-
 def remove_uncommitted(path: Path, record: dict[str, Any] | None = None) -> None:
     """Remove what a writer that failed or died before its commit left behind: tmp files, rows
     and rejects files the record does not name, class tables of more classes than the record's,
@@ -356,7 +346,7 @@ def remove_uncommitted(path: Path, record: dict[str, Any] | None = None) -> None
     for file in (path / CLASSES_DIR).glob("*.parquet"):
         if int(file.name[:6]) > committed:
             file.unlink(missing_ok=True)
-    _, array = _open_rows_array(path, record)
+    array = rows_codec(path, record).open_array("r+")
     if array.shape[0] > record["committed_rows"]:
         array.resize((record["committed_rows"], array.shape[1]))
 
@@ -402,7 +392,7 @@ class CopyWriter(_LockedWriter):
                 "expected a chunk boundary for chunk-parallel writes"
             )
         remove_uncommitted(path, record)
-        _, array = _open_rows_array(path, record)
+        array = rows_codec(path, record).open_array("r+")
         array.resize((self.start + n, array.shape[1]))
         self.first_chunk = self.start // rpc
         self._n = n
@@ -494,15 +484,13 @@ def write_row_chunk(path: Path, chunk_index: int, block: np.ndarray) -> None:
     ``BatchWriter.write`` (uint8 codes of width M for a PQ store, finite float32 rows otherwise).
     """
     record = read_record(path)
-    is_pq, array = _open_rows_array(path, record)
+    rows = rows_codec(path, record)
+    array = rows.open_array("r+")
     rpc = record["rows_per_chunk"]
     first = chunk_index * rpc
     stop = min(first + rpc, array.shape[0])
     where = f"store {path}, chunk {chunk_index} (rows {first}–{stop - 1})"
-    if is_pq:
-        block = as_codes(block, array.shape[1], where)
-    else:
-        block = as_features(block, array.shape[1], where, first)
+    block = rows.check_block(block, where, first)
     if len(block) != stop - first or first < record["committed_rows"]:
         raise StoreError(
             f"{where}: {len(block)} rows for a chunk of {stop - first} uncommitted rows; "

@@ -36,3 +36,14 @@ def test_info_reads_the_store_without_dask_or_estimators(digits_store):
     imported = imported_packages("info", str(digits_store.path))
     assert {"zarr", "pyarrow"} <= imported
     assert not imported & {"dask", "distributed", "sklearn", "numba", "scipy"}
+
+
+def test_info_of_a_pq_store_loads_its_codec_without_dask_or_numba(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    store = tmp_path / "pq.zarr"
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "pq-store-v2", store)
+    imported = imported_packages("info", str(store))
+    assert {"zarr", "pyarrow", "imgscale"} <= imported
+    assert not imported & {"dask", "distributed", "sklearn", "numba", "scipy", "faiss"}

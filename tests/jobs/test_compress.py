@@ -17,7 +17,8 @@ from imgscale.jobs.cli import cli
 from imgscale.jobs.compress import compress
 from imgscale.jobs.train import train
 from imgscale.pipeline.metrics import per_class_rate
-from imgscale.storage import PQCodec, StoreError, create_store, open_store
+from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.storage import StoreError, create_store, open_store
 
 
 def _compress(digits_store, dst, m, **kwargs):
@@ -97,18 +98,16 @@ def test_m_not_dividing_d_fails_before_anything_is_written(digits_store, tmp_pat
 
 
 def test_failure_while_encoding_leaves_no_store(digits_store, tmp_path, monkeypatch):
-    import imgscale.jobs.compress as module
-
     calls = []
 
-    def failing(X, codec):
+    def failing(codec, X):
         calls.append(1)
         if len(calls) == 3:
             raise RuntimeError("worker died")
-        return real(X, codec)
+        return real(codec, X)
 
-    real = module.encode_chunk
-    monkeypatch.setattr(module, "encode_chunk", failing)
+    real = PQCodec.encode_with_sums
+    monkeypatch.setattr(PQCodec, "encode_with_sums", failing)
     with pytest.raises(RuntimeError, match="worker died"):
         _compress(digits_store, tmp_path / "pq.zarr", 16)
     assert not (tmp_path / "pq.zarr").exists()

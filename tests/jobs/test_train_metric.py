@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from imgscale.jobs import models
 from imgscale.jobs.cli import cli
-from imgscale.storage import PQCodec, create_pq_store, create_store
+from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.storage import create_pq_store, create_store
 
 N_CLASSES, DIM = 5, 12
 NAMES = [f"c{i}" for i in range(N_CLASSES)]

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from imgscale.pipeline.pq_codec import PQCodec
 from imgscale.storage import (
     FileLock,
-    PQCodec,
     SavedStep,
     StoreError,
     create_or_open,

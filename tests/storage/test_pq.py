@@ -11,9 +11,9 @@ import faiss
 import numpy as np
 import pytest
 
-from imgscale.storage import PQCodec, StoreError, create_pq_store, open_store
+from imgscale.pipeline.pq_codec import KSUB, PQCodec, random_rotation
+from imgscale.storage import StoreError, create_pq_store, open_store
 from imgscale.storage.layout import read_record
-from imgscale.storage.pq_codec import KSUB, random_rotation
 from imgscale.storage.writer import CopyWriter, write_row_chunk
 
 DIM, M = 16, 4
@@ -80,14 +80,14 @@ def test_rotation_is_orthogonal_and_undone_by_decode():
 
 
 def test_m_not_dividing_d_is_an_error():
-    with pytest.raises(StoreError, match="do not divide D=16"):
+    with pytest.raises(ValueError, match="do not divide D=16"):
         PQCodec.train(blobs(3000), 5)
 
 
 def test_too_few_training_rows_warns_with_the_number():
     with pytest.warns(UserWarning, match="1000 rows"):
         PQCodec.train(blobs(1000), M, niter=2)
-    with pytest.raises(StoreError, match="100 rows"):
+    with pytest.raises(ValueError, match="100 rows"):
         PQCodec.train(blobs(100), M)
 
 

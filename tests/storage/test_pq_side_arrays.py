@@ -13,8 +13,8 @@ import zarr
 from click.testing import CliRunner
 
 from imgscale.jobs.cli import cli
-from imgscale.storage import PQCodec, StoreError, create_pq_store
-from imgscale.storage.pq_codec import random_rotation
+from imgscale.pipeline.pq_codec import PQCodec, random_rotation
+from imgscale.storage import StoreError, create_pq_store
 
 DIM, M = 16, 4
 

@@ -1,4 +1,4 @@
-"""Product quantization: the codec (training, encoding, decoding) and its checks.
+"""Product quantization, the codec: train on a sample, encode and decode chunks, class sums.
 
 A vector of dimension D is cut into M sub-vectors of D/M dimensions; each is replaced by the
 index of its nearest of 256 centroids learned by k-means on that sub-space, so a row costs M bytes
@@ -6,10 +6,14 @@ instead of 4·D (paper 002 §4.1: 8-dim sub-vectors, 256 centroids, one byte per
 Douze & Schmid, "Product quantization for nearest neighbor search", PAMI 2011). An optional random
 orthogonal rotation applied first spreads variance evenly over the sub-spaces.
 
-Training and encoding use faiss (``ProductQuantizer`` k-means; ``knn`` per sub-space to
-encode): C++ with BLAS and SIMD distance kernels, and faiss is already a dependency. Decoding is a
-numpy gather, so readers of a PQ store need neither faiss nor its threads. PQ stores (the codec
-kept beside the codes) are `storage.pq_store`.
+Training and encoding use faiss (``ProductQuantizer`` k-means; ``knn`` per sub-space to encode):
+C++ with BLAS and SIMD distance kernels. Decoding is a numpy gather. The kernels on codes that
+never decode them (class sums, ADC search) are `pipeline.pq_codes`.
+
+A PQ store keeps the codes and this codec's arrays. The storage layer, which imports no pipeline
+module, finds this class by the ``imgscale.codecs`` entry point ``pq`` (pyproject.toml) and uses
+only its storage interface: `encoding`, `code_width`, `dim`, `stored`, `stored_arrays`,
+`stored_layout`, `describe`, `from_stored`, `check`, `encode` and `decode`.
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from imgscale.storage.errors import StoreError
+if TYPE_CHECKING:
+    from imgscale.pipeline.reductions import RowStats
 
-KSUB = 256  # centroids per sub-quantizer: one uint8 per code
+# Centroids per sub-quantizer: one for every value of a uint8 code.
+KSUB = np.iinfo(np.uint8).max + 1
 # faiss warns below 39 training points per centroid; fewer leaves centroids poorly placed.
 MIN_TRAIN_PER_CENTROID = 39
 DEFAULT_SAMPLE = 65_536
@@ -43,6 +50,9 @@ class PQCodec:
     codebook: np.ndarray
     rotation: np.ndarray | None = None
 
+    # The name a store records for rows kept as this codec's codes.
+    encoding: ClassVar[str] = "pq"
+
     def __post_init__(self) -> None:
         self.codebook = np.ascontiguousarray(self.codebook, dtype=np.float32)
         if self.rotation is not None:
@@ -60,6 +70,11 @@ class PQCodec:
     def dim(self) -> int:
         return self.m * self.dsub
 
+    @property
+    def code_width(self) -> int:
+        """Codes per row: one byte per sub-quantizer."""
+        return self.m
+
     # -- training -------------------------------------------------------------------------
 
     @classmethod
@@ -73,7 +88,7 @@ class PQCodec:
         n, dim = sample.shape
         check_m(dim, m)
         if n < KSUB:
-            raise StoreError(
+            raise ValueError(
                 f"PQ training: {n} rows; expected at least {KSUB} (one per centroid), "
                 f"ideally {MIN_TRAIN_PER_CENTROID * KSUB}"
             )
@@ -84,7 +99,7 @@ class PQCodec:
                 stacklevel=2,
             )
         if not np.isfinite(sample).all():
-            raise StoreError("PQ training: sample has NaN/inf values; expected finite rows")
+            raise ValueError("PQ training: sample has NaN/inf values; expected finite rows")
         rotation = random_rotation(dim, seed) if rotate else None
         if rotation is not None:
             sample = sample @ rotation
@@ -108,16 +123,16 @@ class PQCodec:
 
         Each sub-space is one exhaustive k=1 search of its n sub-vectors against 256 centroids
         (faiss ``knn``: a BLAS product ‖x‖² − 2x·c + ‖c‖², then a SIMD arg-min; settings in
-        `_one_thread_blas_search`). Same codes as ``ProductQuantizer.compute_codes``, which
-        computes each sub-vector's 256 distances directly and is slower on one thread, so two
-        single-threaded workers outrun its two threads (``imgscale bench pq``). The search's
-        distances sum to the error (rotation preserves it) without decoding the rows.
+        `_one_thread_blas_search`): the same codes as ``ProductQuantizer.compute_codes``, which
+        computes each sub-vector's 256 distances directly and is slower on one thread
+        (``imgscale bench pq``). The search's distances sum to the error (rotation preserves it)
+        without decoding the rows.
         """
         import faiss
 
         X = np.ascontiguousarray(X, dtype=np.float32)
         if X.ndim != 2 or X.shape[1] != self.dim:
-            raise StoreError(f"PQ encode: rows of shape {X.shape}; expected (n, {self.dim})")
+            raise ValueError(f"PQ encode: rows of shape {X.shape}; expected (n, {self.dim})")
         if self.rotation is not None:
             X = X @ self.rotation
         n = len(X)
@@ -131,6 +146,22 @@ class PQCodec:
                 errors += distances[:, 0]
         return codes, errors
 
+    def encode_with_sums(self, X: np.ndarray) -> tuple[np.ndarray, float, np.ndarray, float]:
+        """(codes, Σ‖x − x̂‖², Σx, Σ‖x‖²) of one chunk; the sums give MSE relative to variance.
+
+        The errors are the encoder's nearest-centroid distances (no decoded copy of the chunk);
+        row norms are in float32 (D terms each) and summed over rows in float64; Σx is summed in
+        float32 over blocks of 1,024 rows, then in float64: within a few float32 ulps of a
+        float64 sum over all rows.
+        """
+        codes, errors = self.encode_with_errors(X)
+        return (
+            codes,
+            float(errors.sum(dtype=np.float64)),
+            _column_sums(X),
+            float(np.einsum("nd,nd->n", X, X).sum(dtype=np.float64)),
+        )
+
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """float32 rows (n, D): the concatenated centroids, rotated back."""
         codes = np.asarray(codes)
@@ -142,6 +173,90 @@ class PQCodec:
         if self.rotation is not None:
             out = out @ self.rotation.T
         return out
+
+    def class_sums(self, codes: Any, y_index: Any, n_classes: int) -> RowStats:
+        """RowStats (class sums and counts, feature sum) of the rows numpy or row-chunked dask
+        ``codes`` decode to, in one pass that decodes none (`pipeline.pq_codes`)."""
+        # Imported here: a store opened to read or describe its rows needs neither numba nor dask.
+        from imgscale.pipeline.pq_codes import code_row_stats
+
+        return code_row_stats(codes, y_index, self.codebook, n_classes, self.rotation)
+
+    # -- what a store keeps ---------------------------------------------------------------
+
+    def stored(self) -> dict[str, Any]:
+        """The parameters a store records beside the codes (JSON)."""
+        return {"m": self.m, "ksub": KSUB, "dsub": self.dsub, "rotation": self.rotation is not None}
+
+    def stored_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays a store keeps beside the codes: codebook, and rotation if any."""
+        arrays = {"codebook": self.codebook}
+        if self.rotation is not None:
+            arrays["rotation"] = self.rotation
+        return arrays
+
+    @staticmethod
+    def stored_layout(params: Any, dim: int) -> tuple[int, dict[str, tuple[int, ...]]]:
+        """(codes per row, shape of each array) of a store of ``params`` (as `stored` wrote
+        them); ValueError if the parameters do not describe a codec of dimension ``dim``."""
+        ok = (
+            isinstance(params, dict)
+            and isinstance(params.get("m"), int)
+            and params.get("ksub") == KSUB
+            and isinstance(params.get("dsub"), int)
+            and params["m"] * params["dsub"] == dim
+        )
+        if not ok:
+            raise ValueError(
+                f"encoding 'pq' with pq parameters {params!r}; expected "
+                f"{{'m': M, 'ksub': {KSUB}, 'dsub': D/M}} with M·dsub = dim {dim}"
+            )
+        shapes = {"codebook": (params["m"], KSUB, params["dsub"])}
+        if params.get("rotation"):
+            shapes["rotation"] = (dim, dim)
+        return params["m"], shapes
+
+    @staticmethod
+    def describe(params: dict[str, Any]) -> dict[str, Any]:
+        """`imgscale info` keys of a store of ``params``."""
+        return {
+            "pq_m": params["m"],
+            "pq_dsub": params["dsub"],
+            "pq_rotation": bool(params.get("rotation")),
+        }
+
+    @classmethod
+    def from_stored(cls, params: dict[str, Any], arrays: dict[str, np.ndarray]) -> PQCodec:
+        """The codec a store kept (`stored`, `stored_arrays`), checked."""
+        codec = cls.__new__(cls)
+        codec.codebook = arrays["codebook"]
+        codec.rotation = arrays.get("rotation")
+        codec.check(codec.dim, m=params["m"])
+        return codec
+
+    def check(self, dim: int, m: int | None = None) -> None:
+        """ValueError unless the codebook is (M, 256, D/M) float32 and finite and the rotation
+        (D, D) float32, both matching ``dim``."""
+        cb = self.codebook
+        good = (
+            cb.dtype == np.float32
+            and cb.ndim == 3
+            and cb.shape[1] == KSUB
+            and cb.shape[0] * cb.shape[2] == dim
+            and (m is None or cb.shape[0] == m)
+        )
+        if not good:
+            expected = f"({m}, {KSUB}, {dim // m})" if m else f"(M, {KSUB}, {dim}/M)"
+            raise ValueError(
+                f"codebook of shape {cb.shape} {cb.dtype}; expected {expected} float32 for D={dim}"
+            )
+        if not np.isfinite(cb).all():
+            raise ValueError("codebook has NaN/inf values; expected finite centroids")
+        rot = self.rotation
+        if rot is not None and (rot.dtype != np.float32 or rot.shape != (dim, dim)):
+            raise ValueError(
+                f"rotation of shape {rot.shape} {rot.dtype}; expected ({dim}, {dim}) float32"
+            )
 
 
 def _sub_vectors_by_space(X: np.ndarray, m: int) -> np.ndarray:
@@ -205,7 +320,7 @@ def _one_thread_blas_search() -> Iterator[None]:
 
 def check_m(dim: int, m: int) -> None:
     if not isinstance(m, int | np.integer) or m < 1 or dim % m:
-        raise StoreError(
+        raise ValueError(
             f"PQ: M={m} sub-quantizers do not divide D={dim}; expected a divisor of {dim} "
             f"(e.g. {', '.join(str(d) for d in _divisors_near(dim, 8))} for ~8-dim sub-vectors)"
         )
@@ -231,26 +346,7 @@ def sample_indices(n: int, size: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
 
 
-def check_codec(codec: PQCodec, dim: int, where: str, m: int | None = None) -> None:
-    """Codebook (M, 256, D/M) float32 finite, rotation (D, D) float32, both matching ``dim``."""
-    cb = codec.codebook
-    good = (
-        cb.dtype == np.float32
-        and cb.ndim == 3
-        and cb.shape[1] == KSUB
-        and cb.shape[0] * cb.shape[2] == dim
-        and (m is None or cb.shape[0] == m)
-    )
-    if not good:
-        expected = f"({m}, {KSUB}, {dim // m})" if m else f"(M, {KSUB}, {dim}/M)"
-        raise StoreError(
-            f"{where}: codebook of shape {cb.shape} {cb.dtype}; expected {expected} float32 "
-            f"for D={dim}"
-        )
-    if not np.isfinite(cb).all():
-        raise StoreError(f"{where}: codebook has NaN/inf values; expected finite centroids")
-    rot = codec.rotation
-    if rot is not None and (rot.dtype != np.float32 or rot.shape != (dim, dim)):
-        raise StoreError(
-            f"{where}: rotation of shape {rot.shape} {rot.dtype}; expected ({dim}, {dim}) float32"
-        )
+def _column_sums(X: np.ndarray, block: int = 1024) -> np.ndarray:
+    whole = len(X) // block * block
+    sums = X[:whole].reshape(-1, block, X.shape[1]).sum(axis=1).sum(axis=0, dtype=np.float64)
+    return sums + X[whole:].sum(axis=0, dtype=np.float64)
