@@ -306,11 +306,10 @@ def _fit_ssl(data: TrainingData, options: dict) -> BaseEstimator:
 
 def _fit_local(data: TrainingData, options: dict) -> BaseEstimator:
     # Paper 004: the N × K × S offline fits run as tasks on the command's cluster, the training
-    # rows broadcast to each worker once (jobs.fanout).
-    from distributed import default_client
-
+    # rows broadcast to each worker once (jobs.fanout); in this process without a cluster.
     from imgscale.jobs.fanout import cluster_mapper
     from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier
+    from imgscale.pipeline.compute import current_client, run_in_process
 
     try:
         sizes = tuple(int(k) for k in options["sizes"].split(","))
@@ -322,7 +321,8 @@ def _fit_local(data: TrainingData, options: dict) -> BaseEstimator:
         n_neighbourhoods=options["neighbourhoods"], sizes=sizes, n_samples=options["samples"],
         random_state=0,
     )  # fmt: skip
-    return model.fit(data.X, data.y, cluster_mapper(default_client()))
+    client = current_client()
+    return model.fit(data.X, data.y, run_in_process if client is None else cluster_mapper(client))
 
 
 METHODS: dict[str, Method] = {

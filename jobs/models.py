@@ -16,7 +16,6 @@ import datetime as dt
 import os
 from importlib.metadata import version
 
-import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
@@ -109,9 +108,7 @@ def _to_step(estimator: BaseEstimator) -> SavedStep:
     for name, value in vars(estimator).items():
         if not _is_fitted_name(name):
             continue
-        # A kNN fitted on a store keeps its projected reference rows on the workers as a dask
-        # array; save_model has the workers write them.
-        if isinstance(value, np.ndarray | da.Array) and value.dtype.kind in "biuf":
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
             arrays[name] = value
         else:
             scalars[name] = value

@@ -1,14 +1,17 @@
-"""The one door through which pipeline code materialises dask results, and the one shape in
-which it hands out independent tasks.
+"""The one door through which pipeline code reaches the cluster: it materialises dask results,
+hands out independent tasks, and asks the cluster for its threads or to hold an array.
 
 The jobs layer installs a hook (e.g. one that shows progress on a distributed client) with
 `use_compute`; without a hook, `dask.compute` runs on the current scheduler. Independent tasks
 (offline neighbourhood fits, a protocol's random trials) go through a `Mapper`: `run_in_process`
-runs them here, the jobs layer's ``cluster_mapper`` as tasks on a Dask cluster.
+runs them here, the jobs layer's ``cluster_mapper`` as tasks on a Dask cluster. `current_client`
+is the distributed client, if any, that these run on; `cluster_threads` and `on_every_worker`
+ask it, and fall back to this process without one.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -80,3 +83,31 @@ def _rows_of_block(block: np.ndarray, local: list, block_id: tuple = (0,)) -> np
 def run_in_process(fn: Callable, shared: tuple, items: list) -> list:
     """The in-process `Mapper`: ``[fn(*shared, *item) for item in items]``."""
     return [fn(*shared, *item) for item in items]
+
+
+def current_client() -> Any:
+    """The distributed client dask work runs on in this context, or None (local schedulers)."""
+    try:
+        from distributed import default_client
+
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def cluster_threads() -> int:
+    """Threads of the current distributed client's workers (without one, this machine's cores)."""
+    client = current_client()
+    return sum(client.nthreads().values()) if client is not None else os.cpu_count() or 1
+
+
+def on_every_worker(a: np.ndarray) -> Any:
+    """``a`` sent to every worker of the current client once, as a future a graph may name in
+    place of the array; None without a distributed client.
+
+    Under a fresh key: with hash=True a second pass re-scattering the same array races the
+    release of the first pass's future, whose tasks then fail with "lost dependencies". On every
+    worker: a copy on one worker only would draw every task reading it to that worker.
+    """
+    client = current_client()
+    return None if client is None else client.scatter(a, hash=False, broadcast=True)

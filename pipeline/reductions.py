@@ -12,7 +12,6 @@ import collections
 import functools
 import itertools
 import operator
-import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from dask.delayed import Delayed
 from dask.task_spec import Alias, DataNode, List, Task, TaskRef
 from toolz import partition_all
 
-from imgscale.pipeline.compute import compute
+from imgscale.pipeline.compute import cluster_threads, compute, on_every_worker
 from imgscale.pipeline.gram import add_gram
 
 # numpy arrays larger than this (e.g. labels) are scattered to the workers, not put in the graph.
@@ -223,9 +222,8 @@ def reduce_rows(
         raise ValueError(f'blocks_per_task must be a positive int or "auto": {blocks_per_task!r}')
     if not any(isinstance(a, da.Array) for a in arrays):
         return kernel(*arrays, *args, row_start=0)
-    client = _client()
-    graph, blocks, starts = _block_graph(arrays, client)
-    shared = List(*(_shared(a, graph, client) for a in args))
+    graph, blocks, starts = _block_graph(arrays)
+    shared = List(*(_shared(a, graph) for a in args))
     accumulates = getattr(kernel, "accumulates_into", False)
     if blocks_per_task == "auto":
         blocks_per_task = max(1, len(starts) // (_TASKS_PER_THREAD * _threads()))
@@ -270,7 +268,7 @@ def _extend(
     return result if partial is None else partial + result
 
 
-def _block_graph(arrays: Sequence[Any], client: Any) -> tuple[dict, list[List], list[int]]:
+def _block_graph(arrays: Sequence[Any]) -> tuple[dict, list[List], list[int]]:
     """(graph, per-block references to every array's rows, first row of each block) on the row
     chunks of the first dask array. Dask arrays bring their optimised graph (a store read is one
     task per block); numpy arrays are sliced per block from one shared copy (`_shared`)."""
@@ -285,39 +283,31 @@ def _block_graph(arrays: Sequence[Any], client: Any) -> tuple[dict, list[List], 
             graph.update(convert_legacy_graph(dict(a.__dask_optimize__(a.__dask_graph__(), keys))))
             columns.append([TaskRef(k) for k in keys])
             continue
-        source, name = _shared(np.asarray(a), graph, client), f"rows-{uuid.uuid4().hex}"
+        source, name = _shared(np.asarray(a), graph), f"rows-{uuid.uuid4().hex}"
         for i, rows in enumerate(itertools.pairwise(bounds)):
             graph[name, i] = Task((name, i), operator.getitem, source, slice(*rows))
         columns.append([TaskRef((name, i)) for i in range(len(row_chunks))])
     return graph, [List(*refs) for refs in zip(*columns, strict=True)], bounds[:-1]
 
 
-def _shared(arg: Any, graph: dict, client: Any) -> Any:
+def _shared(arg: Any, graph: dict) -> Any:
     """A kernel argument as every task sees it: numpy arrays once in the graph, or on the workers
-    when large; dask collections by reference to their graph's result; anything else as is."""
+    when large (1M int64 labels are 8 MB of graph the scheduler has to hold and forward;
+    distributed warns from 10 MB); dask collections by reference to their graph's result;
+    anything else as is."""
     if dask.is_dask_collection(arg):
         value = dask.delayed(arg)
         graph.update(convert_legacy_graph(dict(value.__dask_graph__())))
         return TaskRef(value.key)
     if not isinstance(arg, np.ndarray):
         return arg
-    if client is not None and arg.nbytes > _SCATTER_BYTES:
-        return _on_workers(arg, client)
+    if arg.nbytes > _SCATTER_BYTES:
+        future = on_every_worker(arg)
+        if future is not None:
+            return future
     key = f"array-{uuid.uuid4().hex}"
     graph[key] = DataNode(key, arg)
     return TaskRef(key)
-
-
-def _on_workers(a: np.ndarray, client: Any) -> Any:
-    """`a` sent to every worker once instead of embedded in the graph (1M int64 labels are 8 MB
-    of graph the scheduler has to hold and forward; distributed warns from 10 MB).
-
-    Under a fresh key: with hash=True a second pass re-scattering the same array races the
-    release of the first pass's future, whose tasks then fail with "lost dependencies". On every
-    worker: a copy on one worker only would draw every task reading it (and every chain's partial)
-    to that worker.
-    """
-    return client.scatter(a, hash=False, broadcast=True)
 
 
 def _tree_sum(graph: dict, parts: list, split_every: int, name: str) -> TaskRef:
@@ -356,20 +346,9 @@ def _absorb(node: Task, graph: dict, consumers: collections.Counter, keep: set) 
     return node.substitute(inline) if inline else node
 
 
-def _client() -> Any:
-    """The current distributed client, or None (local schedulers)."""
-    try:
-        from distributed import default_client
-
-        return default_client()
-    except (ImportError, ValueError):
-        return None
-
-
 def _threads() -> int:
-    """Threads of the current distributed client (else local cores)."""
-    client = _client()
-    return sum(client.nthreads().values()) if client is not None else os.cpu_count() or 1
+    """Threads the pass's tasks share (`compute.cluster_threads`)."""
+    return cluster_threads()
 
 
 def _default_chains() -> int:

@@ -34,7 +34,6 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import dask.array as da
 import google_crc32c
 import numpy as np
 import psutil
@@ -71,7 +70,7 @@ class SavedStep:
 
     kind: str
     params: dict
-    arrays: dict[str, np.ndarray | da.Array] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
     scalars: dict = field(default_factory=dict)
 
 
@@ -243,29 +242,13 @@ def _exchange(a: Path, b: Path) -> None:
         raise StoreError(f"model {b}: could not swap in {a} ({os.strerror(errno)})")
 
 
-def _write_array(group: zarr.Group, name: str, value: np.ndarray | da.Array) -> None:
-    """A numpy array is written by this process; a dask array's blocks by the workers holding
-    them (e.g. a kNN's reference rows), so no n-sized array passes through the client."""
-    if not isinstance(value, da.Array):
-        group.create_array(
-            name,
-            data=np.ascontiguousarray(value),
-            compressors=MODEL_CODECS,
-            config=MODEL_ARRAY_CONFIG,
-        )
-        return
-    rows = max(value.chunks[0], default=0) or 1
-    chunks = (rows, *value.shape[1:])
-    array = group.create_array(
+def _write_array(group: zarr.Group, name: str, value: np.ndarray) -> None:
+    group.create_array(
         name,
-        shape=value.shape,
-        dtype=value.dtype,
-        chunks=chunks,
+        data=np.ascontiguousarray(value),
         compressors=MODEL_CODECS,
         config=MODEL_ARRAY_CONFIG,
     )
-    # One writer per zarr chunk: the dask blocks are cut on the zarr chunk boundaries.
-    da.store(value.rechunk(chunks), array, lock=False)
 
 
 def load_model(path: str | os.PathLike) -> tuple[list[SavedStep], dict]:

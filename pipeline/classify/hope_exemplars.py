@@ -59,7 +59,6 @@ def initial_exemplars(
     return np.vstack(exemplars), np.concatenate(index)
 
 
-
 def exemplar_knn_scores(
     Y: np.ndarray, Ye: np.ndarray, class_starts: np.ndarray, k: int
 ) -> np.ndarray:

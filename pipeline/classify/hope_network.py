@@ -356,7 +356,6 @@ class Problem:
         return self.layout.pack(grads).astype(np.float64)
 
 
-
 def initial_blocks(layout: Layout, scaled_exemplars: np.ndarray, rng) -> dict[str, np.ndarray]:
     """Gaussian weights with std 1/√fan-in, so that every unit's input has unit scale on scaled
     rows; b = 0."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import dask
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -242,11 +241,9 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
             self.best_iteration_, self.n_iter_ = 0, 0
         self.components_ = W
         labelled = y_index >= 0
-        if isinstance(X, da.Array):
-            # Projected on the workers and kept there: searches run block by block against it.
-            self.reference_ = self.transform(X[labelled]).persist()
-        else:
-            self.reference_ = X[labelled] @ W.T
+        # The projected reference rows (n × d, d ≪ D) come to the client: a fitted model holds
+        # numpy state only, so it saves, loads and predicts the same without a cluster.
+        self.reference_ = np.asarray(compute(self.transform(X[labelled]))[0])
         self.reference_index_ = y_index[labelled]
         self.n_neighbors_ = self._choose_k(X_val, val_index)
         return self
@@ -310,31 +307,6 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
     def _scores(X, W, reference, reference_index, n_classes, k) -> np.ndarray:
         ids, _ = knn_search(X @ W.T, reference, k)
         return _vote_scores(reference_index[ids], n_classes)
-
-    def _map_rows(self, X: Any, block_fn: Any, *args: Any, n_cols: int | None, dtype: Any):
-        """As `RowClassifierMixin`; dask queries against a dask ``reference_`` become one
-        tree-merged search per query block (a task per query block × reference block)."""
-        if not (isinstance(X, da.Array) and isinstance(self.reference_, da.Array)):
-            return super()._map_rows(X, block_fn, *args, n_cols=n_cols, dtype=dtype)
-        W, reference, reference_index, n_classes, k = self._score_params()
-        reference_index = dask.delayed(reference_index, pure=True)
-        blocks = []
-        for block, rows in zip(X.to_delayed().ravel(), X.chunks[0], strict=True):
-            found = reduce_rows(_chunk_top_k, [reference], dask.delayed(np.matmul)(block, W.T), k)
-            votes = dask.delayed(_vote_scores_of)(found, reference_index, n_classes)
-            result = dask.delayed(block_fn)(votes, _given_scores, (), *args)
-            shape = (rows,) if n_cols is None else (rows, n_cols)
-            blocks.append(da.from_delayed(result, shape, dtype=dtype))
-        return da.concatenate(blocks)
-
-
-def _given_scores(scores: np.ndarray) -> np.ndarray:
-    """Scores computed beforehand (the votes of a blockwise search), for `_map_rows`' blocks."""
-    return scores
-
-
-def _vote_scores_of(found: TopK, reference_index: np.ndarray, n_classes: int) -> np.ndarray:
-    return _vote_scores(reference_index[found.ids], n_classes)
 
 
 def _vote_scores(neighbour_labels: np.ndarray, n_classes: int) -> np.ndarray:
