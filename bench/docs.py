@@ -28,7 +28,6 @@ from imgscale.bench.registry import SCALES, Benchmark, benchmarks
 from imgscale.bench.staleness import Change
 
 TABLE_FILE = "results.parquet"
-STALE = "⚠"
 IMAGES = "images"
 FINDINGS = "findings"
 DOCUMENTS = {
@@ -103,14 +102,14 @@ def _summary(names: list[str], rows: list[dict], stale: dict[tuple[str, str], Ch
         "",
         "Per benchmark, the figures that answer its question: the newest run of each at the "
         "largest scale it ran at, beside its peer, paper or limit; the full tables follow. "
-        f"{STALE} marks a run measured before the code it measures last changed.",
+        f"{summary.STALE} marks a run measured before the code it measures last changed.",
         "",
         "| benchmark: figure | ours | against | theirs | ratio | reads | scale |",
         "|---|---:|---|---:|---:|---|---|",
     ]
     for name in names:
         for h in headlines.summary(name, rows):
-            mark = f" {STALE}" if (name, h["commit"]) in stale else ""
+            mark = f" {summary.STALE}" if (name, h["commit"]) in stale else ""
             lines.append(
                 f"| [{name}](#{summary.anchor(name)}): {h['label']} "
                 f"| {report.number(h['value'])} {h['unit']} "
@@ -152,7 +151,7 @@ def _section(
             when = f", {first['time']}" if first["time"] else ""
             change = stale.get((name, first["commit"]))
             note = (
-                f" {STALE} **Stale:** {change.commits} later commit(s) changed the code it "
+                f" {summary.STALE} **Stale:** {change.commits} later commit(s) changed the code it "
                 f"measures (newest {change.newest})."
                 if change
                 else ""

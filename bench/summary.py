@@ -22,7 +22,7 @@ PAGE = "README.md"
 SPEED_PLOT = "summary-speed-vs-peers.png"
 MEMORY_PLOT = "summary-beyond-ram.png"
 ACCURACY_PLOT = "summary-accuracy-vs-labels.png"
-_STALE = "⚠"
+STALE = "⚠"
 # The figures of the speed plot: time, memory and bytes against a peer (not flatness, not error).
 _SPEED_WORDS = {("faster", "slower"), ("less memory", "more memory"), ("smaller", "larger")}
 
@@ -63,7 +63,7 @@ def write(
         "hand. Each row is the newest run of a figure at the largest scale it ran at, beside the "
         "peer measured in the same run, the paper's figure or the machine's limit; the ratio is "
         "ours over that. The last column links the full table, which gives the command that "
-        f"regenerates it. {_STALE} marks a figure measured before the code it measures last "
+        f"regenerates it. {STALE} marks a figure measured before the code it measures last "
         "changed.",
         "",
         "| question | figure | ours | against | theirs | ratio | reads | machine, scale | table |",
@@ -72,7 +72,7 @@ def write(
     stale_notes = {}
     for h in heads:
         change = stale.get((h["benchmark"], h["commit"]))
-        mark = f" {_STALE}" if change else ""
+        mark = f" {STALE}" if change else ""
         if change:
             stale_notes[h["benchmark"], h["commit"]] = change
         document = documents.get(kinds.get(h["benchmark"], "accuracy"), "results.md")
@@ -84,7 +84,7 @@ def write(
         )
     lines.append("")
     if stale_notes:
-        lines += [f"{_STALE} Measured before the code it measures changed:", ""]
+        lines += [f"{STALE} Measured before the code it measures changed:", ""]
         for (benchmark, commit), change in sorted(stale_notes.items()):
             lines.append(
                 f"- {benchmark} at {commit}: {change.commits} later commit(s) touch what it "
@@ -119,7 +119,8 @@ def plots_named(page: str) -> list[str]:
 
 _SPEED_ABOUT = (
     "How many times better than its peer each workload is (log scale; right of the line is "
-    "ours better): time, memory or bytes, each against the peer measured in the same run."
+    "ours better): time, memory or bytes, each against its peer measured in the same run or, "
+    "where the label names a paper, the paper's figure."
 )
 _ACCURACY_ABOUT = (
     "Per-class rate on the test split against the labelled images a class; hollow markers "
