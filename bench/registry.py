@@ -52,6 +52,8 @@ MODULES = (
     "ale_ceiling",
     "local",
     "hope",
+    "natural_local",
+    "natural_embeddings",
     "overhead",
     "images",
 )
