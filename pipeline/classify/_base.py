@@ -19,6 +19,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from imgscale.pipeline.compute import compute
+from imgscale.pipeline.params import check_params
 from imgscale.pipeline.rows import check_dask_X
 from imgscale.pipeline.top_k import top_k_columns
 
@@ -142,6 +143,8 @@ class RowClassifierMixin(ClassifierMixin):
     """decision_function / predict / predict_top_k for numpy or row-chunked dask input."""
 
     def _check_fit_input(self, X: Any, y: Any, *, reset: bool) -> tuple[Any, Any]:
+        if reset:
+            check_params(self)
         if isinstance(X, da.Array):
             X = check_dask_X(X, None if reset else self.n_features_in_)
             if reset:

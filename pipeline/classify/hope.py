@@ -26,6 +26,7 @@ from imgscale.pipeline.classify.hope_network import Layout, Network, Problem, in
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed._base import RowTransformerMixin
 from imgscale.pipeline.fitted import Shape
+from imgscale.pipeline.params import Interval, Options
 
 EXEMPLAR_INITS = ("kmeans", "random", "learned")
 SOLVERS = ("adam", "lbfgs")
@@ -154,6 +155,28 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         "output_weights_": ("K", "H"),
     }
 
+    # What each parameter may be (`pipeline.params`), checked when fit reads its rows;
+    # n_exemplars is checked against the classes (`exemplars_per_class`).
+    _parameter_rules: ClassVar[dict[str, tuple]] = {
+        "n_components": (Interval(int, 1, None),),
+        "n_factors": (Interval(int, 1, None),),
+        "n_hidden": (Interval(int, 1, None),),
+        "exemplar_init": (Options(EXEMPLAR_INITS),),
+        "n_neighbors": (Interval(int, 1, None), None),
+        "solver": (Options(SOLVERS),),
+        "learning_rate": (Interval(float, 0, None, closed="neither"),),
+        "learning_rate_schedule": (Options(SCHEDULES),),
+        "batch_size": (Interval(int, 1, None),),
+        "input_dropout": (Interval(float, 0, 1, closed="left"),),
+        "weight_decay": (Interval(float, 0, None),),
+        "averaging": (Interval(float, 0, 1, closed="left"),),
+        "max_iter": (Interval(int, 0, None),),
+        "validate_every": (Interval(int, 1, None),),
+        "validation_fraction": (Interval(float, 0, 1, closed="neither"),),
+        "n_iter_no_change": (Interval(int, 1, None),),
+        "pool_rows": (Interval(int, 1, None),),
+    }
+
     def __init__(
         self,
         n_components: int = 2,
@@ -206,7 +229,6 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
     def fit(self, X: Any, y: Any, X_val: Any = None, y_val: Any = None) -> ExemplarHOPE:
         """Learn the embedding (and exemplars) from labelled rows of X; rows labelled -1 are
         not used. ``X_val``/``y_val`` choose the iteration (else rows of X are held out)."""
-        self._check_params()
         X = self._check_rows(X, reset=True)
         y = np.asarray(compute(y)[0] if isinstance(y, da.Array) else y).ravel()
         if len(y) != X.shape[0]:
@@ -269,34 +291,6 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         self.best_iteration_, self.n_iter_ = trace.best_iteration, trace.iteration
         del self._problem, self._validation
         return self
-
-    def _check_params(self) -> None:
-        if self.exemplar_init not in EXEMPLAR_INITS:
-            raise ValueError(
-                f"exemplar_init must be one of {', '.join(EXEMPLAR_INITS)}, "
-                f"got {self.exemplar_init!r}"
-            )
-        if self.solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
-        if self.learning_rate_schedule not in SCHEDULES:
-            raise ValueError(
-                f"learning_rate_schedule must be one of {', '.join(SCHEDULES)}, "
-                f"got {self.learning_rate_schedule!r}"
-            )
-        for name in ("n_components", "n_factors", "n_hidden", "batch_size", "validate_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.max_iter < 0:
-            raise ValueError(f"max_iter must be non-negative, got {self.max_iter}")
-        for name in ("input_dropout", "averaging"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be non-negative, got {self.weight_decay}")
-        if not 0 < self.validation_fraction < 1:
-            raise ValueError(
-                f"validation_fraction must be in (0, 1), got {self.validation_fraction}"
-            )
 
     def _fit_adam(
         self, problem: Problem, sampler: RowSampler, theta, trace, dropout_rng: np.random.Generator

@@ -19,6 +19,7 @@ from imgscale.pipeline.classify._minibatch import RowSampler
 from imgscale.pipeline.classify.ncm_metric import initial_projection
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
+from imgscale.pipeline.params import Each, Interval
 from imgscale.pipeline.pq_codes import TopK
 from imgscale.pipeline.reductions import reduce_rows
 
@@ -180,6 +181,22 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
         "components_": ("n_components", "D"),
         "reference_": ("N", "n_components"),
         "reference_index_": ("N",),
+    }
+
+    # What each parameter may be (`pipeline.params`), checked when fit reads its rows.
+    _parameter_rules: ClassVar[dict[str, tuple]] = {
+        "n_neighbors": (Interval(int, 1, None), None),
+        "n_components": (Interval(int, 1, None), None),
+        "n_targets": (Interval(int, 1, None),),
+        "n_negatives": (Interval(int, 1, None),),
+        "learning_rate": (Interval(float, 0, None, closed="neither"),),
+        "batch_size": (Interval(int, 1, None),),
+        "max_iter": (Interval(int, 0, None),),
+        "refresh_every": (Interval(int, 1, None),),
+        "validate_every": (Interval(int, 1, None),),
+        "pool_rows": (Interval(int, 1, None),),
+        "n_validation": (Interval(int, 1, None),),
+        "n_neighbors_grid": (Each(Interval(int, 1, None)),),
     }
 
     def __init__(

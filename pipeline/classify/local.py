@@ -54,6 +54,7 @@ from imgscale.pipeline.compute import Mapper, compute, run_in_process
 from imgscale.pipeline.embed import RandomFourierFeatures
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.gram import add_gram
+from imgscale.pipeline.params import Each, Interval, Options
 
 NEIGHBOURHOODS = ("predicted", "nearest")
 METRICS = ("euclidean", "learned")
@@ -468,6 +469,20 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         "neighbourhood_sizes_": ("M",),
     }
 
+    # What each parameter may be (`pipeline.params`), checked when fit reads its rows.
+    _parameter_rules: ClassVar[dict[str, tuple]] = {
+        "n_neighbourhoods": (Interval(int, 1, None),),
+        "sizes": (Each(Interval(int, 1, None)),),
+        "n_samples": (Interval(int, 1, None),),
+        "compression": (Interval(float, 0, 1, closed="right"), None),
+        "neighbourhood": (Options(NEIGHBOURHOODS),),
+        "metric": (Options(METRICS),),
+        "metric_dim": (Interval(int, 1, None),),
+        "recovery": (Options(RECOVERIES),),
+        "embedding_dim": (Interval(int, 1, None), None),
+        "alpha": (Interval(float, 0, None, closed="neither"),),
+    }
+
     def __init__(
         self,
         n_neighbourhoods: int = 2000,
@@ -501,7 +516,6 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         local fits run as blocks of instances through `mapper`, default in-process) and learn
         the compressed-sensing regression. X may be a row-chunked dask array: its M rows are
         brought into memory, as every query may train on any of them."""
-        self._check_params()
         X, y = self._check_fit_input(X, y, reset=True)
         X, y = compute(X, y)
         X, y = np.ascontiguousarray(X, dtype=np.float32), np.asarray(y)
@@ -525,21 +539,6 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         if self.neighbourhood == "predicted":
             self._fit_predicted(X, y_index, sizes, seed, mapper or run_in_process)
         return self
-
-    def _check_params(self) -> None:
-        for name, value, allowed in (
-            ("neighbourhood", self.neighbourhood, NEIGHBOURHOODS),
-            ("metric", self.metric, METRICS),
-            ("recovery", self.recovery, RECOVERIES),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-        if len(self.sizes) == 0 or min(self.sizes) < 1:
-            raise ValueError(f"sizes must be positive, got {self.sizes}")
-        if self.compression is not None and not 0 < self.compression <= 1:
-            raise ValueError(f"compression must be in (0, 1], got {self.compression}")
-        if self.n_samples < 1 or self.n_neighbourhoods < 1:
-            raise ValueError("n_samples and n_neighbourhoods must be positive")
 
     def _fit_predicted(self, X, y_index, sizes, seed, mapper: Mapper) -> None:
         n_rows = len(X)

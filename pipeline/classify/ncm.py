@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, grown_classes
 from imgscale.pipeline.fitted import Shape
+from imgscale.pipeline.params import check_params
 from imgscale.pipeline.pq_codes import check_codebook, code_row_stats
 from imgscale.pipeline.reductions import RowStats, row_stats
 
@@ -124,6 +125,7 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         if len(y) != codes.shape[0]:
             raise ValueError(f"codes have {codes.shape[0]} rows but y has {len(y)} labels")
         if first:
+            check_params(self)
             self.n_features_in_ = dim
 
         def stats(y_index: Any, n_classes: int) -> RowStats:

@@ -21,6 +21,7 @@ from imgscale.pipeline.classify._minibatch import RowSampler
 from imgscale.pipeline.classify.ncm import NearestClassMean
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
+from imgscale.pipeline.params import Interval
 from imgscale.pipeline.principal_axes import covariance_stats, principal_axes
 from imgscale.pipeline.reductions import RowStats
 
@@ -140,6 +141,20 @@ class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
         **NearestClassMean._fitted_shapes,
         "components_": ("n_components", "D"),
         "projected_means_": ("C", "n_components"),
+    }
+
+    # What each parameter may be (`pipeline.params`), checked when fit reads its rows.
+    _parameter_rules: ClassVar[dict[str, tuple]] = {
+        "n_components": (Interval(int, 1, None),),
+        "learning_rate": (Interval(float, 0, None, closed="neither"),),
+        "batch_size": (Interval(int, 1, None),),
+        "max_iter": (Interval(int, 0, None),),
+        "validate_every": (Interval(int, 1, None),),
+        "n_validation": (Interval(int, 1, None),),
+        "validation_k": (Interval(int, 1, None),),
+        "n_iter_no_change": (Interval(int, 1, None), None),
+        "prior_weight": (Interval(float, 0, None),),
+        "pool_rows": (Interval(int, 1, None),),
     }
 
     def __init__(

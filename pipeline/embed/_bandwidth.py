@@ -94,3 +94,14 @@ def check_gamma(gamma: Any) -> float:
     if gamma is None or not np.isfinite(gamma) or not gamma > 0:
         raise ValueError(f"gamma must be positive and finite or None, got {gamma}")
     return float(gamma)
+
+
+def rbf_gamma(
+    X: Any, gamma: float | None, n_neighbors: int, n_queries: int, random_state: Any
+) -> float:
+    """γ = 1/σ² of the Gaussian kernel exp(−γ‖x − y‖²): ``gamma`` if given, else σ the mean
+    distance from ``n_queries`` sampled rows to their ``n_neighbors``-th neighbour among all rows
+    of X (paper 000 §4.1), one pass over X."""
+    if gamma is not None:
+        return check_gamma(gamma)
+    return check_gamma(1.0 / knn_bandwidth(X, n_neighbors, n_queries, random_state) ** 2)

@@ -21,6 +21,7 @@ import numpy as np
 from sklearn.base import TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from imgscale.pipeline.params import check_params
 from imgscale.pipeline.rows import check_dask_X
 
 # Largest embedded chunk (float32) one task produces: the design's 64–128 MiB chunk size, at its
@@ -50,7 +51,10 @@ class RowTransformerMixin(TransformerMixin):
     """`transform` for numpy or row-chunked dask input, from a per-block numpy kernel."""
 
     def _check_rows(self, X: Any, *, reset: bool) -> Any:
-        """X as float32 (numpy) or full-width row chunks cast lazily to float32 (dask)."""
+        """X as float32 (numpy) or full-width row chunks cast lazily to float32 (dask); with
+        ``reset`` (a fit), the parameters are checked first (`pipeline.params`)."""
+        if reset:
+            check_params(self)
         if isinstance(X, da.Array):
             X = check_dask_X(X, None if reset else self.n_features_in_)
             if reset:

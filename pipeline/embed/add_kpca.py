@@ -9,6 +9,7 @@ from sklearn.base import BaseEstimator
 
 from imgscale.pipeline.embed._base import RowTransformerMixin, check_non_negative_block
 from imgscale.pipeline.fitted import Shape
+from imgscale.pipeline.params import Interval
 from imgscale.pipeline.rows import sample_rows
 
 # Eigenvalues below this fraction of the largest (over all dimensions) are numerically zero.
@@ -59,6 +60,12 @@ class AddKPCA(RowTransformerMixin, BaseEstimator):
         "eigenvalues_": ("K",),
     }
 
+    # What each parameter may be (`pipeline.params`), checked when fit reads its rows.
+    _parameter_rules: ClassVar[dict[str, tuple]] = {
+        "n_components": (Interval(int, 1, None), None),
+        "n_landmarks": (Interval(int, 1, None),),
+    }
+
     def __init__(self, n_components: int | None = None, n_landmarks: int = 128, random_state=None):
         self.n_components = n_components
         self.n_landmarks = n_landmarks
@@ -67,8 +74,6 @@ class AddKPCA(RowTransformerMixin, BaseEstimator):
     def fit(self, X: Any, y: Any = None) -> AddKPCA:
         """Sample the landmark rows, then one small eigendecomposition per dimension."""
         X = self._check_rows(X, reset=True)
-        if self.n_landmarks < 1:
-            raise ValueError(f"n_landmarks must be positive, got {self.n_landmarks}")
         landmarks = sample_rows(X, self.n_landmarks, self.random_state)
         check_non_negative_block(landmarks, 0, "AddKPCA")
         self._fit_landmarks(landmarks)

@@ -37,6 +37,7 @@ from threadpoolctl import threadpool_limits
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed._base import RowTransformerMixin
 from imgscale.pipeline.fitted import Shape
+from imgscale.pipeline.params import Interval
 from imgscale.pipeline.reductions import reduce_rows
 
 # Rows projected at a time inside a chunk: bounds the rows × k float32 and index temporaries.
@@ -298,6 +299,14 @@ class SeparableEigenfunctions(RowTransformerMixin, BaseEstimator):
         "eigenfunctions_": ("K", "B"),
     }
 
+    # What each parameter may be (`pipeline.params`), checked when fit reads its rows.
+    _parameter_rules: ClassVar[dict[str, tuple]] = {
+        "n_bins": (Interval(int, 3, None),),
+        "n_components": (Interval(int, 1, None), None),
+        "epsilon": (Interval(float, 0, None),),
+        "bandwidth": (Interval(float, 0, None, closed="neither"),),
+    }
+
     def fit(self, X: Any, y: Any = None):
         """Rotation, bin ranges and histograms from all rows of X, then the 1-D eigenproblems."""
         for name in ("bin_counts_", "components_"):
@@ -310,7 +319,6 @@ class SeparableEigenfunctions(RowTransformerMixin, BaseEstimator):
         The first call also fits the rotation and fixes the bin edges from X's range; later rows
         outside that range count in the end bins.
         """
-        self._check_params()
         first = not hasattr(self, "bin_counts_")
         X = self._check_rows(X, reset=first)
         if first:
@@ -344,16 +352,6 @@ class SeparableEigenfunctions(RowTransformerMixin, BaseEstimator):
         self.n_rows_ = int(self.bin_counts_[0].sum())
         self._solve()
         return self
-
-    def _check_params(self) -> None:
-        if int(self.n_bins) < 3:
-            raise ValueError(f"n_bins must be at least 3, got {self.n_bins}")
-        if self.n_components is not None and int(self.n_components) < 1:
-            raise ValueError(f"n_components must be positive, got {self.n_components}")
-        if not float(self.epsilon) >= 0:
-            raise ValueError(f"epsilon must be non-negative, got {self.epsilon}")
-        if not float(self.bandwidth) > 0:
-            raise ValueError(f"bandwidth must be positive, got {self.bandwidth}")
 
     def bin_centres(self) -> np.ndarray:
         """(k, B) centres of every projected dimension's bins."""

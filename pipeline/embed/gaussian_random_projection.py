@@ -10,6 +10,7 @@ from sklearn.utils import check_random_state
 
 from imgscale.pipeline.embed._base import RowTransformerMixin
 from imgscale.pipeline.fitted import Shape
+from imgscale.pipeline.params import Interval
 
 
 class GaussianRandomProjection(RowTransformerMixin, BaseEstimator):
@@ -37,6 +38,9 @@ class GaussianRandomProjection(RowTransformerMixin, BaseEstimator):
     # The fitted arrays and their shapes (`pipeline.fitted`): D features, K components.
     _fitted_shapes: ClassVar[dict[str, Shape]] = {"components_": ("K", "D")}
 
+    # What each parameter may be (`pipeline.params`), checked when fit reads its rows.
+    _parameter_rules: ClassVar[dict[str, tuple]] = {"n_components": (Interval(int, 1, None),)}
+
     def __init__(self, n_components: int = 1000, random_state: Any = None):
         self.n_components = n_components
         self.random_state = random_state
@@ -44,8 +48,6 @@ class GaussianRandomProjection(RowTransformerMixin, BaseEstimator):
     def fit(self, X: Any, y: Any = None) -> GaussianRandomProjection:
         """Draw R (only the input width is read from X)."""
         X = self._check_rows(X, reset=True)
-        if self.n_components < 1:
-            raise ValueError(f"n_components must be positive, got {self.n_components}")
         rng = check_random_state(self.random_state)
         k = int(self.n_components)
         R = rng.standard_normal((k, self.n_features_in_)) / np.sqrt(k)

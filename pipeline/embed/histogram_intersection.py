@@ -11,6 +11,7 @@ from sklearn.base import BaseEstimator
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed._base import RowTransformerMixin, check_non_negative_block
 from imgscale.pipeline.fitted import Shape
+from imgscale.pipeline.params import Interval
 from imgscale.pipeline.reductions import reduce_rows
 
 
@@ -62,14 +63,15 @@ class HistogramIntersection(RowTransformerMixin, BaseEstimator):
     # The fitted arrays and their shapes (`pipeline.fitted`): D features.
     _fitted_shapes: ClassVar[dict[str, Shape]] = {"max_": ("D",)}
 
+    # What each parameter may be (`pipeline.params`), checked when fit reads its rows.
+    _parameter_rules: ClassVar[dict[str, tuple]] = {"n_levels": (Interval(int, 1, None),)}
+
     def __init__(self, n_levels: int = 8):
         self.n_levels = n_levels
 
     def fit(self, X: Any, y: Any = None) -> HistogramIntersection:
         """One pass for the per-column maximum."""
         X = self._check_rows(X, reset=True)
-        if self.n_levels < 1:
-            raise ValueError(f"n_levels must be positive, got {self.n_levels}")
         column_max = compute(reduce_rows(chunk_column_max, [X], blocks_per_task="auto"))[0]
         self.max_ = np.asarray(column_max.values, np.float32)
         self.n_components_ = self.n_features_in_ * int(self.n_levels)

@@ -9,10 +9,11 @@ import scipy.linalg
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
-from imgscale.pipeline.embed._bandwidth import check_gamma, knn_bandwidth
+from imgscale.pipeline.embed._bandwidth import rbf_gamma
 from imgscale.pipeline.embed._base import RowTransformerMixin
 from imgscale.pipeline.embed._kernels import kernel_matrix
 from imgscale.pipeline.fitted import Shape
+from imgscale.pipeline.params import Interval, Options
 from imgscale.pipeline.rows import sample_rows
 
 KERNELS = ("gaussian", "intersection")
@@ -79,6 +80,16 @@ class Nystrom(RowTransformerMixin, BaseEstimator):
         "eigenvalues_": ("K",),
     }
 
+    # What each parameter may be (`pipeline.params`), checked when fit reads its rows.
+    _parameter_rules: ClassVar[dict[str, tuple]] = {
+        "n_components": (Interval(int, 1, None),),
+        "n_landmarks": (Interval(int, 2, None),),
+        "kernel": (Options(KERNELS),),
+        "gamma": (Interval(float, 0, None, closed="neither"), None),
+        "n_neighbors": (Interval(int, 1, None),),
+        "bandwidth_sample": (Interval(int, 1, None),),
+    }
+
     def __init__(
         self,
         n_components: int = 50,
@@ -100,20 +111,12 @@ class Nystrom(RowTransformerMixin, BaseEstimator):
     def fit(self, X: Any, y: Any = None) -> Nystrom:
         """Sample landmarks (and for the Gaussian kernel without `gamma`, one bandwidth pass)."""
         X = self._check_rows(X, reset=True)
-        if self.kernel not in KERNELS:
-            raise ValueError(f"unknown kernel {self.kernel!r}; expected one of {KERNELS}")
-        if self.n_components < 1 or self.n_landmarks < 2:
-            raise ValueError("n_components must be ≥ 1 and n_landmarks ≥ 2")
         if X.shape[0] < 2:
             raise ValueError(f"Nystrom needs at least 2 rows, got n_samples = {X.shape[0]}")
         rng = check_random_state(self.random_state)
         gamma = None
         if self.kernel == "gaussian":
-            if self.gamma is None:
-                sigma = knn_bandwidth(X, self.n_neighbors, self.bandwidth_sample, rng)
-                gamma = check_gamma(1.0 / sigma**2)
-            else:
-                gamma = check_gamma(self.gamma)
+            gamma = rbf_gamma(X, self.gamma, self.n_neighbors, self.bandwidth_sample, rng)
         landmarks = sample_rows(X, self.n_landmarks, rng)
         self._fit_landmarks(landmarks, gamma)
         return self

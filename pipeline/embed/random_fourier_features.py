@@ -8,9 +8,10 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 
-from imgscale.pipeline.embed._bandwidth import check_gamma, knn_bandwidth
+from imgscale.pipeline.embed._bandwidth import rbf_gamma
 from imgscale.pipeline.embed._base import RowTransformerMixin
 from imgscale.pipeline.fitted import Shape
+from imgscale.pipeline.params import Interval
 
 
 class RandomFourierFeatures(RowTransformerMixin, BaseEstimator):
@@ -58,6 +59,14 @@ class RandomFourierFeatures(RowTransformerMixin, BaseEstimator):
         "random_offset_": ("K",),
     }
 
+    # What each parameter may be (`pipeline.params`), checked when fit reads its rows.
+    _parameter_rules: ClassVar[dict[str, tuple]] = {
+        "n_components": (Interval(int, 1, None),),
+        "gamma": (Interval(float, 0, None, closed="neither"), None),
+        "n_neighbors": (Interval(int, 1, None),),
+        "bandwidth_sample": (Interval(int, 1, None),),
+    }
+
     def __init__(
         self,
         n_components: int = 2000,
@@ -75,14 +84,8 @@ class RandomFourierFeatures(RowTransformerMixin, BaseEstimator):
     def fit(self, X: Any, y: Any = None) -> RandomFourierFeatures:
         """Draw W and b; without `gamma`, one pass over X sets the bandwidth."""
         X = self._check_rows(X, reset=True)
-        if self.n_components < 1:
-            raise ValueError(f"n_components must be positive, got {self.n_components}")
         rng = check_random_state(self.random_state)
-        if self.gamma is None:
-            sigma = knn_bandwidth(X, self.n_neighbors, self.bandwidth_sample, rng)
-            gamma = check_gamma(1.0 / sigma**2)
-        else:
-            gamma = check_gamma(self.gamma)
+        gamma = rbf_gamma(X, self.gamma, self.n_neighbors, self.bandwidth_sample, rng)
         d = int(self.n_components)
         weights = rng.standard_normal((self.n_features_in_, d)) * np.sqrt(gamma)
         self.gamma_ = gamma
