@@ -97,7 +97,8 @@ GRAM_PRECISION = Option(
     "gram_precision",
     ("float64", "float32"),
     "float64",
-    "precision of the Gram products, summed in float64 (float32: faster, relative error ~1e-4).",
+    "precision of the Gram products, summed in float64 (float32: faster, within float32 "
+    "rounding of the row spread, as pipeline/gram.py states).",
 )
 NEIGHBOURHOODS = Option(
     "neighbourhoods", int, 2000, "training instances given a target neighbourhood (paper 004 §3.1)."

@@ -12,6 +12,11 @@ Two precisions, both accumulated into a float64 total:
   measured against Σ |x − c||x − c|ᵀ: the shift makes the error relative to the spread of the
   rows, not their offset, which is what the centred ridge system X̃ᵀX̃ needs (its entries
   cancel the offset). Sub-blocks are independent, so the relative error does not grow with n.
+
+The float32 path's error, stated here only: every entry of the Gram is within
+`FLOAT32_RELATIVE_ERROR` (2048·2⁻²⁴ ≈ 1.2e-4) of the exact sum, relative to that entry of
+Σ |x − c||x − c|ᵀ, and typically about √2048·2⁻²⁴ ≈ 3e-6
+(tests/pipeline/test_gram.py::test_float32_error_is_within_the_stated_bound measures it).
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ GRAM_PRECISIONS = ("float64", "float32")
 
 # float64 path: rows converted at a time; bounds the temporary copy (32 MiB at D = 512).
 _SUB_ROWS = 8192
-# float32 path: rows per float32 product. 2048 rows bound the relative rounding error by
-# 2048·2⁻²⁴ ≈ 1.2e-4 (≈ 3e-6 typical), while adding each D × D float32 product to the float64
-# total costs ~1/(2·2048/D) of the product itself (≈ 5% at D = 2000).
+# float32 path: rows per float32 product. Their count bounds the relative rounding error
+# (`FLOAT32_RELATIVE_ERROR`), while adding each D × D float32 product to the float64 total costs
+# about D/(2·2048) of the product itself.
 _FLOAT32_SUB_ROWS = 2048
+FLOAT32_RELATIVE_ERROR = _FLOAT32_SUB_ROWS * 2.0**-24
 # Rows per band of the triangular adds.
 _BAND_ROWS = 128
 

@@ -102,8 +102,8 @@ class RowStats:
 def _accumulate_sums(X, y_index, feature_sum, class_sums, class_counts):  # pragma: no cover
     """Row sums in float64 over all rows and per class over labelled rows, in one sweep of X.
 
-    A compiled loop reads each float32 row once (~4–6M rows/s at D = 512 on one core); the
-    scipy one-hot product it replaced needed a float64 copy first and ran at ~0.7M rows/s.
+    A compiled loop reads each float32 row once and adds it in float64 where it belongs, with
+    no float64 copy of the chunk and no one-hot matrix.
     """
     for i in range(X.shape[0]):
         c = y_index[i]

@@ -32,10 +32,10 @@ PIECE_ROWS = 4096
 
 
 def _sigmoid_inplace(U: np.ndarray) -> np.ndarray:
-    """σ(U) = ½(1 + tanh(U/2)), written over U. Trained units saturate (pre-activations of
-    ±1,000 on MNIST), where `scipy.special.expit` slows several-fold on overflowing and
-    subnormal exponentials; numpy's vectorised tanh costs the same at any magnitude and is as
-    accurate in float32."""
+    """σ(U) = ½(1 + tanh(U/2)), written over U. Trained units saturate (pre-activations in the
+    hundreds and beyond), where `scipy.special.expit` slows on overflowing and subnormal
+    exponentials; numpy's vectorised tanh costs the same at any magnitude and is as accurate in
+    float32."""
     U *= 0.5
     np.tanh(U, out=U)
     U *= 0.5

@@ -30,149 +30,40 @@ the neighbourhood's own decision values. The paper trains linear SVMs; a closed-
 the N × K × S offline fits cheap and exactly reproducible (the same bits in-process and on a
 cluster), which an iterative SVM solver would not.
 
-The pieces are numpy kernels (`sample_candidates`, `local_posteriors`, `training_neighbourhoods`,
-`recover`, `predict_from_confidences`) wired by `PredictedNeighbourhoodClassifier`; the offline
-fits take a ``mapper`` so the jobs layer can run instance blocks as cluster tasks.
+The pieces are numpy kernels (`sample_candidates`, `training_neighbourhoods`,
+`predict_from_confidences` here; `local_posteriors`, `multi_target_ridge`, `recover` in
+`local_kernels`) wired by `PredictedNeighbourhoodClassifier`; the offline fits take a ``mapper``
+so the jobs layer can run instance blocks as cluster tasks.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.linalg
 from sklearn.base import BaseEstimator
-from sklearn.linear_model import orthogonal_mp
 from sklearn.utils.validation import check_is_fitted, check_random_state
-from threadpoolctl import threadpool_limits
 
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels, unique_labels
 from imgscale.pipeline.classify.knn import MetricKNeighborsClassifier
+from imgscale.pipeline.classify.local_kernels import (
+    RECOVERIES,
+    local_posteriors,
+    multi_target_ridge,
+    one_blas_thread,
+    recover,
+    sensing_signs,
+)
 from imgscale.pipeline.compute import Mapper, compute, run_in_process
 from imgscale.pipeline.embed import RandomFourierFeatures
 from imgscale.pipeline.fitted import Shape
-from imgscale.pipeline.gram import add_gram
 from imgscale.pipeline.params import Each, Interval, Options
 
 NEIGHBOURHOODS = ("predicted", "nearest")
 METRICS = ("euclidean", "learned")
-RECOVERIES = ("omp", "correlation")
-# The ρ of the indicator regression is chosen by GCV on this grid times the mean
-# eigenvalue of the centred Gram, so one grid fits features of any scale.
-RELATIVE_RHO_GRID = tuple(10.0**e for e in range(-5, 3))
-# Platt's sigmoid fit (Lin, Lin & Weng 2007): Newton iterations, step halvings, the gradient
-# tolerance and the Hessian's ridge σ.
-_PLATT_ITERATIONS, _PLATT_HALVINGS, _PLATT_TOLERANCE, _PLATT_SIGMA = 100, 20, 1e-5, 1e-12
 # Instances per offline task (a task then fits 100 × K × S local classifiers).
 INSTANCES_PER_BLOCK = 100
-
-
-def _one_blas_thread(fn: Callable) -> Callable:
-    """Run `fn` with single-threaded BLAS: its products and solves are small (k, d ≤ a few
-    hundred), where OpenBLAS threads cost more than they give, most of all on a loaded
-    machine; parallelism comes from running blocks side by side."""
-
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        with threadpool_limits(limits=1, user_api="blas"):
-            return fn(*args, **kwargs)
-
-    return functools.update_wrapper(wrapped, fn)
-
-
-# --------------------------------------------------------------------------------------------
-# Local classifiers (§3.1, §3.3)
-
-
-def _targets(y_set: np.ndarray, n_classes: int) -> np.ndarray:
-    """±1 targets (..., k, C') of class indices: one column (class 1) for two classes."""
-    if n_classes == 2:
-        return np.where(y_set == 1, 1.0, -1.0)[..., None]
-    return np.where(y_set[..., None] == np.arange(n_classes), 1.0, -1.0)
-
-
-def _platt(decisions: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Platt's sigmoid P(positive | f) = 1 / (1 + exp(A f + B)) fitted per leading index.
-
-    `decisions` and `positive` are (..., k); returns A and B of shape (...). The targets are
-    Platt's smoothed (N₊ + 1)/(N₊ + 2) and 1/(N₋ + 2), so separable sets keep a finite fit.
-    Newton's method with a backtracking line search (Lin, Lin & Weng 2007, Algorithm 1), all
-    fits advancing together; a fit stops moving once its gradient is below their tolerance.
-    """
-    f = decisions
-    n_pos = positive.sum(axis=-1, keepdims=True)
-    n_neg = positive.shape[-1] - n_pos
-    t = np.where(positive, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
-    a = np.zeros(f.shape[:-1])
-    b = np.log((n_neg[..., 0] + 1.0) / (n_pos[..., 0] + 1.0))
-
-    def loss(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        z = a[..., None] * f + b[..., None]
-        # −log-likelihood: t·log(1 + e^z) + (1 − t)·log(1 + e^−z), written stably.
-        return (t * np.logaddexp(0, z) + (1 - t) * np.logaddexp(0, -z)).sum(axis=-1)
-
-    current = loss(a, b)
-    for _ in range(_PLATT_ITERATIONS):
-        p = 0.5 * (1 - np.tanh(0.5 * (a[..., None] * f + b[..., None])))  # 1 / (1 + e^z)
-        g = t - p  # ∂loss/∂z
-        ga, gb = (g * f).sum(-1), g.sum(-1)
-        moving = np.maximum(np.abs(ga), np.abs(gb)) >= _PLATT_TOLERANCE
-        if not moving.any():
-            break
-        w = p * (1 - p) + _PLATT_SIGMA
-        haa, hab, hbb = (w * f * f).sum(-1) + _PLATT_SIGMA, (w * f).sum(-1), w.sum(-1)
-        det = haa * hbb - hab * hab
-        da_, db_ = -(hbb * ga - hab * gb) / det, -(haa * gb - hab * ga) / det
-        slope = ga * da_ + gb * db_
-        step = np.where(moving, 1.0, 0.0)
-        for _ in range(_PLATT_HALVINGS):
-            trial = loss(a + step * da_, b + step * db_)
-            short = moving & (trial > current + 1e-4 * step * slope)
-            if not short.any():
-                break
-            step = np.where(short, step / 2, step)
-        step = np.where(trial <= current, step, 0.0)
-        a, b = a + step * da_, b + step * db_
-        current = np.minimum(trial, current)
-    return a, b
-
-
-def local_posteriors(
-    X_sets: np.ndarray, y_sets: np.ndarray, n_classes: int, queries: np.ndarray, alpha: float
-) -> np.ndarray:
-    """Posterior (..., C) of each query under a Platt-scaled ridge classifier of its set.
-
-    `X_sets` (..., k, d) and class indices `y_sets` (..., k) are one neighbourhood per leading
-    index and `queries` (..., d) one row each. Ridge on centred rows and ±1 targets with
-    ρ = alpha · ‖X̃‖²_F / k (scale-free), solved in the primal (d × d) form when d < k, else the
-    dual (k × k); the sigmoid of each target column is fitted on the set's own decisions, and
-    one-vs-rest posteriors are normalised.
-    """
-    X_sets = np.asarray(X_sets, dtype=np.float64)
-    mean = X_sets.mean(axis=-2, keepdims=True)
-    centred = X_sets - mean
-    k, d = centred.shape[-2:]
-    rho = alpha * (centred**2).sum(axis=(-2, -1)) / k + np.finfo(float).tiny
-    targets = _targets(y_sets, n_classes)
-    target_mean = targets.mean(axis=-2, keepdims=True)
-    offsets = (queries - mean[..., 0, :])[..., None, :]  # (..., 1, d)
-    transposed = np.swapaxes(centred, -1, -2)
-    if d < k:
-        system = transposed @ centred + rho[..., None, None] * np.eye(d)
-        weights = np.linalg.solve(system, transposed @ (targets - target_mean))
-        train_decisions = centred @ weights + target_mean
-        query_decisions = (offsets @ weights + target_mean)[..., 0, :]
-    else:
-        kernel = centred @ transposed
-        dual = np.linalg.solve(kernel + rho[..., None, None] * np.eye(k), targets - target_mean)
-        train_decisions = kernel @ dual + target_mean
-        query_decisions = ((offsets @ transposed) @ dual + target_mean)[..., 0, :]
-    a, b = _platt(np.swapaxes(train_decisions, -1, -2), np.swapaxes(targets > 0, -1, -2))
-    probability = 0.5 * (1 - np.tanh(0.5 * (a * query_decisions + b)))  # (..., C')
-    if targets.shape[-1] == 1:
-        return np.concatenate([1 - probability, probability], axis=-1)
-    return probability / np.maximum(probability.sum(axis=-1, keepdims=True), 1e-300)
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,7 +92,7 @@ def sample_candidates(
     return np.concatenate(parts, axis=1)
 
 
-@_one_blas_thread
+@one_blas_thread
 def training_neighbourhoods(
     X: np.ndarray,
     y_index: np.ndarray,
@@ -241,65 +132,6 @@ def training_neighbourhoods(
         members.append(np.sort(candidates[size][sample]))
         chosen[i], best[i] = sizes[size], posteriors[size][sample]
     return members, chosen, best
-
-
-# --------------------------------------------------------------------------------------------
-# Compressed sensing (§3.2)
-
-
-def sensing_signs(n_measurements: int, n_rows: int, seed: int) -> np.ndarray:
-    """Random ±1 signs (D, M) int8; φ = signs/√D satisfies the RIP with high probability."""
-    rng = np.random.default_rng(seed)
-    return np.where(rng.random((n_measurements, n_rows)) < 0.5, -1, 1).astype(np.int8)
-
-
-def multi_target_ridge(
-    X: np.ndarray, Z: np.ndarray, relative_grid: Sequence[float] = RELATIVE_RHO_GRID
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """Multi-target ridge from rows X (n, d) to targets Z (n, D): (coef (d, D), x̄, z̄, ρ).
-
-    One Gram of the centred rows (`pipeline.gram.add_gram`), one eigendecomposition, and ρ
-    chosen by generalised cross-validation over `relative_grid` times the mean eigenvalue:
-    RSS(ρ) = ‖Z̃‖² − Σᵢ ‖uᵢ‖² (λᵢ + 2ρ)/(λᵢ + ρ)², df(ρ) = Σᵢ λᵢ/(λᵢ + ρ), with U = VᵀX̃ᵀZ̃.
-    """
-    x_mean = X.mean(axis=0, dtype=np.float64)
-    z_mean = Z.mean(axis=0, dtype=np.float64)
-    centred = (X - x_mean).astype(np.float64)
-    gram = np.zeros((X.shape[1], X.shape[1]))
-    add_gram(gram, centred)
-    eigvals, eigvecs = scipy.linalg.eigh(gram, driver="evd")
-    eigvals = eigvals.clip(min=0.0)
-    Zc = Z - z_mean
-    u = eigvecs.T @ (centred.T @ Zc)
-    grid = np.asarray(relative_grid) * max(eigvals.mean(), np.finfo(float).tiny)
-    n = len(X)
-    u2 = (u**2).sum(axis=1)
-    lam, rho = eigvals[None, :], grid[:, None]
-    rss = (Zc**2).sum() - (u2 * (lam + 2 * rho) / (lam + rho) ** 2).sum(axis=1)
-    df = (lam / (lam + rho)).sum(axis=1)
-    with np.errstate(divide="ignore"):
-        gcv = np.where(df < n, (rss / n) / (1 - df / n) ** 2, np.inf)
-    rho = float(grid[np.argmin(gcv)])
-    coef = eigvecs @ (u / (eigvals + rho)[:, None])
-    return coef.astype(np.float32), x_mean, z_mean, rho
-
-
-def recover(
-    measurements: np.ndarray, phi: np.ndarray, sparsity: int, method: str = "omp"
-) -> np.ndarray:
-    """M-dimensional confidences (q, M) of measurements (q, D) = x φᵀ of sparse x.
-
-    ``"omp"``: orthogonal matching pursuit with `sparsity` atoms (scikit-learn's
-    `orthogonal_mp`); entries off its support are 0. ``"correlation"``: φᵀ measurements, the
-    one-step thresholding estimate (every entry non-zero; its ranking is what §3.3 uses).
-    """
-    measurements = np.atleast_2d(measurements).astype(np.float64)
-    if method == "correlation":
-        return measurements @ phi
-    if method != "omp":
-        raise ValueError(f"recovery must be one of {RECOVERIES}, got {method!r}")
-    coef = orthogonal_mp(phi.astype(np.float64), measurements.T, n_nonzero_coefs=sparsity)
-    return np.asarray(coef).reshape(phi.shape[1], -1).T
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,7 +187,7 @@ def predict_from_confidences(
     return out, chosen
 
 
-@_one_blas_thread
+@one_blas_thread
 def _posterior_block(
     queries: np.ndarray,
     X: np.ndarray,

@@ -25,8 +25,8 @@ from imgscale.pipeline.reductions import RowStats, reduce_rows, row_stats
 RHO_GRID = (0.0002, 0.002, 0.02, 0.2, 2.0, 20.0, 200.0, 2000.0)
 
 # Validation rows are scored against all grid values in blocks of rows whose rows × (C·R) float32
-# scores take about this much (at least _GRID_MIN_ROWS rows). 4,096 rows at C·R = 800 scored
-# 13,108 rows in 0.43 s against 0.49 s in blocks of 1,024 (the GEMM alone: 0.42 s).
+# scores take about this much (at least _GRID_MIN_ROWS rows): blocks large enough that the GEMM,
+# not the per-block bookkeeping, sets the time, small enough to stay in cache.
 _GRID_SCORE_BYTES = 16 * 2**20
 _GRID_MIN_ROWS = 256
 
@@ -101,10 +101,9 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
     rho_grid : tuple of float, default=(0.0002, 0.002, 0.02, 0.2, 2, 20, 200, 2000)
         Candidate values of ρ (paper 000 §4.1).
     gram_precision : {"float64", "float32"}, default="float64"
-        Products of the Gram XᵀX (always summed in float64; see `pipeline.gram`). "float32" runs
-        at about twice the speed with a relative error ~1e-6 on the centred Gram instead of
-        ~1e-15: ample for classification, though not for ρ far below that error times the
-        largest eigenvalue.
+        Products of the Gram XᵀX (always summed in float64). "float32" runs at about twice the
+        speed, within the relative error `pipeline.gram` states (float32 rounding): ample for
+        classification, though not for ρ far below that error times the largest eigenvalue.
 
     Attributes
     ----------
@@ -209,7 +208,7 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
             raise ValueError(f"classes {empty[:10].tolist()} have no labelled rows")
         mean = stats.feature_sum / stats.n_rows
         gram, targets = centred_system(stats, mean)
-        # Divide and conquer: at D = 2000 0.86 s against 1.15 s for scipy's default (evr).
+        # Divide and conquer (evd): every eigenvector is wanted, which is its best case.
         eigvals, eigvecs = scipy.linalg.eigh(gram, driver="evd")
         eigvals = eigvals.clip(min=0.0)  # G is PSD; negative values are rounding
         z = eigvecs.T @ targets

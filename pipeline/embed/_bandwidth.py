@@ -21,9 +21,8 @@ from imgscale.pipeline.top_k import top_k_columns
 
 # Rows compared to the queries at a time: a store chunk (32,768 rows at D = 512) in one block
 # bounds the queries × rows float32 scores at 64 MB for 500 queries. One selection per chunk
-# rather than per 8,192 rows matters: `top_k_columns` skips most columns only once its k best
-# are good, so every fresh block pays for a warm-up (measured per 32k-row chunk on one core:
-# 0.215 s against 0.198 s for the GEMM alone; 0.252 s in 8,192-row blocks).
+# rather than per smaller block matters: `top_k_columns` skips most columns only once its k best
+# are good, so every fresh block pays for a warm-up.
 _KNN_ROWS = 32768
 
 

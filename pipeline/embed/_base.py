@@ -26,8 +26,7 @@ from imgscale.pipeline.rows import check_dask_X
 
 # Largest embedded chunk (float32) one task produces: the design's 64–128 MiB chunk size, at its
 # high end because every piece maps and checksums its whole input chunk file and the Gram
-# consumer pays a fixed finish per block: RFF-2000 → ridge at 1M × 512 (bench embed) took 6%
-# less worker CPU than with 64 MiB pieces for +0.12 GiB peak RSS (1.55 GiB).
+# consumer pays a fixed finish per block (fewer, larger pieces; `bench embed` measures both).
 _MAX_OUTPUT_CHUNK_BYTES = 128 * 2**20
 
 
@@ -86,15 +85,15 @@ def _embed_pieces(X: da.Array, kernel: Any, params: tuple, n_out: int) -> da.Arr
     Each piece is sliced from X on its own (``X[lo:hi]``), not rechunked: dask fuses a slice of a
     store's chunk into one read of those rows, so a consumer that inlines its blocks (e.g.
     `reduce_rows`) reads, embeds and reduces a piece in one task. A rechunk's (or a shared
-    input chunk's) tasks feed several pieces, stay separate, and ran ahead of the consumer:
-    ~600 MB of 512-wide pieces waited on one worker at 1M rows.
+    input chunk's) tasks feed several pieces, stay separate, and run ahead of the consumer, so
+    finished pieces pile up in worker memory.
     """
     max_rows = max(1, _MAX_OUTPUT_CHUNK_BYTES // (4 * n_out))
     pieces = split_row_chunks(X.chunks[0], max_rows)
     if len(pieces) > X.numblocks[0]:
         # Optimised once (one fused read task per chunk) before the slicing: otherwise each
-        # piece's optimisation re-materialised X's whole graph (0.4–1.6 s of client CPU for 61
-        # pieces at 1M rows, while the workers wait; 0.03–0.1 s so).
+        # piece's optimisation re-materialises X's whole graph on the client, per piece, while
+        # the workers wait.
         (X,) = dask.optimize(X)
         bounds = np.cumsum([0, *pieces]).tolist()
         X = da.concatenate([_own_task(X[lo:hi]) for lo, hi in itertools.pairwise(bounds)])

@@ -43,12 +43,11 @@ from imgscale.pipeline.reductions import reduce_rows
 # Rows projected at a time inside a chunk: bounds the rows × k float32 and index temporaries.
 _SUB_ROWS = 4096
 # Rows `_project_rows` accumulates together: 16 × k float32 stays in L1 while each row of the
-# projection is applied to all of them (D = 784, k = 250: 2.5× the time of a one-thread GEMM;
-# 4 and 32 rows: 3.3× and 4.0×).
+# projection is applied to all of them (fewer rows reload the projection more often, more spill
+# out of L1).
 _TILE_ROWS = 16
 # Rows projected at a time by the fit passes' sweeps: S (rows × k float32, 200 KB at k = 50)
-# stays in L2 between the GEMM and the sweep. At D = 512, k = 50 on one core, 1024 rows ran a
-# 64 MiB chunk 1.30× faster than the numpy binning and at 0.94 of the GEMMs alone (4096: 0.92).
+# stays in L2 between the GEMM and the sweep, so the binning reads it from cache.
 _SWEEP_ROWS = 1024
 
 # Fergus et al.'s reference code clips each dimension's lowest and highest 2.5% of rows to the
@@ -376,7 +375,7 @@ class SeparableEigenfunctions(RowTransformerMixin, BaseEstimator):
         bandwidths = self._bandwidths(centres, empirical)
         eigenvalues = np.empty((k, n_bins - 1))
         functions = np.empty((k, n_bins - 1, n_bins))
-        # B × B problems: BLAS threads cost more than they save (≈ 6× slower with 2).
+        # B × B problems: too small for BLAS threads to pay for their synchronisation.
         with threadpool_limits(1):
             for m in range(k):
                 sigma, g = _solve_occupied(centres[m], density[m], bandwidths[m])

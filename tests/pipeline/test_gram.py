@@ -61,6 +61,18 @@ def test_float32_error_is_relative_to_the_spread_not_the_offset_of_the_rows():
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
 
 
+def test_float32_error_is_within_the_stated_bound():
+    # One full sub-block of rows offset from 0: the error of each entry, relative to that entry
+    # of Σ |x − c||x − c|ᵀ (c the rows' float32 mean), against the exact float64 product.
+    X = rows(offset=5.0, n=gram_module._FLOAT32_SUB_ROWS, d=16, seed=4)
+    c = X.mean(axis=0, dtype=np.float64).astype(np.float32).astype(np.float64)
+    spread = np.abs(X.astype(np.float64) - c)
+    scale = spread.T @ spread
+    error = np.abs(gram_of(X, "float32") - exact_gram(X)) / scale
+    assert error.max() <= gram_module.FLOAT32_RELATIVE_ERROR
+    assert gram_module.FLOAT32_RELATIVE_ERROR == pytest.approx(1.2e-4, rel=0.03)
+
+
 def test_float32_gram_does_not_depend_on_the_sub_block_or_band_size(monkeypatch):
     X = rows(offset=3.0)
     whole = gram_of(X, "float32")

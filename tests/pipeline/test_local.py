@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from imgscale.pipeline.classify import local
+from imgscale.pipeline.classify import local, local_kernels
 from imgscale.pipeline.classify.local import (
     PredictedNeighbourhoodClassifier,
     local_posteriors,
@@ -99,7 +99,7 @@ def test_local_posterior_is_platt_scaled_ridge_of_the_set(n_classes, n, d):
     X, y = _blobs(n=n, d=d, n_classes=n_classes, seed=n_classes)
     query = np.random.default_rng(5).normal(size=d)
     got = local_posteriors(X, y, n_classes, query, alpha=0.3)
-    targets = local._targets(y, n_classes)
+    targets = local_kernels._targets(y, n_classes)
     train, at_query = _primal_decisions(X, targets, query, 0.3)
     probability = []
     for c in range(targets.shape[1]):
