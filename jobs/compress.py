@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import dask
 import numpy as np
 
-from imgscale.pipeline.compute import gather_rows
+from imgscale.pipeline.compute import compute_as_completed, gather_rows
 from imgscale.pipeline.pq_codec import DEFAULT_SAMPLE, PQCodec, check_m, sample_indices
 from imgscale.storage import (
     CopyWriter,
@@ -36,9 +35,6 @@ from imgscale.storage import (
     location,
     write_row_chunk,
 )
-
-# Encode tasks in flight when no distributed client is available (plain dask.compute windows).
-_WINDOW = 8
 
 
 def train_codec(
@@ -174,59 +170,22 @@ def encode_and_write_chunk(
 def _encoded_chunks(
     src: FeatureStore, codec: PQCodec, writer: CopyWriter
 ) -> Iterator[Iterator[tuple]]:
-    """encode_and_write_chunk results of every source chunk, computed on the cluster: all tasks
-    are submitted on entry (the client's own work inside the block, such as its row checks,
-    overlaps them rather than delaying them), results are taken as they finish; without a
-    distributed client, a few at a time.
+    """encode_and_write_chunk results of every source chunk as they finish on the cluster
+    (`compute_as_completed`: all tasks submitted on entry, so the client's own work inside the
+    block, such as its row checks, overlaps them; if the block raises, the tasks not started
+    are cancelled and the exit waits until none still writes its chunk file into the store the
+    caller is about to remove).
 
     Source and PQ store have the same rows per chunk, so source chunk i is the writer's chunk
-    ``first_chunk + i``. If the block raises, the tasks are cancelled, and the exit returns only
-    once no task is running: a running task would otherwise go on writing its chunk file into the
-    store the caller is about to remove (and recreate its directories).
+    ``first_chunk + i``.
     """
     shared = dask.delayed(codec, pure=True)
     task = dask.delayed(encode_and_write_chunk, pure=True)
     blocks = src.features().to_delayed().ravel()
     path, first = writer.store.path, writer.first_chunk
     tasks = [task(block, shared, path, first + i) for i, block in enumerate(blocks)]
-    try:
-        from distributed import as_completed, get_client
-
-        client = get_client()
-    except (ImportError, ValueError):
-        client = None
-    if client is None:
-        # The pool's exit waits for the tasks it is running, also when a window fails.
-        with ThreadPoolExecutor(_WINDOW) as pool:
-            yield _in_windows(tasks, pool)
-        return
-    # All submitted at once: results are a few sums each. The last chunk, the only one that can
-    # be short, runs after the others (they ran in no set order), so the two workers end within
-    # about half a task of each other, not up to a whole one.
-    futures = client.compute(tasks[:-1], priority=1) + client.compute(tasks[-1:])
-    try:
-        yield (future.result() for future in as_completed(futures))
-    except BaseException:
-        # Ctrl-C, SIGTERM or a failed chunk: the tasks not yet started never start.
-        client.cancel(futures)
-        _wait_until_released(client, {future.key for future in futures})
-        raise
-
-
-def _wait_until_released(client, keys: set, poll_seconds: float = 0.1) -> None:
-    """Return once no worker holds any of ``keys``: a cancelled task that was already running
-    stays known to its worker until it has finished (writing its chunk file)."""
-    while True:
-        held = client.run(_task_keys)
-        if not any(keys.intersection(worker_keys) for worker_keys in held.values()):
-            return
-        time.sleep(poll_seconds)
-
-
-def _task_keys(dask_worker) -> list:
-    return list(dask_worker.state.tasks)
-
-
-def _in_windows(tasks: list, pool: ThreadPoolExecutor) -> Iterator[tuple]:
-    for start in range(0, len(tasks), _WINDOW):
-        yield from dask.compute(*tasks[start : start + _WINDOW], scheduler="threads", pool=pool)
+    # The last chunk, the only one that can be short, runs after the others (they run in no set
+    # order), so the workers end within about half a task of each other, not up to a whole one.
+    priority = [1] * (len(tasks) - 1) + [0]
+    with compute_as_completed(tasks, priority=priority) as results:
+        yield results

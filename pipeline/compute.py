@@ -6,13 +6,16 @@ The jobs layer installs a hook (e.g. one that shows progress on a distributed cl
 (offline neighbourhood fits, a protocol's random trials) go through a `Mapper`: `run_in_process`
 runs them here, the jobs layer's ``cluster_mapper`` as tasks on a Dask cluster. `current_client`
 is the distributed client, if any, that these run on; `cluster_threads` and `on_every_worker`
-ask it, and fall back to this process without one.
+ask it, and fall back to this process without one. `compute_as_completed` hands out the results
+of many tasks as each finishes (cancelled, and waited for, if the caller fails).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -111,3 +114,58 @@ def on_every_worker(a: np.ndarray) -> Any:
     """
     client = current_client()
     return None if client is None else client.scatter(a, hash=False, broadcast=True)
+
+
+@contextmanager
+def compute_as_completed(
+    tasks: Sequence[Any], *, priority: Sequence[int] | None = None, window: int = 8
+) -> Iterator[Iterator[Any]]:
+    """The results of the dask ``tasks``, each as it is computed, in the order they finish:
+    for a caller that handles each as it comes (its progress, running sums) and holds none.
+
+    On the current distributed client (`current_client`) every task is submitted on entry, at
+    its ``priority`` (higher first; default all equal), so the caller's own work inside the
+    block overlaps them. If the block raises (a failed task, Ctrl-C, SIGTERM), the tasks not yet
+    started never start, and the exit returns only once no task is running: a running task may
+    be writing a file the caller is about to remove. Without a client, ``window`` tasks at a
+    time run on threads in this process, and the exit waits for those running.
+    """
+    client = current_client()
+    if client is None:
+        with ThreadPoolExecutor(window) as pool:
+            yield _in_windows(tasks, pool, window)
+        return
+    from distributed import as_completed
+
+    levels = [0] * len(tasks) if priority is None else list(priority)
+    futures = []
+    for level in sorted(set(levels), reverse=True):
+        group = [
+            task for task, task_level in zip(tasks, levels, strict=True) if task_level == level
+        ]
+        futures += client.compute(group, priority=level)
+    try:
+        yield (future.result() for future in as_completed(futures))
+    except BaseException:
+        client.cancel(futures)
+        _wait_until_released(client, {future.key for future in futures})
+        raise
+
+
+def _in_windows(tasks: Sequence[Any], pool: ThreadPoolExecutor, window: int) -> Iterator[Any]:
+    for start in range(0, len(tasks), window):
+        yield from dask.compute(*tasks[start : start + window], scheduler="threads", pool=pool)
+
+
+def _wait_until_released(client: Any, keys: set, poll_seconds: float = 0.1) -> None:
+    """Return once no worker holds any of ``keys``: a cancelled task that was already running
+    stays known to its worker until it has finished."""
+    while True:
+        held = client.run(_task_keys)
+        if not any(keys.intersection(worker_keys) for worker_keys in held.values()):
+            return
+        time.sleep(poll_seconds)
+
+
+def _task_keys(dask_worker: Any) -> list:
+    return list(dask_worker.state.tasks)
