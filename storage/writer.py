@@ -39,7 +39,7 @@ from imgscale.storage.row_codecs import rows_codec
 from imgscale.storage.validate import as_digests, as_strings
 
 
-class FeatureStore(Protocol):
+class WritableStore(Protocol):
     """What a writer uses of the `storage.store.FeatureStore` it appends to (or copies from);
     a protocol, so the store module imports the writers and not the other way round."""
 
@@ -61,7 +61,7 @@ class _LockedWriter:
     and a full disk is reported as one line naming the store.
     """
 
-    def __init__(self, store: FeatureStore) -> None:
+    def __init__(self, store: WritableStore) -> None:
         self.store = store
         self._lock = writer_lock(store.path)
 
@@ -122,7 +122,7 @@ class BatchWriter(_LockedWriter):
     batch by `reject`; a batch of rejects only commits them and no rows.
     """
 
-    def __init__(self, store: FeatureStore, batch_id: str) -> None:
+    def __init__(self, store: WritableStore, batch_id: str) -> None:
         if not isinstance(batch_id, str) or not batch_id:
             raise TypeError(f"batch_id must be a non-empty str, got {batch_id!r}")
         super().__init__(store)
@@ -367,7 +367,7 @@ class CopyWriter(_LockedWriter):
     does), so no chunk holds both committed and new rows.
     """
 
-    def __init__(self, store: FeatureStore, source: FeatureStore) -> None:
+    def __init__(self, store: WritableStore, source: WritableStore) -> None:
         super().__init__(store)
         self.source = source
         self.checked = False
@@ -441,7 +441,7 @@ class CopyWriter(_LockedWriter):
         write_record(self.store.path, record)
 
 
-def remove_last_batch(store: FeatureStore, batch_id: str) -> int:
+def remove_last_batch(store: WritableStore, batch_id: str) -> int:
     """Remove the store's last committed batch ``batch_id``; returns its rows.
 
     One atomic rewrite of the commit record (the committed rows end where the batch started),
