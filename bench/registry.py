@@ -54,6 +54,7 @@ MODULES = (
     "hope",
     "natural_local",
     "natural_embeddings",
+    "natural_hope",
     "overhead",
     "images",
 )

@@ -59,3 +59,13 @@ def test_findings_compare_the_best_of_each_family():
     few, many = findings(records)
     assert (few["value"], few["peer_value"]) == (0.25, 0.22)
     assert (many["value"], many["peer_value"]) == (0.47, 0.40)
+
+
+def test_knn_error_is_the_error_of_a_majority_vote_of_the_nearest_rows():
+    from imgscale.bench.natural_hope import knn_error
+
+    X = np.array([[0.0], [0.1], [0.2], [1.0], [1.1], [5.0]])
+    y = np.array([0, 0, 1, 1, 1, 0])
+    X_test = np.array([[0.05], [1.05], [4.9]])
+    # 3 nearest: {0, 0, 1} → 0; {1, 1, 1} → 1; {5.0: 0, 1.1: 1, 1.0: 1} → 1.
+    assert knn_error(X, y, X_test, np.array([0, 1, 0]), 3) == pytest.approx(1 / 3)
