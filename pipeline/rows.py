@@ -1,4 +1,4 @@
-"""Rows as every estimator takes them: the dask input check, a random sample of rows, and the
+"""Rows as every estimator takes them: the input checks, a random sample of rows, and the
 squared distances between two sets of rows.
 
 Embeddings and classifiers both use these (a classifier may embed, an embedding may rank rows
@@ -12,8 +12,10 @@ from typing import Any
 import dask.array as da
 import numpy as np
 from sklearn.utils import check_random_state
+from sklearn.utils.validation import validate_data
 
 from imgscale.pipeline.compute import gather_rows
+from imgscale.pipeline.params import check_params
 
 
 def check_dask_X(X: da.Array, n_features: int | None) -> da.Array:
@@ -25,6 +27,21 @@ def check_dask_X(X: da.Array, n_features: int | None) -> da.Array:
     if X.dtype.kind not in "fiub":
         raise ValueError(f"expected numeric features, got dtype {X.dtype}")
     return X.rechunk({1: -1}).astype(np.float32, copy=False)
+
+
+def check_rows(estimator: Any, X: Any, *, reset: bool) -> Any:
+    """X as ``estimator`` takes it: float32 numpy (scikit-learn's `validate_data`) or full-width
+    row chunks cast lazily to float32 (dask), of ``n_features_in_`` columns. With ``reset`` (a
+    fit), the estimator's parameters are checked first (`pipeline.params`) and ``n_features_in_``
+    is set from X."""
+    if reset:
+        check_params(estimator)
+    if not isinstance(X, da.Array):
+        return validate_data(estimator, X, reset=reset, dtype=np.float32)
+    X = check_dask_X(X, None if reset else estimator.n_features_in_)
+    if reset:
+        estimator.n_features_in_ = int(X.shape[1])
+    return X
 
 
 def sample_rows(X: Any, n_samples: int, random_state: Any) -> np.ndarray:

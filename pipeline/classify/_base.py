@@ -16,11 +16,10 @@ import numpy as np
 from sklearn.base import ClassifierMixin, TransformerMixin
 from sklearn.utils import Tags
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from imgscale.pipeline.compute import compute
-from imgscale.pipeline.params import check_params
-from imgscale.pipeline.rows import check_dask_X
+from imgscale.pipeline.rows import check_rows
 from imgscale.pipeline.top_k import top_k_columns
 
 UNLABELLED = -1
@@ -143,14 +142,7 @@ class RowClassifierMixin(ClassifierMixin):
     """decision_function / predict / predict_top_k for numpy or row-chunked dask input."""
 
     def _check_fit_input(self, X: Any, y: Any, *, reset: bool) -> tuple[Any, Any]:
-        if reset:
-            check_params(self)
-        if isinstance(X, da.Array):
-            X = check_dask_X(X, None if reset else self.n_features_in_)
-            if reset:
-                self.n_features_in_ = int(X.shape[1])
-        else:
-            X = validate_data(self, X, reset=reset, dtype=np.float32)
+        X = check_rows(self, X, reset=reset)
         if not isinstance(y, da.Array):
             y = column_or_1d(y, warn=True)
             check_classification_targets(y)
@@ -164,9 +156,7 @@ class RowClassifierMixin(ClassifierMixin):
 
     def _check_rows(self, X: Any) -> Any:
         """Rows to score with the fitted (or being fitted) feature count, as float32."""
-        if isinstance(X, da.Array):
-            return check_dask_X(X, self.n_features_in_)
-        return validate_data(self, X, reset=False, dtype=np.float32)
+        return check_rows(self, X, reset=False)
 
     def _map_rows(self, X: Any, block_fn: Any, *args: Any, n_cols: int | None, dtype: Any):
         params = tuple(self._score_params())

@@ -19,10 +19,9 @@ import dask
 import dask.array as da
 import numpy as np
 from sklearn.base import TransformerMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from imgscale.pipeline.params import check_params
-from imgscale.pipeline.rows import check_dask_X
+from imgscale.pipeline.rows import check_rows
 
 # Largest embedded chunk (float32) one task produces: the design's 64–128 MiB chunk size, at its
 # high end because every piece maps and checksums its whole input chunk file and the Gram
@@ -52,14 +51,7 @@ class RowTransformerMixin(TransformerMixin):
     def _check_rows(self, X: Any, *, reset: bool) -> Any:
         """X as float32 (numpy) or full-width row chunks cast lazily to float32 (dask); with
         ``reset`` (a fit), the parameters are checked first (`pipeline.params`)."""
-        if reset:
-            check_params(self)
-        if isinstance(X, da.Array):
-            X = check_dask_X(X, None if reset else self.n_features_in_)
-            if reset:
-                self.n_features_in_ = int(X.shape[1])
-            return X
-        return validate_data(self, X, reset=reset, dtype=np.float32)
+        return check_rows(self, X, reset=reset)
 
     def transform(self, X: Any) -> Any:
         """Embed the rows of X: float32 (n, n_components_), lazy for dask input."""
