@@ -3,7 +3,7 @@
 `adam` steps on minibatch gradients, `lbfgs` on full-batch objectives (one streaming pass each);
 both hand their iterates to a `ValidationTrace`, which measures the validation error, keeps the
 best θ and says when to stop (early stopping on the validation rows, as the papers choose their
-iteration).
+iteration). The SGD of the metric learners (`knn`, `ncm_metric`) validates through it too.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class ValidationTrace:
         patience: int | None,
     ):
         self.validation_error, self.patience = validation_error, patience
+        self.iterations: list[int] = []
         self.objective: list[float] = []
         self.errors: list[float] = []
         self.seconds: list[float] = []
@@ -43,6 +44,7 @@ class ValidationTrace:
         """Validate θ; True when the error has not improved in `patience` validations."""
         error = self.validation_error(theta)
         self.iteration = iteration
+        self.iterations.append(iteration)
         self.objective.append(float(loss))
         self.errors.append(error)
         self.seconds.append(time.perf_counter() - self.started)

@@ -16,6 +16,7 @@ from imgscale.pipeline.classify._base import (
     unique_labels,
 )
 from imgscale.pipeline.classify._minibatch import RowSampler
+from imgscale.pipeline.classify._optimisers import ValidationTrace
 from imgscale.pipeline.classify.ncm_metric import initial_projection
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
@@ -275,10 +276,9 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
             ids, _ = knn_search(X_val @ W.T, pool @ W.T, 1)
             return float(np.mean(pool_index[ids[:, 0]] != val_index))
 
-        best = (error_of(W), W.copy(), 0)
-        iterations, errors, losses = [0], [best[0]], [np.nan]
+        trace = ValidationTrace(error_of, W, patience=None)
+        trace.record(0, W, np.nan)
         targets = None
-        n_iter = 0
         for n_iter in range(1, int(self.max_iter) + 1):
             if targets is None or (n_iter - 1) % int(self.refresh_every) == 0:
                 projected = pool @ W.T
@@ -291,15 +291,12 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
             W -= step * grad
             if n_iter % int(self.validate_every) and n_iter != int(self.max_iter):
                 continue
-            error = error_of(W)
-            iterations.append(n_iter), errors.append(error), losses.append(loss)
-            if error < best[0]:
-                best = (error, W.copy(), n_iter)
-        self.best_iteration_, self.n_iter_ = int(best[2]), int(n_iter)
-        self.validation_iterations_ = np.asarray(iterations, dtype=np.int64)
-        self.validation_error_ = np.asarray(errors)
-        self.validation_loss_ = np.asarray(losses)
-        return best[1]
+            trace.record(n_iter, W, loss)
+        self.best_iteration_, self.n_iter_ = int(trace.best_iteration), int(trace.iteration)
+        self.validation_iterations_ = np.asarray(trace.iterations, dtype=np.int64)
+        self.validation_error_ = np.asarray(trace.errors)
+        self.validation_loss_ = np.asarray(trace.objective)
+        return trace.best_theta
 
     def _choose_k(self, X_val: np.ndarray, val_index: np.ndarray) -> int:
         if self.n_neighbors is not None:

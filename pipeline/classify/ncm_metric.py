@@ -18,6 +18,7 @@ from imgscale.pipeline.classify._base import (
     top_k_columns,
 )
 from imgscale.pipeline.classify._minibatch import RowSampler
+from imgscale.pipeline.classify._optimisers import ValidationTrace
 from imgscale.pipeline.classify.ncm import NearestClassMean
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
@@ -307,30 +308,27 @@ class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
         W = initial_projection(sample, sample_index, means, int(self.n_components))
         spread = float(np.mean(np.sum((sample - means[sample_index]) ** 2, axis=1)))
         step = float(self.learning_rate) / max(spread, np.finfo(np.float32).tiny)
-        best = (_top_k_error(W, means, X_val, val_index, self.validation_k), W.copy(), 0)
-        iterations, errors, losses = [0], [best[0]], [np.nan]
-        stale, n_iter = 0, 0
+        trace = ValidationTrace(
+            lambda W: _top_k_error(W, means, X_val, val_index, self.validation_k),
+            W,
+            self.n_iter_no_change,
+        )
+        trace.record(0, W, np.nan)
         for n_iter in range(1, int(self.max_iter) + 1):
             batch, batch_index = sampler.batch(int(self.batch_size))
             loss, grad = ncm_objective(W, batch, batch_index, means)
             W -= step * grad
             if n_iter % int(self.validate_every) and n_iter != int(self.max_iter):
                 continue
-            error = _top_k_error(W, means, X_val, val_index, self.validation_k)
-            iterations.append(n_iter), errors.append(error), losses.append(loss)
-            if error < best[0]:
-                best, stale = (error, W.copy(), n_iter), 0
-            else:
-                stale += 1
-                if self.n_iter_no_change is not None and stale >= self.n_iter_no_change:
-                    break
-        self.components_ = best[1]
+            if trace.record(n_iter, W, loss):
+                break
+        self.components_ = trace.best_theta
         self.projected_means_ = self.means_ @ self.components_.T
-        self.best_iteration_ = int(best[2])
-        self.n_iter_ = int(n_iter)
-        self.validation_iterations_ = np.asarray(iterations, dtype=np.int64)
-        self.validation_error_ = np.asarray(errors, dtype=np.float64)
-        self.validation_loss_ = np.asarray(losses, dtype=np.float64)
+        self.best_iteration_ = int(trace.best_iteration)
+        self.n_iter_ = int(trace.iteration)
+        self.validation_iterations_ = np.asarray(trace.iterations, dtype=np.int64)
+        self.validation_error_ = np.asarray(trace.errors, dtype=np.float64)
+        self.validation_loss_ = np.asarray(trace.objective, dtype=np.float64)
         return self
 
     # -- scoring --------------------------------------------------------------------------
