@@ -7,10 +7,14 @@ Other layers use these, and nothing else of the package:
 - `imgscale.pipeline.describe`: descriptors of decoded image batches (`Gist`, `ColorHistogram`,
   `OnnxFeatures`) and `DESCRIPTORS`, the named settings.
 - `imgscale.pipeline.compute`: `compute`, `gather_rows`, and the cluster hook `use_compute`
-  through which the jobs layer routes every materialisation (progress on a distributed client).
+  through which the jobs layer routes every materialisation (progress on a distributed client);
+  `current_client`, the client (if any) pipeline work runs on.
+- `imgscale.pipeline.fitted`: the fitted arrays each estimator declares and the check that a
+  loaded model's arrays fit together.
 - `imgscale.pipeline.metrics`: per-class rate, top-k error, precision at 100, (Mi)AP.
 - `imgscale.pipeline.gram`: `GRAM_PRECISIONS`, the Gram products' precision choices.
 - `imgscale.pipeline.reductions`: `reduce_rows` and the row statistics every estimator shares.
+- `imgscale.pipeline.top_k`: `top_k_columns`, the k best columns of each row of scores.
 - `imgscale.pipeline.pq_codec`: `PQCodec`, product quantization (train, encode, decode, class
   sums), the codec of PQ stores; `imgscale.pipeline.pq_codes`: its kernels on codes (class sums,
   ADC search).
