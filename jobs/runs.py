@@ -103,12 +103,11 @@ _current: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("run
 
 @dataclasses.dataclass
 class SpecOrigin:
-    """Set by `imgscale run` around the jobs of a spec: the spec file, the ids of the runs so far,
-    and the address of the LocalCluster it started for them (gone by the time of a rerun)."""
+    """Set by `imgscale run` around the jobs of a spec: the spec file and the ids of the runs so
+    far."""
 
     spec_file: str
     run_ids: list[str]
-    local_scheduler: str | None = None
 
 
 spec_origin: contextvars.ContextVar[SpecOrigin | None] = contextvars.ContextVar(
@@ -145,10 +144,6 @@ class RecordedCommand(click.Command):
         # The rerun gives what this run was given; defaults are those of the recorded version
         # (and some commands refuse an option given for a method it does not apply to).
         rerun = {k: v for k, v in params.items() if _given(ctx, k)}
-        origin = spec_origin.get()
-        if origin and origin.local_scheduler and params.get("scheduler") == origin.local_scheduler:
-            # The rerun starts its own LocalCluster, as the spec's run did.
-            del rerun["scheduler"]
         # A spec's [storage_options] (no secrets: the spec was checked) belong to the record.
         options = current_storage_options()
         spec = {**params, "storage_options": options} if options else params

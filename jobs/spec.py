@@ -265,6 +265,9 @@ def _parse_job(
         if expected:
             problems.append(f"{where}: key '{key}' is {value!r}; expected {expected}")
             continue
+        if param.name in params:
+            problems.append(f"{where}: key '{key}' gives '{param.name}' a second time")
+            continue
         if isinstance(param.type, click.Path):
             value = _resolve(path, value)
         params[param.name] = value

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import shlex
@@ -38,7 +37,8 @@ def run(ctx: click.Context, spec: str, dry_run: bool, scheduler: str | None, led
     The whole spec is checked first and every problem is printed, one line each; nothing runs
     unless there are none. Each job is recorded in the run ledger like the same command typed
     by hand. --scheduler (or $DASK_SCHEDULER_ADDRESS) overrides the spec's scheduler; without
-    any, one LocalCluster serves every job.
+    any, each job chooses its cluster as the same command typed by hand does (in this process
+    for a small store, worker processes for a large one).
     """
     root = ctx.find_root().command
     try:
@@ -56,24 +56,18 @@ def run(ctx: click.Context, spec: str, dry_run: bool, scheduler: str | None, led
     origin = SpecOrigin(str(Path(spec).resolve()), [])
     token = spec_origin.set(origin)
     try:
-        with contextlib.ExitStack() as stack:
-            if any(_needs_cluster(job, params) for job, params in plans):
-                from imgscale.jobs.cluster import connect
-
-                origin.local_scheduler = stack.enter_context(connect(None)).scheduler.address
-                plans = [(job, _with_scheduler(job, origin.local_scheduler)) for job, _ in plans]
-            for job, params in plans:
-                argv = command_line(job.command, params)
-                click.echo(f"job {job.number}/{len(jobs)}: {shlex.join(argv)}", err=True)
-                if ledger:
-                    argv += ["--ledger", ledger]
-                try:
-                    with use_storage_options(job.storage_options or {}):
-                        root.main(args=argv[1:], prog_name="imgscale", standalone_mode=False)
-                except Exception as e:
-                    raise click.ClickException(
-                        f"job {job.number} ({job.kind}) failed: {one_line(e)}"
-                    ) from e
+        for job, params in plans:
+            argv = command_line(job.command, params)
+            click.echo(f"job {job.number}/{len(jobs)}: {shlex.join(argv)}", err=True)
+            if ledger:
+                argv += ["--ledger", ledger]
+            try:
+                with use_storage_options(job.storage_options or {}):
+                    root.main(args=argv[1:], prog_name="imgscale", standalone_mode=False)
+            except Exception as e:
+                raise click.ClickException(
+                    f"job {job.number} ({job.kind}) failed: {one_line(e)}"
+                ) from e
     finally:
         spec_origin.reset(token)
     click.echo(f"{spec}: {len(jobs)} jobs ok (runs {', '.join(origin.run_ids)})", err=True)
@@ -83,10 +77,6 @@ def _with_scheduler(job, scheduler: str | None) -> dict[str, Any]:
     if scheduler is None or not any(p.name == "scheduler" for p in job.command.params):
         return job.params
     return {**job.params, "scheduler": scheduler}
-
-
-def _needs_cluster(job, params: dict[str, Any]) -> bool:
-    return any(p.name == "scheduler" for p in job.command.params) and not params.get("scheduler")
 
 
 @click.group(invoke_without_command=True)

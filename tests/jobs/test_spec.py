@@ -71,6 +71,10 @@ INVALID = {
         "[[jobs]]\n" + TRAIN + '[jobs.storage_options]\ntoken = "abc"',
         "key 'jobs[1].storage_options.token' holds a secret",
     ),
+    "one option under two spellings": (
+        TRAIN + 'val_split = "test"\n"val-split" = "test"',
+        "key 'val-split' gives 'val_split' a second time",
+    ),
     "not TOML": ("kind = train", "not valid TOML"),
     "no jobs": ('scheduler = "tcp://x:8786"', "expected a top-level 'kind' (one job) or [[jobs]]"),
 }
@@ -218,3 +222,15 @@ def test_a_job_that_fails_stops_the_spec_and_later_jobs_do_not_run(folder):
     assert [(r["kind"], r["outcome"]) for r in records] == [("ingest", "ok"), ("ingest", "failed")]
     assert records[1]["error"] in result.stderr
     assert set(open_store(folder / "new.zarr").splits()) == {"train"}
+
+
+def test_without_a_scheduler_each_job_chooses_its_cluster_as_typed_commands_do(folder):
+    spec = folder / "job.toml"
+    spec.write_text("[[jobs]]\n" + TRAIN + 'method = "ncm"\n[[jobs]]\n' + EVALUATE)
+    result = CliRunner().invoke(cli, ["run", str(spec), "--ledger", str(folder / "l.sqlite")])
+    assert result.exit_code == 0, result.output
+    # A 20-row store: both jobs run their tasks in this process, as `imgscale train` would,
+    # rather than on a multi-process cluster with a dashboard started for the spec.
+    clusters = [line for line in result.stderr.splitlines() if line.startswith("dask: ")]
+    assert len(clusters) == 2
+    assert all("LocalCluster in this process" in line for line in clusters), clusters
