@@ -55,6 +55,7 @@ MODULES = (
     "natural_local",
     "natural_embeddings",
     "natural_hope",
+    "natural_ale",
     "overhead",
     "images",
 )
