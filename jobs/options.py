@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from imgscale.jobs.runs import report_progress
+from imgscale.jobs.runs import report, report_progress
+
+if TYPE_CHECKING:
+    from imgscale.storage import FeatureStore
 
 
 def _set_tls_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -75,10 +81,82 @@ class StorePath(click.Path):
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object only.")
 
 
-# main() reads --verbose from argv: the exception it reports has already unwound click's context.
+# Set by --verbose, read by the entry point: the exception it reports has already unwound
+# click's contexts. Eager, so it is set before any other option can fail.
+verbose: ContextVar[bool] = ContextVar("verbose", default=False)
+
+
+def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        verbose.set(True)
+
+
 verbose_option = click.option(
-    "--verbose", is_flag=True, expose_value=False, help="Show the traceback on failure."
+    "--verbose",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_set_verbose,
+    help="Show the traceback on failure.",
 )
+
+
+def option_given(ctx: click.Context, name: str) -> bool:
+    """Whether option ``name`` was given (command line or environment), not defaulted."""
+    return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
+
+
+def row_bytes(store: FeatureStore) -> int:
+    """Bytes of ``store``'s rows as the float32 its tasks compute on (PQ codes decode to it):
+    how `jobs.cluster.connect` chooses the kind of LocalCluster."""
+    return store.committed_rows * store.dim * 4
+
+
+@contextlib.contextmanager
+def store_on_cluster(
+    store: str,
+    scheduler: str | None,
+    *,
+    quiet: bool,
+    splits: Iterable[str | None] = (),
+    shared_paths: Iterable[Any] = (),
+) -> Iterator[FeatureStore]:
+    """What a command reading a store on the cluster does first: open STORE at the path the
+    workers see, refuse each of ``splits`` it has no rows of (before any cluster starts), then
+    connect to the cluster (sized by the store's rows; ``shared_paths`` must exist on every
+    worker too) for the block. Yields the open store."""
+    from imgscale.jobs.cluster import connect, shared_path
+    from imgscale.storage import open_store
+
+    feature_store = open_store(shared_path(store))
+    for split in splits:
+        feature_store.require_split(split)
+    with connect(
+        scheduler,
+        quiet=quiet,
+        shared_paths=[feature_store.path, *shared_paths],
+        data_bytes=row_bytes(feature_store),
+    ):
+        yield feature_store
+
+
+def print_summary(
+    summary: dict[str, Any],
+    as_json: bool,
+    message: str,
+    *,
+    err: bool = True,
+    recorded: bool = True,
+) -> None:
+    """How a command ends: its ``summary`` goes to the run ledger (unless not ``recorded``),
+    then stdout gets it as one JSON object with --json, else ``message`` is printed (on stderr
+    if ``err``)."""
+    if recorded:
+        report(summary)
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    click.echo(message, err=err)
 
 
 def print_records(records: list[dict], as_json: bool) -> None:

@@ -1,0 +1,176 @@
+"""The ``imgscale`` command line: a thin layer over ``jobs`` functions.
+
+Every command exits 0 on success and non-zero with a one-line message on stderr on failure
+(``--verbose`` adds the traceback). Commands that report figures print one JSON object with
+``--json`` and nothing else on stdout.
+
+The group and its entry point are here, the commands by what they work on: stores
+(`store_commands`), models (`model_commands`), runs (`jobs.submit`) and the two below. What
+commands share (options, the store-on-cluster preamble, the summary at the end) is `jobs.options`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import sys
+import traceback
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import click
+
+from imgscale.jobs.cli.model_commands import (
+    add_class,
+    embed_command,
+    evaluate,
+    plot,
+    predict,
+    train,
+)
+from imgscale.jobs.cli.store_commands import (
+    compress,
+    export,
+    fit_features,
+    info,
+    ingest,
+    remove_batch,
+)
+from imgscale.jobs.options import end_progress_line, scheduler_option, verbose, verbose_option
+from imgscale.jobs.runs import Terminated
+from imgscale.jobs.submit import run, runs
+
+CONTRIBUTED_COMMANDS = "imgscale.commands"
+
+
+class ImgscaleGroup(click.Group):
+    """The built-in commands plus those other installed parts register under the
+    ``imgscale.commands`` entry-point group (the benchmarks), loaded only when used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        contributed = [ep.name for ep in entry_points(group=CONTRIBUTED_COMMANDS)]
+        return sorted({*super().list_commands(ctx), *contributed})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        command = super().get_command(ctx, name)
+        if command is not None:
+            return command
+        for entry in entry_points(group=CONTRIBUTED_COMMANDS, name=name):
+            try:
+                return entry.load()
+            except ImportError as exc:
+                return _missing_extra(name, exc)
+        return None
+
+
+def _missing_extra(name: str, exc: ImportError) -> click.Command:
+    """A stand-in command that says which extra to install instead of failing on import."""
+    message = (
+        f"`imgscale {name}` needs the '{name}' extra ({exc.name or exc} is not installed): "
+        f"pip install 'imgscale[{name}]'"
+    )
+
+    @click.command(name, context_settings={"ignore_unknown_options": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def unavailable(args) -> None:
+        raise click.ClickException(message)
+
+    unavailable.help = f"(not installed: pip install 'imgscale[{name}]')"
+    return unavailable
+
+
+@click.group(
+    cls=ImgscaleGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(package_name="imgscale")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Train image classifiers from images or feature vectors, streamed from zarr stores through
+    Dask."""
+    if ctx.invoked_subcommand is None:  # bare `imgscale`: the help, not an error
+        click.echo(ctx.get_help())
+
+
+@click.command()
+@click.option("--workdir", type=click.Path(), help="Keep the demo store and models here.")
+@scheduler_option
+@verbose_option
+def demo(workdir, scheduler) -> None:
+    """sklearn digits → a store → ridge and NCM on a Dask cluster → a table of results."""
+    from imgscale.jobs.demo import run_demo
+
+    click.echo(run_demo(workdir, scheduler))
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--every", help="Interval: 90s, 10m, 2h, 1d (first run at once).")
+@click.option("--cron", help="Five-field cron expression, e.g. '*/10 * * * *' (local time).")
+@click.option("--lock", type=click.Path(), help="Lock file (default: one per command in tmp).")
+@click.option("--max-runs", type=int, help="Stop after this many turns (default: never).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+@verbose_option
+def schedule(every, cron, lock, max_runs, command) -> None:
+    """Run `imgscale COMMAND` every interval or on a cron schedule, never two at once.
+
+    A turn that finds another run holding the lock (flock, released when its holders die) is
+    skipped. Example (one turn; without --max-runs it keeps going):
+
+    \b
+      imgscale schedule --every 10m --max-runs 1 -- embed ale.model digits.zarr digits-ale.zarr
+    """
+    from imgscale.jobs.schedule import parse_every
+    from imgscale.jobs.schedule import schedule as run_schedule
+
+    if (every is None) == (cron is None):
+        raise click.UsageError("give exactly one of --every and --cron")
+    counts = run_schedule(
+        list(command),
+        every=parse_every(every) if every is not None else None,
+        cron=cron,
+        lock_path=Path(lock) if lock else None,
+        max_runs=max_runs,
+        log=lambda line: click.echo(line, err=True),
+    )
+    click.echo(
+        f"schedule: {counts['ran']} runs ({counts['failed']} failed), {counts['skipped']} skipped",
+        err=True,
+    )
+
+
+for command in (
+    ingest, fit_features, remove_batch, info, export, compress,
+    train, predict, evaluate, plot, add_class, embed_command,
+    demo, schedule, run, runs,
+):  # fmt: skip
+    cli.add_command(command)
+
+
+def main() -> None:
+    """Entry point: one-line errors on stderr, tracebacks only with ``--verbose``."""
+    # The objects of every imported module live until exit anyway; frozen, the interpreter's
+    # last full collection skips them instead of adding a fraction of a second to each command.
+    atexit.register(gc.freeze)
+    verbose.set(False)
+    try:
+        try:
+            cli.main(prog_name="imgscale", standalone_mode=False)
+        finally:
+            end_progress_line()
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        hint = " (see --help)" if isinstance(exc, click.UsageError) else ""
+        click.echo(f"imgscale: error: {exc.format_message()}{hint}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort as exc:
+        click.echo("imgscale: aborted", err=True)
+        # The shell's codes for a process ended by a signal: 128 + SIGTERM (15) or SIGINT (2).
+        sys.exit(143 if isinstance(exc.__cause__, Terminated) else 130)
+    except Exception as exc:
+        if verbose.get():
+            traceback.print_exc()
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        click.echo(f"imgscale: error: {message}", err=True)
+        sys.exit(1)

@@ -1,0 +1,331 @@
+"""`imgscale` commands on models: train, predict, evaluate, plot, add-class, embed."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from imgscale.jobs import methods
+from imgscale.jobs.options import (
+    StorePath,
+    check_new_path,
+    json_option,
+    option_given,
+    print_summary,
+    scheduler_option,
+    store_on_cluster,
+    verbose_option,
+)
+from imgscale.jobs.runs import RecordedCommand, report, report_progress
+
+# Method options served by a flag `train` declares itself (--n-components: an embedding's
+# dimension with --embedding, else that of a method that takes one, e.g. hope).
+TRAIN_OWN_FLAGS = ("n_components",)
+
+
+def method_options(command):
+    """The options every `jobs.methods` entry declares, each once, as flags of ``train``."""
+    for option in reversed(methods.method_options()):
+        if option.name in TRAIN_OWN_FLAGS:
+            continue
+        kind = click.Choice(option.type) if isinstance(option.type, tuple) else option.type
+        command = click.option(
+            option.flag,
+            option.name,
+            type=kind,
+            default=option.default,
+            show_default=option.default is not None,
+            help=f"{'/'.join(methods.methods_taking(option))}: {option.help}",
+        )(command)
+    return command
+
+
+# click keeps the lines of a paragraph that starts with \b as they are.
+METHOD_LIST = "\b\nMethods:\n" + "\n".join(
+    f"  {m.name:<12} {m.help}" for m in methods.METHODS.values()
+)
+
+
+@click.command(cls=RecordedCommand, epilog=METHOD_LIST)
+@click.argument("store", type=StorePath(exists=True))
+@click.argument("model", type=StorePath())
+@click.option(
+    "--method",
+    type=click.Choice(list(methods.METHODS)),
+    default="ridge",
+    show_default=True,
+    help="What to train (see Methods below).",
+)
+@click.option("--split", default="train", show_default=True, help="Rows to train on.")
+@click.option(
+    "--val-split", default="val", show_default=True, help="Rows that choose ρ, λ, or W and k."
+)
+@click.option(
+    "--embedding",
+    type=click.Choice(list(methods.EMBEDDINGS)),
+    help="Embed rows first (fitted on all SPLIT rows, applied on the fly; paper 000 §3.2).",
+)
+@click.option(
+    "--n-components",
+    type=int,
+    help="Embedding dimension (--embedding: default paper 000 §4.1; hope: 2).",
+)
+@click.option("--gamma", type=float, help="RFF/Nyström γ (default: 50th-neighbour bandwidth).")
+@click.option(
+    "--per-class",
+    type=click.IntRange(min=1),
+    help="Learn from N labelled rows a class of SPLIT, a seeded random sample; the other rows "
+    "count as unlabelled (centering, embedding fit: paper 000 §4.1).",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the --per-class sample (one seed gives nested samples across N).",
+)
+@method_options
+@scheduler_option
+@json_option
+@verbose_option
+@click.pass_context
+def train(
+    ctx, store, model, method, split, val_split, embedding, n_components, gamma, per_class, seed,
+    scheduler, as_json, **options,
+) -> None:  # fmt: skip
+    """Train a classifier on STORE and save it to MODEL (zarr + JSON, no pickle)."""
+    from imgscale.jobs import models
+    from imgscale.jobs.cluster import shared_path
+    from imgscale.jobs.train import make_embedding
+    from imgscale.jobs.train import train as train_model
+
+    check_new_path(model, "MODEL")
+    given = {name: value for name, value in options.items() if option_given(ctx, name)}
+    method_dim = "n_components" in {option.name for option in methods.METHODS[method].options}
+    if embedding is None and method_dim and n_components is not None:
+        given["n_components"] = n_components
+    try:
+        methods.resolve_options(methods.METHODS[method], given)
+        if option_given(ctx, "val_split"):
+            methods.check_val_split(methods.METHODS[method])
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    embedder = None
+    if embedding is not None:
+        embedder = make_embedding(embedding, n_components=n_components, gamma=gamma)
+    elif gamma is not None or (n_components is not None and not method_dim):
+        raise click.UsageError("--n-components and --gamma need --embedding")
+    if option_given(ctx, "seed") and per_class is None:
+        raise click.UsageError("--seed draws the --per-class sample: give --per-class too")
+    sample = {} if per_class is None else {"labelled_per_class": per_class, "sample_seed": seed}
+    val_given = option_given(ctx, "val_split")
+    started = time.perf_counter()
+    splits = (split, val_split) if val_given else (split,)
+    with store_on_cluster(store, scheduler, quiet=as_json, splits=splits) as feature_store:
+        if methods.METHODS[method].uses_validation and not val_given:
+            if val_split not in feature_store.split_counts():
+                click.echo(
+                    f"{store}: no split {val_split!r}; {method} validates without it", err=True
+                )
+        fitted = train_model(
+            feature_store, method, split=split, val_split=val_split, embedding=embedder,
+            per_class=per_class, seed=seed, **given,
+        )  # fmt: skip
+        # Saved while connected: a kNN's reference rows are still persisted on the workers.
+        models.save(
+            fitted,
+            model,
+            store=str(shared_path(feature_store.path)),
+            split=split,
+            rows=len(feature_store.labels(split)),
+            committed_rows=feature_store.committed_rows,
+            class_names=feature_store.class_names,
+            **sample,
+        )
+    steps = models.model_steps(fitted)
+    classifier = steps[-1]
+    rho = getattr(classifier, "rho_", None)
+    summary = {
+        "model": str(model),
+        "method": method,
+        "rows": len(feature_store.labels(split)),
+        "rho": None if rho is None else float(rho),
+        "seconds": time.perf_counter() - started,
+        **sample,
+    }
+    detail = f", rho={classifier.rho_:g}" if hasattr(classifier, "rho_") else ""
+    if hasattr(classifier, "best_iteration_"):
+        detail += f", d={classifier.n_components}, best W at iteration {classifier.best_iteration_}"
+    if embedding is not None:
+        detail += f", {embedding} embedding to {steps[0].n_components_} dims"
+    message = f"{model}: {method}{detail} ({time.perf_counter() - started:.1f} s)"
+    print_summary(summary, as_json, message)
+
+
+@click.command(cls=RecordedCommand)
+@click.argument("model", type=StorePath(exists=True))
+@click.argument("store", type=StorePath(exists=True))
+@click.argument("out", type=StorePath())
+@click.option("--split", default=None, help="Only rows of this split (default: all).")
+@click.option("--top-k", default=5, show_default=True, help="Labels kept per row.")
+@click.option(
+    "--new",
+    "new_rows",
+    is_flag=True,
+    help="OUT is a folder of parquet parts: predict only the rows past its last part, as a new "
+    "part (for scheduled runs as the store grows).",
+)
+@scheduler_option
+@json_option
+@verbose_option
+def predict(model, store, out, split, top_k, new_rows, scheduler, as_json) -> None:
+    """Write MODEL's predictions for STORE's rows to the parquet file OUT."""
+    from imgscale.jobs import models
+    from imgscale.jobs.class_names import model_class_names
+    from imgscale.jobs.predict import predict_new_rows, predict_to_parquet
+    from imgscale.storage import is_url
+
+    if new_rows and (split or is_url(out)):
+        raise click.UsageError("--new predicts every new row into a local folder: no --split")
+    if not new_rows:
+        check_new_path(out, "OUT")
+    fitted, provenance = models.load(model)
+    with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
+        names = model_class_names(provenance, feature_store)
+        if new_rows:
+            first, rows = predict_new_rows(fitted, feature_store, out, k=top_k, class_names=names)
+        else:
+            first, rows = (
+                0,
+                predict_to_parquet(
+                    fitted, feature_store, out, split=split, k=top_k, class_names=names
+                ),
+            )
+    report({"rows": rows})
+    summary = {"rows": rows, "first_row": first, "out": str(out)}
+    message = f"{out}: {rows} rows" + (f" from row {first}" if new_rows else "")
+    print_summary(summary, as_json, message, recorded=False)
+
+
+@click.command(cls=RecordedCommand)
+@click.argument("model", type=StorePath(exists=True))
+@click.argument("store", type=StorePath(exists=True))
+@click.option("--split", default="test", show_default=True)
+@scheduler_option
+@json_option
+@verbose_option
+def evaluate(model, store, split, scheduler, as_json) -> None:
+    """Per-class rate, top-1/top-5 flat error and MiAP of MODEL on STORE's labelled rows."""
+    from imgscale.jobs import models
+    from imgscale.jobs.class_names import model_class_names
+    from imgscale.jobs.evaluate import evaluate as evaluate_model
+
+    fitted, provenance = models.load(model)
+    with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
+        names = model_class_names(provenance, feature_store)
+        result = evaluate_model(fitted, feature_store, split, names)
+    lines = [
+        f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}"
+        for key, value in result.items()
+    ]
+    print_summary(result, as_json, "\n".join(lines), err=False)
+
+
+@click.command()
+@click.argument("model", type=StorePath(exists=True))
+@click.argument("store", type=StorePath(exists=True))
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--split", default="test", show_default=True, help="Rows to plot.")
+@click.option(
+    "--max-points", default=5000, show_default=True, help="Rows sampled when the split is larger."
+)
+@scheduler_option
+@json_option
+@verbose_option
+def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
+    """A PNG scatter of MODEL's 2-D embedding of STORE's rows by class, exemplars circled."""
+    from imgscale.jobs import models
+    from imgscale.jobs.plot import plot_embedding, require_pyplot
+
+    check_new_path(out, "OUT", local_only=True)
+    require_pyplot()  # matplotlib is checked before any cluster starts
+    fitted, _ = models.load(model)
+    with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
+        drawn = plot_embedding(fitted, feature_store, out, split=split, max_points=max_points)
+    message = (
+        f"{out}: {drawn['points']} rows of {drawn['classes']} classes, "
+        f"{drawn['exemplars']} exemplars"
+    )
+    print_summary(drawn, as_json, message, recorded=False)
+
+
+@click.command("add-class", cls=RecordedCommand)
+@click.argument("model", type=StorePath(exists=True))
+@click.argument("store", type=StorePath(exists=True))
+@click.option("--label", required=True, help="Class name in STORE whose rows give the mean.")
+@click.option("--split", default=None, help="Only rows of this split (default: all).")
+@click.option("--out", type=StorePath(), help="Save here instead of replacing MODEL.")
+@click.option(
+    "--replace", is_flag=True, help="MODEL has class LABEL: its mean becomes that of these rows."
+)
+@scheduler_option
+@json_option
+@verbose_option
+def add_class(model, store, label, split, out, replace, scheduler, as_json) -> None:
+    """Add class LABEL to an NCM MODEL from its rows in STORE; W and other classes unchanged.
+
+    Classes are matched by name, so STORE may number its classes differently from the store
+    MODEL was trained on.
+    """
+    from imgscale.jobs.add_class import add_class as add_class_job
+
+    check_new_path(out, "--out")
+    with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
+        summary = add_class_job(model, feature_store, label, split=split, out=out, replace=replace)
+    source = "codes" if summary["from_codes"] else "rows"
+    message = (
+        f"{out or model}: added {label!r} (label {summary['class_index']}) from "
+        f"{summary['rows']} {source}; {summary['classes']} classes ({summary['seconds']:.2f} s)"
+    )
+    print_summary(summary, as_json, message, err=False)
+
+
+@click.command("embed", cls=RecordedCommand)
+@click.argument("model", type=StorePath(exists=True))
+@click.argument("src", type=StorePath(exists=True))
+@click.argument("dst", type=StorePath())
+@click.option("--batch-rows", default=1000, show_default=True, help="Rows per committed batch.")
+@click.option("--max-rows", type=int, help="Embed at most this many rows in this run.")
+@scheduler_option
+@json_option
+@verbose_option
+def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> None:
+    """Embed the rows of store SRC that DST lacks with MODEL's embedding, appending to DST.
+
+    Each batch of source rows is one committed batch of DST (id rows-START-STOP), so a rerun
+    embeds nothing twice and a killed run resumes where it stopped (paper 001 §3).
+    """
+    from imgscale.jobs import models
+    from imgscale.jobs.cluster import shared_path
+    from imgscale.jobs.embed import embed_new_rows
+
+    fitted, _ = models.load(model)
+    with store_on_cluster(src, scheduler, quiet=as_json) as source:
+        summary = embed_new_rows(
+            fitted,
+            source,
+            dst,
+            batch_rows=batch_rows,
+            max_rows=max_rows,
+            provenance={"model": str(shared_path(model))},
+            on_commit=lambda start, stop: report_progress(stop, source.committed_rows, "embed"),
+        )
+    print_summary(
+        summary,
+        as_json,
+        f"{dst}: {summary['rows_embedded']} rows embedded in {summary['batches_committed']} "
+        f"batches, watermark {summary['watermark_before']} → {summary['watermark_after']} of "
+        f"{summary['source_rows']} ({summary['seconds']:.1f} s, "
+        f"{summary['rows_per_second']:.0f} rows/s)",
+    )

@@ -1,0 +1,430 @@
+"""`imgscale` commands on stores: ingest, fit-features, remove-batch, info, export, compress."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from imgscale.jobs.options import (
+    StorePath,
+    check_new_path,
+    end_progress_line,
+    images_progress_line,
+    json_option,
+    print_summary,
+    progress_line,
+    scheduler_option,
+    store_on_cluster,
+    verbose_option,
+)
+from imgscale.jobs.runs import RecordedCommand
+
+
+@click.command(cls=RecordedCommand)
+@click.argument("src", type=click.Path())
+@click.argument("store", type=StorePath())
+@click.option(
+    "--features",
+    metavar="NAMES",
+    help="Images in: descriptors to compute, comma-separated: gist, gist-tiny, color, "
+    "onnx:MODEL.onnx, bow:VOCAB.model, fisher:VOCAB.model (vocabularies of imgscale "
+    "fit-features) (default for a store of images: those it was made with).",
+)
+@click.option("--x-key", help="Array or column holding the features (npz, parquet).")
+@click.option(
+    "--y-key",
+    help="Array or column holding labels: integers (-1 = unlabelled) or class names "
+    "(images: the label column of a parquet or list file, default 'label').",
+)
+@click.option(
+    "--ids-key",
+    help="Array or column holding row ids (default: BATCH:ROW; images: the id column, "
+    "default 'id', else the file name and row).",
+)
+@click.option(
+    "--image-column", default="image", show_default=True, help="Parquet column of image bytes."
+)
+@click.option(
+    "--path-column", default="path", show_default=True, help="List file column of image paths."
+)
+@click.option("--labels", "labels_path", type=click.Path(exists=True), help="idx labels file.")
+@click.option(
+    "--unlabelled",
+    is_flag=True,
+    help="The rows have no labels (an npz's other per-row arrays are not labels).",
+)
+@click.option(
+    "--class-names",
+    "class_names_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Text file naming integer labels 0, 1, ...: one class name a line.",
+)
+@click.option("--split", default="train", show_default=True, help="Split name for these rows.")
+@click.option("--batch-id", help="Commit id (default: a hash of the rows' content).")
+@click.option(
+    "--commit-rows",
+    type=click.IntRange(min=1),
+    help="Images: rows a commit holds at most (default: a chunk of rows; a commit a minute at "
+    "least); a killed ingest loses at most one commit's work.",
+)
+@scheduler_option
+@json_option
+@verbose_option
+def ingest(
+    src,
+    store,
+    features,
+    x_key,
+    y_key,
+    ids_key,
+    image_column,
+    path_column,
+    labels_path,
+    unlabelled,
+    class_names_path,
+    split,
+    batch_id,
+    commit_rows,
+    scheduler,
+    as_json,
+):
+    """Ingest SRC into STORE (create or append): a file of vectors (.npy, .npz, .parquet,
+    idx[.gz], .fvecs, .bvecs), or images with --features.
+
+    \b
+    Images: a folder (ROOT/<class>/<file>, or flat: unlabelled), a list file (.csv or parquet
+    with a path column), WebDataset tar shards (shards-{0000..0099}.tar), or parquet with a
+    column of image bytes; local or on s3://. Each image's id is its key; images already in
+    STORE (by key, or by content) are skipped, so naming a grown folder again adds only the new
+    images. Bad images are refused into STORE's table of rejects (imgscale info --rejected).
+
+    Rows of vectors already committed (same content, from any file) are skipped.
+    """
+    if _is_image_source(src, features, store):
+        vector_only = {"--x-key": x_key, "--labels": labels_path, "--unlabelled": unlabelled,
+                       "--class-names": class_names_path, "--batch-id": batch_id}  # fmt: skip
+        given = [flag for flag, value in vector_only.items() if value]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: for files of vectors, not images")
+        _ingest_images(
+            src, store, features, split, scheduler, as_json, commit_rows,
+            {"image_column": image_column, "label_column": y_key or "label",
+             "id_column": ids_key or "id", "path_column": path_column},
+        )  # fmt: skip
+        return
+    if commit_rows:
+        raise click.UsageError("--commit-rows: for images; a file of vectors is one commit")
+    from imgscale.storage import ingest_file, read_class_names
+
+    if not Path(src).is_file():
+        raise click.BadParameter(f"{src}: no such file", param_hint="'SRC'")
+    started = time.perf_counter()
+    result = ingest_file(
+        src,
+        store,
+        batch_id=batch_id,
+        x_key=x_key,
+        y_key=y_key,
+        ids_key=ids_key,
+        labels_path=labels_path,
+        class_names=read_class_names(class_names_path) if class_names_path else None,
+        split=split,
+        progress=progress_line("ingest", quiet=as_json),
+        unlabelled=unlabelled,
+    )
+    summary = {"rows": result.rows, "skipped": result.skipped, "batch_id": result.batch_id}
+    if result.skipped:
+        message = (
+            f"{store}: batch {result.batch_id} already committed ({result.rows} rows), skipped"
+        )
+    else:
+        message = (
+            f"{store}: batch {result.batch_id} committed ({result.rows} rows; "
+            f"{result.store.committed_rows} rows × {result.store.dim} in the store, "
+            f"{time.perf_counter() - started:.1f} s)"
+        )
+    print_summary(summary, as_json, message)
+
+
+def _is_image_source(src: str, features: str | None, store: str) -> bool:
+    """Images when --features says so, when SRC can only be images (a folder, tar shards, a
+    URL), or when STORE is a store of images; else SRC is a file of vectors."""
+    from imgscale.storage import is_url, open_store
+
+    if features or is_url(src) or Path(src).is_dir() or src.endswith(".tar"):
+        return True
+    if any(c in src for c in "*?{"):
+        return True
+    try:
+        return open_store(store).descriptor is not None
+    except Exception:
+        return False
+
+
+def _ingest_images(
+    src, store, features, split, scheduler, as_json, commit_rows, source_options
+) -> None:
+    from imgscale.jobs.cluster import connect, shared_path
+    from imgscale.jobs.ingest_images import ingest_images, nothing_to_do, plan_ingest
+    from imgscale.storage import is_url
+
+    if not is_url(src):
+        src = str(shared_path(src))
+    store = shared_path(store)
+    plan = plan_ingest(src, store, features=features, source_options=source_options)
+    if not plan.partitions and plan.total == 0:  # every image listed is in the store
+        summary = nothing_to_do(plan)
+    else:
+        local = [Path(src)] if not is_url(src) and Path(src).exists() else []
+        with connect(scheduler, quiet=as_json, shared_paths=[*local, store.parent]) as client:
+            summary = ingest_images(
+                plan,
+                client,
+                split=split,
+                commit_rows=commit_rows,
+                progress=images_progress_line(quiet=as_json),
+            )
+    end_progress_line()
+    none = (
+        " (every image read was refused: nothing to add)"
+        if (summary["images_seen"] and not summary["rows"])
+        else ""
+    )
+    print_summary(
+        summary,
+        as_json,
+        f"{store}: {summary['rows']} images added, {summary['refused']} refused, "
+        f"{summary['images_seen']} read ({summary['features']}, {summary['dim']}-D; "
+        f"{summary['store_rows']} rows in the store, {summary['seconds']:.1f} s, "
+        f"{summary['images_per_second']:,.0f} images/s){none}",
+    )
+
+
+@click.command("fit-features", cls=RecordedCommand)
+@click.argument("src", type=click.Path())
+@click.argument("vocabulary", type=StorePath())
+@click.option(
+    "--features",
+    "kind",
+    type=click.Choice(["bow", "fisher"]),
+    required=True,
+    help="bow: a k-means dictionary of dense SIFT (paper 000); fisher: PCA + diagonal GMM of "
+    "dense RootSIFT and local colour (paper 002).",
+)
+@click.option("--words", type=click.IntRange(min=1), help="bow: dictionary size [400].")
+@click.option(
+    "--pyramid-levels",
+    type=click.IntRange(1, 4),
+    help="bow: 1 (whole image), 3 (1x1 + 2x2 + 4x4 cells) [1].",
+)
+@click.option("--gaussians", type=click.IntRange(min=1), help="fisher: GMM size [16].")
+@click.option(
+    "--components", type=click.IntRange(min=1), help="fisher: PCA dimensions a channel [64]."
+)
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Images drawn from SRC (seeded) to learn from.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the sample and fit.")
+@click.option(
+    "--image-size",
+    type=click.IntRange(min=4),
+    default=128,
+    show_default=True,
+    help="Side of the square image (resize-crop) the local descriptors are computed on.",
+)
+@click.option(
+    "--patch-size",
+    default="16",
+    show_default=True,
+    help="Side of the patches in pixels; several, comma-separated, describe several scales.",
+)
+@click.option(
+    "--step", type=click.IntRange(min=1), default=8, show_default=True, help="Grid spacing."
+)
+@click.option(
+    "--image-column", default="image", show_default=True, help="Parquet column of image bytes."
+)
+@click.option(
+    "--path-column", default="path", show_default=True, help="List file column of image paths."
+)
+@scheduler_option
+@json_option
+@verbose_option
+def fit_features(
+    src, vocabulary, kind, words, pyramid_levels, gaussians, components, sample, seed,
+    image_size, patch_size, step, image_column, path_column, scheduler, as_json,
+) -> None:  # fmt: skip
+    """Learn the vocabulary of --features bow or fisher from a sample of the images of SRC (any
+    image source of `imgscale ingest`) and save it as VOCABULARY; then
+    `imgscale ingest SRC STORE --features bow:VOCABULARY` (or fisher:VOCABULARY).
+
+    Local descriptors are computed on the workers and stay there; each k-means or EM iteration
+    is one pass over them.
+    """
+    from imgscale.jobs.cluster import connect, shared_path
+    from imgscale.jobs.fit_features import fit_vocabulary, vocabulary_of
+    from imgscale.storage import is_url
+
+    for_kind = {"bow": ("--words", "--pyramid-levels"), "fisher": ("--gaussians", "--components")}
+    given = {"--words": words, "--pyramid-levels": pyramid_levels, "--gaussians": gaussians,
+             "--components": components}  # fmt: skip
+    wrong = [flag for flag, value in given.items() if value and flag not in for_kind[kind]]
+    if wrong:
+        raise click.UsageError(f"{', '.join(wrong)}: not for --features {kind}")
+    check_new_path(vocabulary, "VOCABULARY")
+    try:
+        patch_sizes = tuple(int(size) for size in patch_size.split(","))
+    except ValueError:
+        raise click.BadParameter(
+            f"{patch_size!r}: expected integers separated by commas", param_hint="--patch-size"
+        ) from None
+    grid = {"patch_sizes": patch_sizes, "step": step, "image_size": image_size}
+    if kind == "bow":
+        params = {"n_words": words or 400, "pyramid_levels": pyramid_levels or 1}
+    else:
+        params = {"n_gaussians": gaussians or 16, "n_components": components or 64}
+    model = vocabulary_of(kind, **grid, **params, random_state=seed)
+    if not is_url(src):
+        src = str(shared_path(src))
+    vocabulary = shared_path(vocabulary)
+    local = [Path(src)] if not is_url(src) and Path(src).exists() else []
+    with connect(scheduler, quiet=as_json, shared_paths=local) as client:
+        summary = fit_vocabulary(
+            src, vocabulary, model, client, sample=sample, seed=seed,
+            source_options={"image_column": image_column, "path_column": path_column},
+        )  # fmt: skip
+    print_summary(
+        summary,
+        as_json,
+        f"{vocabulary}: {kind} vocabulary ({summary['dim']}-D rows) learned from "
+        f"{summary['images']} images, {summary['local_descriptors']:,} local descriptors "
+        f"({summary['refused']} images refused, {summary['seconds']:.1f} s); "
+        f"use --features {kind}:{vocabulary}",
+    )
+
+
+@click.command("remove-batch")
+@click.argument("store", type=StorePath(exists=True, file_okay=False))
+@click.argument("batch_id")
+@json_option
+@verbose_option
+def remove_batch(store, batch_id, as_json) -> None:
+    """Remove the last committed batch BATCH_ID from STORE (one atomic commit).
+
+    Only the last batch: rows are addressed by position (a model's row count, embed's
+    watermark), so an earlier batch goes after the batches that follow it, newest first, which
+    are then ingested again. Batch ids and their splits are listed by `imgscale info STORE --json`.
+    """
+    from imgscale.storage import open_store
+
+    rows = open_store(store).remove_batch(batch_id)
+    summary = {"batch_id": batch_id, "rows": rows}
+    print_summary(
+        summary, as_json, f"{store}: batch {batch_id} removed ({rows} rows)", recorded=False
+    )
+
+
+@click.command()
+@click.argument("store", type=StorePath(exists=True))
+@click.option(
+    "--rejected", is_flag=True, help="List the images ingests refused: key, sha256, reason."
+)
+@json_option
+@verbose_option
+def info(store, rejected, as_json) -> None:
+    """Show a store's rows, dimension, classes, label counts, splits, batches and size on disk
+    (and, for a store of images, its descriptors and the count of images refused)."""
+    from imgscale.storage import open_store
+
+    opened = open_store(store)
+    if rejected:
+        table = opened.rejected()
+        records = [
+            {
+                "key": r["key"],
+                "sha256": r["sha256"].hex(),
+                "reason": r["reason"],
+                "split": r["split"],
+            }
+            for r in table.to_pylist()
+        ]
+        if not as_json:
+            for r in records:
+                click.echo(f"{r['key']}\t{r['sha256'][:16]}\t{r['split']}\t{r['reason']}")
+        message = f"{store}: {len(records)} images refused"
+        print_summary({"rejected": records}, as_json, message, recorded=False)
+        return
+    summary = opened.info()
+    lines = []
+    for key, value in summary.items():
+        if key == "batches":
+            value = "; ".join(f"{b['batch_id']} ({b['rows']} rows, {b['split']})" for b in value)
+        if key == "descriptor":
+            value = ", ".join(f"{f['name']} ({f['dim']}-D)" for f in value["features"])
+        lines.append(f"{key:>16}: {value}")
+    print_summary(summary, as_json, "\n".join(lines), err=False, recorded=False)
+
+
+@click.command()
+@click.argument("store", type=StorePath(exists=True))
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--split", help="Only this split's rows (default: all).")
+@json_option
+@verbose_option
+def export(store, out, split, as_json) -> None:
+    """Write STORE's rows with their ids, labels and splits to OUT: .parquet (streamed, one row
+    group a chunk: id, label, split, features) or .npz (X, y, ids, splits, class_names; refused
+    past 2 GiB of features)."""
+    from imgscale.storage import export_rows, open_store
+
+    check_new_path(out, "OUT", local_only=True)
+    rows = export_rows(
+        open_store(store), out, split=split, progress=progress_line("export", quiet=as_json)
+    )
+    summary = {"rows": rows, "out": str(out)}
+    print_summary(summary, as_json, f"{out}: {rows} rows of {store} written", recorded=False)
+
+
+@click.command(cls=RecordedCommand)
+@click.argument("src", type=StorePath(exists=True))
+@click.argument("dst", type=StorePath())
+@click.option("--m", "m", default=64, show_default=True, help="Sub-quantizers (must divide D).")
+@click.option("--rotate", is_flag=True, help="Random orthogonal rotation before quantizing.")
+@click.option("--sample", default=65_536, show_default=True, help="Rows to train the codec on.")
+@click.option("--seed", default=0, show_default=True, help="Sample, rotation and k-means seed.")
+@scheduler_option
+@json_option
+@verbose_option
+def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
+    """Product-quantize SRC into a new PQ store DST (M bytes a row), encoded on the cluster."""
+    from imgscale.jobs.cluster import shared_path
+    from imgscale.jobs.compress import compress as compress_store
+
+    check_new_path(dst, "DST")
+    dst = shared_path(dst)
+    with store_on_cluster(src, scheduler, quiet=as_json, shared_paths=[dst.parent]) as source:
+        summary = compress_store(
+            source,
+            dst,
+            m,
+            rotate=rotate,
+            sample=sample,
+            seed=seed,
+            progress=progress_line("encode", quiet=as_json),
+        )
+    print_summary(
+        summary,
+        as_json,
+        f"{dst}: {summary['rows']} rows × M={m} codes; reconstruction MSE "
+        f"{summary['mse']:.4g} = {summary['relative_mse']:.4f} of total variance; "
+        f"{summary['bytes_on_disk'] / 2**20:.1f} MiB on disk "
+        f"(compression {summary['compression_ratio']:.1f}× of raw float32); "
+        f"encode {summary['encode_rows_per_second']:.0f} rows/s",
+        err=False,
+    )
