@@ -17,47 +17,52 @@ Other layers use only the names listed here; zarr and parquet details stay insid
 - `Ledger`, `OUTCOMES`: the per-user record of computing runs.
 """
 
-from imgscale.exports import lazy_exports
+from typing import TYPE_CHECKING
 
-# Exported name → the module defining it, imported on first use (imgscale.exports): a command
-# that never opens a store does not pay for zarr, dask and pyarrow.
-_EXPORTS = {
-    "read_class_names": "classes",
-    "create_or_open": "create",
-    "create_pq_store": "create",
-    "create_store": "create",
-    "StoreError": "errors",
-    "export_rows": "export",
-    "FORMATS": "ingest",
-    "Ingested": "ingest",
-    "ingest_file": "ingest",
-    "OUTCOMES": "ledger",
-    "Ledger": "ledger",
-    "current_storage_options": "fs",
-    "is_url": "fs",
-    "location": "fs",
-    "publish_file": "fs",
-    "use_storage_options": "fs",
-    "id_hashes": "ids",
-    "ImageRejected": "images.decode",
-    "ImageRequest": "images.decode",
-    "decode_image": "images.decode",
-    "IMAGE_EXTENSIONS": "images.source_types",
-    "EncodedImage": "images.source_types",
-    "ImagePartition": "images.source_types",
-    "ImageSource": "images.source_types",
-    "open_image_source": "images.sources",
-    "read_partition": "images.sources",
-    "FileLock": "lock",
-    "SavedStep": "models",
-    "load_model": "models",
-    "save_model": "models",
-    "SCHEMA_VERSION": "store",
-    "FeatureStore": "store",
-    "open_store": "store",
-    "CopyWriter": "writer",
-    "write_row_chunk": "writer",
-}
+from imgscale.exports import declared_exports, lazy_exports
+
+# The exported names, each imported from its module when first used (imgscale.exports): a command
+# that never opens a store does not pay for zarr, dask and pyarrow. Static readers (type
+# checkers, IDEs, import-linter) read these imports as written; at run time they only list what
+# `lazy_exports` serves.
+if TYPE_CHECKING:
+    from imgscale.storage.classes import read_class_names as read_class_names
+    from imgscale.storage.create import create_or_open as create_or_open
+    from imgscale.storage.create import create_pq_store as create_pq_store
+    from imgscale.storage.create import create_store as create_store
+    from imgscale.storage.errors import StoreError as StoreError
+    from imgscale.storage.export import export_rows as export_rows
+    from imgscale.storage.fs import current_storage_options as current_storage_options
+    from imgscale.storage.fs import is_url as is_url
+    from imgscale.storage.fs import location as location
+    from imgscale.storage.fs import publish_file as publish_file
+    from imgscale.storage.fs import use_storage_options as use_storage_options
+    from imgscale.storage.ids import id_hashes as id_hashes
+    from imgscale.storage.images.decode import ImageRejected as ImageRejected
+    from imgscale.storage.images.decode import ImageRequest as ImageRequest
+    from imgscale.storage.images.decode import decode_image as decode_image
+    from imgscale.storage.images.source_types import IMAGE_EXTENSIONS as IMAGE_EXTENSIONS
+    from imgscale.storage.images.source_types import EncodedImage as EncodedImage
+    from imgscale.storage.images.source_types import ImagePartition as ImagePartition
+    from imgscale.storage.images.source_types import ImageSource as ImageSource
+    from imgscale.storage.images.sources import open_image_source as open_image_source
+    from imgscale.storage.images.sources import read_partition as read_partition
+    from imgscale.storage.ingest import FORMATS as FORMATS
+    from imgscale.storage.ingest import Ingested as Ingested
+    from imgscale.storage.ingest import ingest_file as ingest_file
+    from imgscale.storage.ledger import OUTCOMES as OUTCOMES
+    from imgscale.storage.ledger import Ledger as Ledger
+    from imgscale.storage.lock import FileLock as FileLock
+    from imgscale.storage.models import SavedStep as SavedStep
+    from imgscale.storage.models import load_model as load_model
+    from imgscale.storage.models import save_model as save_model
+    from imgscale.storage.store import SCHEMA_VERSION as SCHEMA_VERSION
+    from imgscale.storage.store import FeatureStore as FeatureStore
+    from imgscale.storage.store import open_store as open_store
+    from imgscale.storage.writer import CopyWriter as CopyWriter
+    from imgscale.storage.writer import write_row_chunk as write_row_chunk
+
+_EXPORTS = declared_exports(__name__, __file__)
 
 __all__ = sorted(_EXPORTS)
 

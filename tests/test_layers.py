@@ -41,7 +41,12 @@ def test_the_tree_keeps_every_contract():
 )
 def test_a_planted_import_breaks_its_contract(tmp_path, module, planted, broken):
     for name in ("imgscale", "storage", "pipeline", "jobs", "bench"):
-        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / name,
+            tmp_path / name,
+            symlinks=True,  # imgscale/'s links to the layer folders stay links
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     target = tmp_path / module
     target.write_text(target.read_text() + f"\n{planted}\n")
@@ -49,3 +54,43 @@ def test_a_planted_import_breaks_its_contract(tmp_path, module, planted, broken)
     assert result.returncode != 0, result.stdout
     report = result.stdout.split("Broken contracts")[1]
     assert broken in report
+
+
+def test_each_layer_folder_is_linked_under_imgscale_for_static_readers():
+    """Editors and import-graph tools resolve imgscale.storage.x to storage/x.py by these links
+    (the package-dir mapping is only known to an installer)."""
+    for layer in ("storage", "pipeline", "jobs", "bench"):
+        link = ROOT / "imgscale" / layer
+        assert link.is_symlink(), link
+        assert link.resolve() == (ROOT / layer).resolve()
+
+
+def test_storage_exports_are_the_names_its_init_imports_for_type_checking():
+    import importlib
+
+    import imgscale.storage as storage
+
+    expected = {
+        "classes": ["read_class_names"],
+        "create": ["create_or_open", "create_pq_store", "create_store"],
+        "errors": ["StoreError"],
+        "export": ["export_rows"],
+        "ingest": ["FORMATS", "Ingested", "ingest_file"],
+        "ledger": ["OUTCOMES", "Ledger"],
+        "fs": ["current_storage_options", "is_url", "location", "publish_file",
+               "use_storage_options"],
+        "ids": ["id_hashes"],
+        "images.decode": ["ImageRejected", "ImageRequest", "decode_image"],
+        "images.source_types": ["IMAGE_EXTENSIONS", "EncodedImage", "ImagePartition",
+                                "ImageSource"],
+        "images.sources": ["open_image_source", "read_partition"],
+        "lock": ["FileLock"],
+        "models": ["SavedStep", "load_model", "save_model"],
+        "store": ["SCHEMA_VERSION", "FeatureStore", "open_store"],
+        "writer": ["CopyWriter", "write_row_chunk"],
+    }  # fmt: skip
+    assert storage.__all__ == sorted(name for names in expected.values() for name in names)
+    for module, names in expected.items():
+        defining = importlib.import_module(f"imgscale.storage.{module}")
+        for name in names:
+            assert getattr(storage, name) is getattr(defining, name), name
