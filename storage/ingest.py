@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from imgscale.storage.create import create_or_open, create_store
@@ -27,13 +28,15 @@ __all__ = ["FORMATS", "Ingested", "ingest_file"]
 
 @dataclass(frozen=True)
 class Ingested:
-    """What `ingest_file` did: the store, the batch id, its rows, and whether the batch was
-    already committed (then nothing was written)."""
+    """What `ingest_file` did: the store, the batch id, its rows, whether the batch was already
+    committed (then nothing was written), and how many of its rows hold the same float32 values
+    as rows committed before, by the split those were committed under."""
 
     store: FeatureStore
     batch_id: str
     rows: int
     skipped: bool
+    repeated: dict[str, int] = field(default_factory=dict)
 
 
 def ingest_file(
@@ -61,6 +64,10 @@ def ingest_file(
     ``class_names`` name the integer labels 0..C-1 (else labels are named by number, and string
     labels are names themselves). ``unlabelled`` says the rows have no labels: an .npz whose
     other arrays hold one value a row is refused without it (labels under another name).
+
+    Each row is committed with the sha256 of its float32 values, as stored, so the same rows
+    given again in another file, dtype, order or split are counted in ``repeated`` (by the
+    split they were first committed under) for the caller to report.
     """
     src = Path(src)
     store_path = location(store_path)
@@ -85,8 +92,8 @@ def ingest_file(
                     f"{labels_path}: labels of shape {labels.shape}; expected "
                     f"({source.shape[0]},), one per row of {src}"
                 )
-        if batch_id is None:
-            batch_id = content_batch_id(source, labels, block_rows or BLOCK_ROWS_FOR_HASH)
+        content_id, digests = _scan(source, labels, block_rows or BLOCK_ROWS_FOR_HASH)
+        batch_id = batch_id or content_id
         create = partial(
             create_store,
             dim=source.shape[1],
@@ -94,6 +101,7 @@ def ingest_file(
             class_names=class_names,
             provenance={"source": str(src.resolve())},
         )
+        repeated = {}
         with create_or_open(store_path, create) as (store, created):
             if not created:
                 committed = _committed_rows_of(store, batch_id, split)
@@ -101,27 +109,31 @@ def ingest_file(
                     return Ingested(store, batch_id, committed, skipped=True)
                 if class_names:
                     store.set_class_names(class_names)
-            rows = _stream(source, labels, store, batch_id, split, block_rows, progress)
+                repeated = _committed_splits_of(store, digests)
+            rows = _stream(source, labels, digests, store, batch_id, split, block_rows, progress)
     finally:
         source.close()
         if labels is not None:
             labels.close()
-    return Ingested(store, batch_id, rows, skipped=False)
+    return Ingested(store, batch_id, rows, skipped=False, repeated=repeated)
 
 
 # Rows hashed at a time when the caller does not bound the blocks.
 BLOCK_ROWS_FOR_HASH = 65_536
 
 
-def content_batch_id(source: Source, labels: Source | None, block_rows: int) -> str:
-    """A batch id from the rows' content: BLAKE2b over features, labels and ids as read.
+def _scan(source: Source, labels: Source | None, block_rows: int) -> tuple[str, np.ndarray]:
+    """A batch id from the rows' content (BLAKE2b over features, labels and ids as read), and
+    the (n, 32) sha256 of each row's float32 values (`row_digests`).
 
-    One extra read of the file, so the id is known before anything is written (the default row
-    ids derive from it); the file's name and times do not enter.
+    One extra read of the file, so both are known before anything is written (the default row
+    ids derive from the id); the file's name and times do not enter.
     """
     digest = hashlib.blake2b(digest_size=8)
+    rows = []
     label_blocks = labels.blocks(block_rows) if labels is not None else None
     for block in source.blocks(block_rows):
+        rows.append(row_digests(block.X))
         y = next(label_blocks).X if label_blocks is not None else block.labels
         for part in (block.X, y, block.ids):
             if part is None:
@@ -133,7 +145,39 @@ def content_batch_id(source: Source, labels: Source | None, block_rows: int) -> 
                 digest.update("\0".join(map(str, part.tolist())).encode())
             else:
                 digest.update(part.data)
-    return f"content-{digest.hexdigest()}"
+    digests = np.concatenate(rows) if rows else np.empty((0, 32), np.uint8)
+    return f"content-{digest.hexdigest()}", digests
+
+
+def row_digests(X: np.ndarray) -> np.ndarray:
+    """(n, 32) uint8: the sha256 of each row's values as the store keeps them (float32, C order),
+    so a row given as float64 or in another file has the digest it had before."""
+    with np.errstate(over="ignore", invalid="ignore"):  # out-of-range rows are refused later
+        rows = np.ascontiguousarray(X, dtype=np.float32)
+    out = np.empty((len(rows), 32), np.uint8)
+    for i, row in enumerate(rows):
+        out[i] = np.frombuffer(hashlib.sha256(row.data).digest(), np.uint8)
+    return out
+
+
+def _committed_splits_of(store: FeatureStore, digests: np.ndarray) -> dict[str, int]:
+    """How many of ``digests`` are digests of committed rows, by the split each was committed
+    under (rows of batches committed without digests are not compared)."""
+    committed = store.content_hashes()
+    if committed.num_rows == 0 or len(digests) == 0:
+        return {}
+    new = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(32), len(digests), [None, pa.py_buffer(np.ascontiguousarray(digests))]
+    )
+    known = committed.column("sha256").cast(pa.binary(32))
+    where = pc.index_in(new, value_set=known).drop_null()
+    if len(where) == 0:
+        return {}
+    ids = committed.column("id").take(where)
+    rows = store.rows(columns=["id", "split"])
+    splits = rows.column("split").take(pc.index_in(ids, value_set=rows.column("id")))
+    names, counts = np.unique(splits.to_numpy(zero_copy_only=False), return_counts=True)
+    return {str(name): int(count) for name, count in zip(names, counts, strict=True)}
 
 
 def _committed_rows_of(store: FeatureStore, batch_id: str, split: str) -> int | None:
@@ -156,6 +200,7 @@ def _committed_rows_of(store: FeatureStore, batch_id: str, split: str) -> int | 
 def _stream(
     source: Source,
     labels: Source | None,
+    digests: np.ndarray,
     store: FeatureStore,
     batch_id: str,
     split: str,
@@ -171,8 +216,9 @@ def _stream(
             return _committed_rows_of(store, batch_id, split) or 0
         for block in source.blocks(block_rows):
             y = next(label_blocks).X if label_blocks is not None else block.labels
+            n = len(block.X)
             try:
-                w.write(block.X, y, block.ids, split)
+                w.write(block.X, y, block.ids, split, sha256=digests[done : done + n])
             except StoreError as e:
                 rows = f"rows {done}–{done + len(block.X) - 1}"
                 raise StoreError(f"{source.path} {rows}: {e}") from e
