@@ -104,6 +104,23 @@ def cluster_threads() -> int:
     return sum(client.nthreads().values()) if client is not None else os.cpu_count() or 1
 
 
+# Numpy arrays above this size go to the workers once (`on_every_worker`) rather than into a
+# graph, which the scheduler holds and forwards (distributed warns from 10 MB).
+SCATTER_BYTES = 2**20
+
+
+def shared_arguments(values: tuple) -> Any:
+    """``values`` as one graph key that every task of a lazy map reads (a model's fitted
+    arrays): numpy arrays above `SCATTER_BYTES` sent to every worker of the current client once
+    instead of embedded in the graph (a kNN's reference rows)."""
+    if current_client() is not None:
+        values = tuple(
+            on_every_worker(v) if isinstance(v, np.ndarray) and v.nbytes > SCATTER_BYTES else v
+            for v in values
+        )
+    return dask.delayed(values, pure=True)
+
+
 def on_every_worker(a: np.ndarray) -> Any:
     """``a`` sent to every worker of the current client once, as a future a graph may name in
     place of the array; None without a distributed client.

@@ -26,11 +26,12 @@ from dask.delayed import Delayed
 from dask.task_spec import Alias, DataNode, List, Task, TaskRef
 from toolz import partition_all
 
-from imgscale.pipeline.compute import cluster_threads, compute, on_every_worker
+from imgscale.pipeline.compute import SCATTER_BYTES, cluster_threads, compute, on_every_worker
 from imgscale.pipeline.gram import add_gram
 
-# numpy arrays larger than this (e.g. labels) are scattered to the workers, not put in the graph.
-_SCATTER_BYTES = 2**20
+# numpy arrays larger than this (e.g. labels) are scattered to the workers, not put in the graph:
+# the threshold of `compute.shared_arguments`.
+_SCATTER_BYTES = SCATTER_BYTES
 # RowStats partials larger than this run one chain per thread instead of two (`stats_chains`).
 _LARGE_PARTIAL_BYTES = 64 * 2**20
 _TASKS_PER_THREAD = 8

@@ -18,7 +18,7 @@ from sklearn.utils import Tags
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from imgscale.pipeline.compute import compute
+from imgscale.pipeline.compute import compute, shared_arguments
 from imgscale.pipeline.rows import check_rows
 from imgscale.pipeline.top_k import top_k_columns
 
@@ -162,7 +162,7 @@ class RowClassifierMixin(ClassifierMixin):
         params = tuple(self._score_params())
         if not isinstance(X, da.Array):
             return block_fn(X, self._scores, params, *args)
-        shared = dask.delayed(params, pure=True)
+        shared = shared_arguments(params)
         if n_cols is None:
             return X.map_blocks(block_fn, self._scores, shared, *args, dtype=dtype, drop_axis=1)
         return X.map_blocks(

@@ -3,7 +3,7 @@
 An embedding supplies `_transform_params()` (its fitted numpy arrays) and a static
 `_transform_block(X, *params, row_start)` numpy kernel (`row_start` names rows in errors).
 `RowTransformerMixin.transform` applies the kernel to a numpy array directly or, lazily, to each
-row chunk of a dask array, with the parameters wrapped once in `dask.delayed(..., pure=True)`:
+row chunk of a dask array, with the parameters wrapped once (`compute.shared_arguments`):
 one graph key, sent once to each worker rather than embedded in every task. Input chunks whose
 embedding would exceed `_MAX_OUTPUT_CHUNK_BYTES` are embedded in row pieces, one task each, so a
 wide embedding (RFF-2000 of a 512-wide chunk is 4× its bytes) never holds a block larger than
@@ -21,6 +21,7 @@ import numpy as np
 from sklearn.base import TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from imgscale.pipeline.compute import shared_arguments
 from imgscale.pipeline.rows import check_rows
 
 # Largest embedded chunk (float32) one task produces: the design's 64–128 MiB chunk size, at its
@@ -92,7 +93,7 @@ def _embed_pieces(X: da.Array, kernel: Any, params: tuple, n_out: int) -> da.Arr
     return X.map_blocks(
         _embed_block,
         kernel,
-        dask.delayed(params, pure=True),
+        shared_arguments(params),
         chunks=(X.chunks[0], (n_out,)),
         dtype=np.float32,
         meta=np.empty((0, n_out), np.float32),

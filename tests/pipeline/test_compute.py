@@ -64,3 +64,35 @@ def test_gather_rows_equals_numpy_indexing(index):
         rows = gather_rows(source, index)
         assert rows.dtype == np.uint8
         np.testing.assert_array_equal(rows, X[index])
+
+
+def test_a_models_large_arrays_reach_the_workers_once_and_answer_as_in_numpy(monkeypatch):
+    """On a distributed client, fitted arrays above `SCATTER_BYTES` (a kNN's reference rows, an
+    embedding's weights) are sent to the workers, not put into the graph: lazy predictions and a
+    reduction over embedded rows equal the numpy ones."""
+    import cloudpickle
+    from distributed import Client
+
+    from imgscale.pipeline import compute as compute_module
+    from imgscale.pipeline.classify import MetricKNeighborsClassifier
+    from imgscale.pipeline.embed import RandomFourierFeatures
+    from imgscale.pipeline.reductions import chunk_row_stats, reduce_rows
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(600, 6)).astype(np.float32)
+    y = np.arange(600) % 3
+    knn = MetricKNeighborsClassifier(n_neighbors=3, n_components=None, metric_learning=False)
+    knn.fit(X, y)
+    rff = RandomFourierFeatures(n_components=32, gamma=0.5, random_state=0).fit(X)
+    X_dask = da.from_array(X, chunks=(128, 6))
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):
+        sizes = {}
+        for limit in (10**9, 100):
+            monkeypatch.setattr(compute_module, "SCATTER_BYTES", limit)
+            predicted = knn.predict(X_dask)
+            sizes[limit] = len(cloudpickle.dumps(dict(predicted.__dask_graph__())))
+            np.testing.assert_array_equal(predicted.compute(), knn.predict(X))
+        stats = reduce_rows(chunk_row_stats, [rff.transform(X_dask), y], 3, False).compute()
+    assert sizes[10**9] - sizes[100] > 0.75 * knn.reference_.nbytes
+    expected = chunk_row_stats(rff.transform(X), y, 3, False)
+    np.testing.assert_allclose(stats.class_sums, expected.class_sums, rtol=1e-5)
