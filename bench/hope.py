@@ -22,8 +22,8 @@ from imgscale.bench.ncm import load_digits_npz
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.plot import draw_embedding
-from imgscale.pipeline.embed import ExemplarHOPE
-from imgscale.pipeline.embed.hope import Layout, Problem, initial_blocks
+from imgscale.pipeline.classify import ExemplarHOPE
+from imgscale.pipeline.classify.hope_network import Layout, Problem, initial_blocks
 
 DATASETS = ("mnist", "usps")
 # (exemplar init, z) of paper 003 Table 3.

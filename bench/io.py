@@ -41,12 +41,13 @@ from imgscale.jobs.cluster import connect
 from imgscale.pipeline.classify.ncm import NearestClassMean
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed.eigenfunctions import chunk_bin_counts
+from imgscale.pipeline.pq_codec import PQCodec
 from imgscale.pipeline.reductions import reduce_rows, row_stats
-from imgscale.storage import FeatureStore, PQCodec, create_pq_store, create_store
+from imgscale.storage import FeatureStore, create_pq_store, create_store
 from imgscale.storage.chunk_io import direct_checksum, read_chunk_file
 from imgscale.storage.chunks import ChunkReader
 from imgscale.storage.layout import default_rows_per_chunk, read_record
-from imgscale.storage.pq_store import CodesChunkReader
+from imgscale.storage.row_codecs import CodesChunkReader, rows_codec
 
 MIB = 2**20
 CODEC_CHAINS = {
@@ -553,7 +554,7 @@ def _pq_store_passes(
     class-sums-from-codes passes through Dask."""
     committed = read_record(store.path)
     n = committed["committed_rows"]
-    reader = CodesChunkReader(store.path, committed, n)
+    reader = rows_codec(store.path, committed).codes_reader(n)
     n_chunks = -(-n // store.rows_per_chunk)
     seconds = _timed_read(
         lambda: _read_chunks(reader, list(range(n_chunks))), store.path, cold=False

@@ -30,8 +30,9 @@ from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.compress import compress
 from imgscale.pipeline.classify import NearestClassMean
+from imgscale.pipeline.pq_codec import DEFAULT_SAMPLE, sample_indices
 from imgscale.pipeline.pq_codes import adc_search, index_pq
-from imgscale.storage import DEFAULT_SAMPLE, open_store, sample_indices
+from imgscale.storage import open_store
 
 CLUSTERS = 1000
 
