@@ -102,7 +102,7 @@ def suite(ctx: Context) -> list[dict]:
                              medium=(*per_class, "all"), large=(*per_class, "all"))  # fmt: skip
     scratch = ctx.scratch("cifar10-gist")
     splits = write_splits(*source_tables(ctx), scratch, sizes)
-    run = _Runner(ctx)
+    run = CommandRunner(ctx)
     out = []
     for features in descriptors:
         # The reference was measured on the whole set with gist-tiny's setting.
@@ -134,7 +134,7 @@ def suite(ctx: Context) -> list[dict]:
 
 
 def _ingest(
-    run: _Runner, features: str, store: Path, splits: dict[str, Path], label: str = ""
+    run: CommandRunner, features: str, store: Path, splits: dict[str, Path], label: str = ""
 ) -> tuple[list[dict], dict[str, int]]:
     """Ingest each split's parquet file into a new ``store``: a wall-time record for each, and
     the rows each split gained."""
@@ -155,7 +155,7 @@ def _ingest(
 
 
 def _train_and_score(
-    run: _Runner,
+    run: CommandRunner,
     store: Path,
     features: str,
     method: str,
@@ -269,7 +269,7 @@ def _rho(model: Path) -> float:
     return float(classifier.rho_)
 
 
-class _Runner:
+class CommandRunner:
     """Runs ``imgscale`` commands as processes on the benchmark's cluster; times each one."""
 
     def __init__(self, ctx: Context):
@@ -335,11 +335,11 @@ def gist_arrays(ctx: Context, features: str = "gist-tiny") -> dict[str, np.ndarr
         for split, table in (("train", train), ("test", test)):
             paths[split] = scratch / f"{source}-{split}.parquet"
             pq.write_table(table, paths[split], row_group_size=2048)
-        run = _Runner(ctx)
+        run = CommandRunner(ctx)
         _ingest(run, features, store, paths)
         partial = exported.with_name(f"partial-{exported.name}")
         # export reads the store in-process: it takes no --scheduler.
-        _Runner(dataclasses.replace(ctx, scheduler=None)).json("export", store, partial)
+        CommandRunner(dataclasses.replace(ctx, scheduler=None)).json("export", store, partial)
         partial.replace(exported)
     with np.load(exported, allow_pickle=False) as data:
         X, y, splits = data["X"], data["y"].astype(np.int64), data["splits"]

@@ -49,6 +49,7 @@ MODULES = (
     "accuracy",
     "protocols",
     "cifar10_gist",
+    "bow_fisher",
     "ale_ceiling",
     "local",
     "hope",

@@ -1,0 +1,189 @@
+"""``imgscale bench cifar10-bow-fisher``: paper 000's bags of words and paper 002's Fisher
+vectors on CIFAR-10 JPEGs through the command line — vocabularies by `imgscale fit-features`,
+signatures by `imgscale ingest`, classifiers by `imgscale train`, scored by `imgscale
+evaluate` on the 10,000 test images, beside GIST (gist-tiny) on the same splits in the same run.
+
+Protocol (the splits of ``imgscale bench cifar10-gist``: the train parquet's first 45,000 rows as
+``train``, its last 5,000 as ``val`` choosing ρ, the test parquet as ``test``):
+
+- **images**: CIFAR-10's 32×32 images hold a 3×3 grid of 16-pixel patches, too few for a bag of
+  words, so the local descriptors are computed on the images upsampled to 64×64 (resize-crop,
+  ``--image-size 64``): 7×7 = 49 patches of 16 pixels every 8 (paper 000 §4.1's grid). Paper
+  000 computes bags of words on ImageNet only (its CIFAR figures are GIST); this is the same
+  grid on CIFAR's smaller images.
+- **bags of words** (paper 000 §4.1): dense SIFT quantised to a 400-word k-means dictionary
+  learned from a sample of train images; the histograms with linear ridge, SQRT, HIKE (8 levels
+  a bin), AddKPCA (two eigenvectors a dimension) and Nyström with the intersection kernel, at
+  100 and 1,000 labelled images a class (three seeds) and at every train row. The paper's
+  finding to check: AddKPCA, HIKE and SQRT above linear by at least 5 points with few labels,
+  and AddKPCA, HIKE and Nyström ahead with many (§4.2, §4.3).
+- **Fisher vectors** (paper 002 §5.1): dense RootSIFT and local colour statistics, each PCA'd to
+  64-D, against a 16-Gaussian diagonal mixture fitted by EM from k-means: 2 × 2 × 16 × 64 =
+  4,096-D improved Fisher vectors; then ridge, NCM-ℓ2, NCM with a learned 64-row metric and
+  kNN with the same metric, trained on every train row; flat top-1 and top-5 error beside the
+  per-class rate. The issue's finding to check: Fisher vectors with ridge or learned-metric NCM
+  above GIST with RFF-4000 (paper 002 Table 2's direction: richer signatures beat GIST).
+- **GIST**: gist-tiny (320-D at 32×32) with linear ridge and RFF-4000 on every train row, the
+  figure the Fisher vectors stand beside (`imgscale bench cifar10-gist` runs it by size).
+
+Each step is an ``imgscale`` command run as its own process on the suite's Dask cluster
+(``--scheduler``); ingest and fit wall times are recorded with the load average as they started.
+Small scale uses 10,000 train, 2,000 validation and 2,000 test images; tiny runs the same
+commands on 1,000 / 300 / 500 images (sklearn's digits as JPEGs without the data folder) with a
+50-word dictionary and 4 Gaussians on 16-D projections.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from imgscale.bench.cifar10_gist import CommandRunner, source_tables, write_splits
+from imgscale.bench.common import record
+from imgscale.bench.registry import Context, benchmark
+
+# The bag-of-words embeddings (paper 000 §3.2) and the `imgscale train` options that make them;
+# Nyström on histograms uses the intersection kernel (§4.1).
+BOW_METHODS = {
+    "linear": [],
+    "SQRT": ["--embedding", "sqrt"],
+    "HIKE": ["--embedding", "hike"],
+    "AddKPCA": ["--embedding", "addkpca"],
+    "Nystrom": ["--embedding", "nystrom-intersection"],
+}
+# Paper 002 §5's classifiers on Fisher vectors.
+FISHER_METHODS = {
+    "ridge": ["--method", "ridge"],
+    "NCM": ["--method", "ncm"],
+    "NCM, learned metric": ["--method", "ncm-metric"],
+    "kNN, learned metric": ["--method", "knn"],
+}
+PATCHES = ["--image-size", "64", "--patch-size", "16", "--step", "8"]
+
+
+@benchmark(
+    "cifar10-bow-fisher",
+    "paper 000's bags of words (linear, SQRT, HIKE, AddKPCA, Nystrom) and paper 002's Fisher "
+    "vectors (ridge, NCM, metric NCM, kNN) on CIFAR-10 JPEGs through the CLI, beside GIST",
+    needs=("cifar10/train.parquet, cifar10/test.parquet (small and up)",),
+    kind="accuracy",
+)
+def suite(ctx: Context) -> list[dict]:
+    sizes, sample, words, gaussians, components = ctx.pick(
+        tiny=((1_000, 300, 500), 200, 50, 4, 16),
+        small=((10_000, 2_000, 2_000), 2_000, 400, 16, 64),
+        medium=(None, 5_000, 400, 16, 64),
+        large=(None, 10_000, 400, 16, 64),
+    )
+    per_class = ctx.pick(tiny=(), small=(100,), medium=(100, 1000), large=(100, 1000))
+    trials = ctx.pick(tiny=1, small=3, medium=3, large=3)
+    # Tiny is CI's run of every benchmark: one kernel map and one classifier keep it short.
+    every = (BOW_METHODS, FISHER_METHODS)
+    bow_methods, fisher_methods = ctx.pick(
+        tiny=({k: BOW_METHODS[k] for k in ("linear", "SQRT")}, {"NCM": FISHER_METHODS["NCM"]}),
+        small=every, medium=every, large=every,
+    )  # fmt: skip
+    scratch = ctx.scratch("cifar10-bow-fisher")
+    splits = write_splits(*source_tables(ctx), scratch, sizes)
+    run = CommandRunner(ctx)
+    out = []
+
+    gist_rff = None
+    if ctx.scale != "tiny":
+        gist = scratch / "gist-tiny.zarr"
+        out += _ingest(run, "gist-tiny", gist, splits)
+        for method, options in {
+            "linear": [],
+            "RFF-4000": ["--embedding", "rff", "--n-components", "4000"],
+        }.items():
+            rates, records = _train(run, gist, f"GIST {method}", options, "all", range(1), None)
+            out += records
+        gist_rff = rates["per_class_rate"]  # RFF-4000's: the figure Fisher vectors stand beside
+
+    bow_model = scratch / "bow.model"
+    out += _fit(run, splits["train"], bow_model, "bow", "--words", words, "--sample", sample)
+    bow = scratch / "bow.zarr"
+    out += _ingest(run, f"bow:{bow_model}", bow, splits)
+    for n in (*per_class, "all"):
+        seeds = range(1) if n == "all" else range(trials)
+        linear = None
+        for method, options in bow_methods.items():
+            rates, records = _train(run, bow, f"BoW-{words} {method}", options, n, seeds, linear)
+            linear = rates["per_class_rate"] if method == "linear" else linear
+            out += records
+
+    fisher_model = scratch / "fisher.model"
+    out += _fit(run, splits["train"], fisher_model, "fisher", "--gaussians", gaussians,
+                "--components", components, "--sample", sample)  # fmt: skip
+    fisher = scratch / "fisher.zarr"
+    out += _ingest(run, f"fisher:{fisher_model}", fisher, splits)
+    name = f"FV-{gaussians}"
+    for method, options in fisher_methods.items():
+        _, records = _train(
+            run, fisher, f"{name} {method}", options, "all", range(1), gist_rff,
+            peer="GIST RFF-4000, same splits",
+        )  # fmt: skip
+        out += records
+    return out
+
+
+def _fit(run: CommandRunner, source: Path, model: Path, kind: str, *options) -> list[dict]:
+    """`imgscale fit-features SOURCE MODEL --features KIND` on the benchmark's cluster."""
+    shutil.rmtree(model, ignore_errors=True)
+    seconds = run.plain("fit-features", source, model, "--features", kind, *PATCHES, *options)
+    return [record(f"{kind} vocabulary fit, wall", seconds, "s", load_1min=run.last_load)]
+
+
+def _ingest(run: CommandRunner, features: str, store: Path, splits: dict[str, Path]) -> list[dict]:
+    """Each split ingested into a new ``store``: a wall-time record for each."""
+    shutil.rmtree(store, ignore_errors=True)
+    name = features.split(":")[0]
+    out = []
+    for split, path in splits.items():
+        summary, seconds = run.json("ingest", path, store, "--features", features, "--split", split)
+        out.append(
+            record(
+                f"{name} ingest {split} ({summary['rows']} images), wall", seconds, "s",
+                images_per_second=summary["rows"] / seconds, dim=summary["dim"],
+                load_1min=run.last_load,
+            )
+        )  # fmt: skip
+    return out
+
+
+def _train(
+    run: CommandRunner,
+    store: Path,
+    label: str,
+    options: list[str],
+    n: int | str,
+    seeds: range,
+    peer_rate: float | None,
+    peer: str = "linear ridge on the same histograms, same samples",
+) -> tuple[dict, list[dict]]:
+    """Train ``options`` on ``n`` labelled rows a class (``"all"``: every train row) once per
+    seed; the mean test scores, and their records (per-class rate beside ``peer_rate``)."""
+    scores = []
+    for seed in seeds:
+        model = store.parent / f"{store.stem}-{len(scores)}.model"
+        shutil.rmtree(model, ignore_errors=True)
+        sample = [] if n == "all" else ["--per-class", str(n), "--seed", str(seed)]
+        run.plain("train", store, model, *options, *sample)
+        scores.append(run.json("evaluate", model, store, "--split", "test")[0])
+        shutil.rmtree(model, ignore_errors=True)
+    mean = {key: float(np.mean([s[key] for s in scores])) for key in ("per_class_rate",
+            "top1_error", "top5_error") if scores[0].get(key) is not None}  # fmt: skip
+    labelled = "every train row" if n == "all" else f"{n} labelled/class"
+    rates = [s["per_class_rate"] for s in scores]
+    run.ctx.log(f"{label}, {labelled}: {mean} over {len(scores)} samples {rates}")
+    spread = {"trials": len(rates), "std": float(np.std(rates)), "min": min(rates),
+              "max": max(rates), "labelled_per_class": str(n)}  # fmt: skip
+    extra = {"peer": peer} if peer_rate is not None else {}
+    rate = mean["per_class_rate"]
+    records = [record(f"{label}, {labelled}", rate, "per-class rate", peer_rate, **spread, **extra)]
+    for key in ("top1_error", "top5_error"):
+        if key in mean and n == "all":
+            records.append(record(f"{label}, {labelled}: {key.replace('_', ' ')}", mean[key], ""))
+    return mean, records
