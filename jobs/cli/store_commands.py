@@ -135,6 +135,15 @@ def ingest(
         unlabelled=unlabelled,
     )
     summary = {"rows": result.rows, "skipped": result.skipped, "batch_id": result.batch_id}
+    if result.repeated:
+        summary["repeated"] = result.repeated
+        where = ", ".join(f"{n} as split {split!r}" for split, n in result.repeated.items())
+        click.echo(
+            f"imgscale: warning: {src}: rows with the same values as rows committed before "
+            f"({where}) were committed again as split {split!r}; "
+            f"`imgscale remove-batch {store} {result.batch_id}` undoes it",
+            err=True,
+        )
     if result.skipped:
         message = (
             f"{store}: batch {result.batch_id} already committed ({result.rows} rows), skipped"
