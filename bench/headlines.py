@@ -365,6 +365,14 @@ FIGURES = (
         **_TIME,
     ),
     Figure(
+        "natural-hope",
+        r"en-HOPE 2-D, 20 k-means exemplars, kNN error",
+        "CIFAR-10 GIST, 2-D en-HOPE (20 k-means exemplars), kNN error",
+        peer_label="10-NN on the full GIST, same run",
+        words=_LOWER_ERROR,
+        lower_is_better=True,
+    ),
+    Figure(
         "local",
         r"mnist even accuracy ours",
         "local learning (paper 004), MNIST: accuracy",
