@@ -88,7 +88,12 @@ def _missing_extra(name: str, exc: ImportError) -> click.Command:
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Train image classifiers from images or feature vectors, streamed from zarr stores through
-    Dask."""
+    Dask.
+
+    Splits: commands that learn (train, add-class) read split train unless --split says
+    otherwise, commands that score (evaluate, plot) read split test, and commands that write
+    something for every row (predict, embed, export) read every row.
+    """
     if ctx.invoked_subcommand is None:  # bare `imgscale`: the help, not an error
         click.echo(ctx.get_help())
 

@@ -264,7 +264,7 @@ def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
 @click.argument("model", type=StorePath(exists=True))
 @click.argument("store", type=StorePath(exists=True))
 @click.option("--label", required=True, help="Class name in STORE whose rows give the mean.")
-@click.option("--split", default=None, help="Only rows of this split (default: all).")
+@click.option("--split", default="train", show_default=True, help="Rows whose mean is the class's.")
 @click.option("--out", type=StorePath(), help="Save here instead of replacing MODEL.")
 @click.option(
     "--replace", is_flag=True, help="MODEL has class LABEL: its mean becomes that of these rows."
