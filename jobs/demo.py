@@ -85,7 +85,7 @@ def _report(info: dict, results: dict, timings: list, workers: int) -> str:
     for method, r in results.items():
         lines.append(
             f"| {method} | {r['per_class_rate']:.4f} | {r['top1_error']:.4f} | "
-            f"{r['top5_error']:.4f} | {r['map']:.4f} | {r['rows']} |"
+            f"{r['top5_error']:.4f} | {r['miap']:.4f} | {r['rows']} |"
         )
     lines += ["", "| step | seconds |", "|---|---:|"]
     lines += [f"| {name} | {seconds:.2f} |" for name, seconds in timings]

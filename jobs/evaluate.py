@@ -56,7 +56,7 @@ def evaluate(
         # posterior log p(c|x) where the model has one (NCM's raw −‖x − μ_c‖² carries each
         # row's ‖x‖², which scrambles that ranking; paper 002 eq. 2).
         ranking = posterior[0] if posterior else scores
-        result["map"] = mean_interpolated_average_precision(y[:, None] == classes, ranking)
+        result["miap"] = mean_interpolated_average_precision(y[:, None] == classes, ranking)
     else:
         result = evaluate_top_k(y, model.predict_top_k(X, k=k))
     if k < TOP_K:

@@ -34,7 +34,9 @@ def test_store_evaluation_equals_in_memory_metrics(tmp_path, classes):
         assert result["per_class_rate"] == pytest.approx(
             per_class_rate(y[test], model.predict(X[test]))
         )
-        assert result["map"] == pytest.approx(mean_interpolated_average_precision(relevant, scores))
+        assert result["miap"] == pytest.approx(
+            mean_interpolated_average_precision(relevant, scores)
+        )
 
 
 def test_unlabelled_rows_of_the_split_are_left_out_chunk_by_chunk(tmp_path):

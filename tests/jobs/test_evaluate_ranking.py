@@ -47,7 +47,7 @@ def test_evaluate_ranks_by_the_ncm_posterior(tmp_path: Path) -> None:
         assert runner.invoke(cli, args).exit_code == 0
     result = runner.invoke(cli, ["evaluate", str(model_path), str(store), "--json"])
     assert result.exit_code == 0, result.output
-    reported = json.loads(result.output)["map"]
+    reported = json.loads(result.output)["miap"]
 
     model, _ = models.load(model_path)
     X_test, y_test = X[split == "test"], y[split == "test"]
