@@ -132,7 +132,6 @@ def train(
             feature_store, method, split=split, val_split=val_split, embedding=embedder,
             per_class=per_class, seed=seed, **given,
         )  # fmt: skip
-        # Saved while connected: a kNN's reference rows are still persisted on the workers.
         models.save(
             fitted,
             model,
