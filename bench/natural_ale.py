@@ -61,7 +61,7 @@ def suite(ctx: Context) -> list[dict]:
     train_rows, val_rows, per_class, trials, rff_dim = ctx.pick(
         tiny=(1_000, 300, (3, 30), 2, 256),
         small=(10_000, 2_000, (3, 30, 300), 3, 1000),
-        medium=(20_000, VAL_ROWS, (1, 3, 10, 30, 100, 300, 1000), 10, 2000),
+        medium=(20_000, VAL_ROWS, (1, 3, 10, 30, 100, 300, 1000), 5, 2000),
         large=(45_000, VAL_ROWS, (1, 3, 10, 30, 100, 300, 1000, 3000), 10, 4000),
     )  # fmt: skip
     data = split(gist_arrays(ctx), train_rows, val_rows)
