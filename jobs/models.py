@@ -21,34 +21,11 @@ from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from imgscale.jobs.methods import estimator_class, model_classes
-from imgscale.pipeline.fitted import Shape, check_fitted_shapes, fitted_shapes
+from imgscale.pipeline.fitted import check_fitted_shapes, fitted_shapes
 from imgscale.storage import SavedStep, StoreError, load_model, save_model
 
 # Class name → "module:Class" (`jobs.methods.estimator_class` imports it).
 MODEL_CLASSES: dict[str, str] = {ref.split(":")[1]: ref for ref in model_classes()}
-
-# The vocabularies of local descriptors do not declare their fitted arrays (`_fitted_shapes`)
-# yet; their shapes, per channel of descriptors (S: 128-D SIFT, R: 96-D colour), are here.
-_VOCABULARY_SHAPES: dict[str, dict[str, Shape]] = {
-    "BagOfWords": {"words_": ("n_words", "W")},
-    "FisherVector": {
-        f"{channel}_{name}": shape
-        for channel, width in (("sift", "S"), ("color", "R"))
-        for name, shape in (
-            ("mean_", (width,)),
-            ("components_", ("n_components", width)),
-            ("weights_", ("n_gaussians",)),
-            ("means_", ("n_gaussians", "n_components")),
-            ("variances_", ("n_gaussians", "n_components")),
-        )
-    },
-}
-
-
-def declared_shapes(cls: type[BaseEstimator]) -> dict[str, Shape] | None:
-    """The fitted arrays (name → shape) a loadable class has, or None if it declares none."""
-    shapes = fitted_shapes(cls)
-    return _VOCABULARY_SHAPES.get(cls.__name__) if shapes is None else shapes
 
 
 def model_steps(model: BaseEstimator) -> list[BaseEstimator]:
@@ -137,7 +114,7 @@ def _from_step(index: int, step: SavedStep, path) -> BaseEstimator:
             )
     try:
         check_fitted_shapes(
-            step.kind, declared_shapes(cls) or {}, step.params, step.scalars, step.arrays
+            step.kind, fitted_shapes(cls) or {}, step.params, step.scalars, step.arrays
         )
     except ValueError as exc:
         raise StoreError(f"model {path}: {exc}") from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -22,6 +22,7 @@ from imgscale.pipeline.describe.vocabulary import (
     fit_kmeans,
     nearest,
 )
+from imgscale.pipeline.fitted import Shape
 
 CHANNEL = "sift"
 
@@ -72,6 +73,9 @@ class BagOfWords(TransformerMixin, BaseEstimator):
     Gong & Lazebnik, "Comparing data-dependent and data-independent embeddings for
     classification and ranking of Internet images", CVPR 2011, §4 (paper 000).
     """
+
+    # W: the width of a SIFT descriptor (128).
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {"words_": ("n_words", "W")}
 
     def __init__(
         self,

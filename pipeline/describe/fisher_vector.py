@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -21,6 +21,7 @@ from imgscale.pipeline.describe.vocabulary import (
     project,
     responsibilities,
 )
+from imgscale.pipeline.fitted import Shape
 
 CHANNELS = ("sift", "color")
 # Images encoded at once: their responsibilities are (images · patches · n_gaussians) float64.
@@ -109,6 +110,19 @@ class FisherVector(TransformerMixin, BaseEstimator):
     and practice", IJCV 105(3), 2013.
     Mensink, Verbeek, Perronnin & Csurka, ECCV 2012, §5.1 (paper 002).
     """
+
+    # Per channel of local descriptors (S: 128-D SIFT, R: 96-D colour statistics).
+    _fitted_shapes: ClassVar[dict[str, Shape]] = {
+        f"{channel}_{name}": shape
+        for channel, width in (("sift", "S"), ("color", "R"))
+        for name, shape in (
+            ("mean_", (width,)),
+            ("components_", ("n_components", width)),
+            ("weights_", ("n_gaussians",)),
+            ("means_", ("n_gaussians", "n_components")),
+            ("variances_", ("n_gaussians", "n_components")),
+        )
+    }
 
     def __init__(
         self,

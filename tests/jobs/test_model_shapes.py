@@ -12,6 +12,7 @@ from imgscale.jobs import models
 from imgscale.jobs.methods import estimator_class
 from imgscale.jobs.train import make_embedding
 from imgscale.pipeline import classify, embed
+from imgscale.pipeline.fitted import fitted_shapes
 from imgscale.storage import StoreError
 
 RNG = np.random.default_rng(0)
@@ -81,7 +82,7 @@ def test_every_loadable_class_has_its_shapes():
     undeclared = [
         kind
         for kind, reference in models.MODEL_CLASSES.items()
-        if models.declared_shapes(estimator_class(reference)) is None
+        if fitted_shapes(estimator_class(reference)) is None
     ]
     assert undeclared == []
 
