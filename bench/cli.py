@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-import sys
 import tempfile
 from importlib.util import find_spec
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import click
 
 from imgscale.bench.registry import SCALES
-from imgscale.jobs.options import json_option, scheduler_option, verbose_option
+from imgscale.jobs.options import json_option, scheduler_option, verbose, verbose_option
 
 # The bench extra: plots (matplotlib) and each benchmark's Dask performance report (bokeh).
 # Checked before any benchmark runs, so that without the extra running benchmarks is a one-line
@@ -61,8 +60,9 @@ def _require_bench_extra() -> None:
 @click.option(
     "--docs",
     type=click.Path(file_okay=False),
-    help="Instead of running: regenerate DOCS/benchmarks.md and DOCS/results.md from "
-    "DOCS/results.parquet (after merging the --add tables).",
+    help="Instead of running: regenerate DOCS/README.md (the headline figures and their "
+    "plots), DOCS/benchmarks.md and DOCS/results.md from DOCS/results.parquet (after merging "
+    "the --add tables).",
 )
 @click.option(
     "--add",
@@ -110,7 +110,6 @@ def bench(
         if not as_json:
             click.echo(line, err=True)
 
-    verbose = "--verbose" in sys.argv
     try:
         outcome = run_suite(
             chosen,
@@ -121,7 +120,7 @@ def bench(
             scheduler=scheduler,
             command=_command(names, scale, data is not None, scheduler is not None),
             log=log,
-            traceback_log=(lambda text: click.echo(text, err=True)) if verbose else None,
+            traceback_log=(lambda text: click.echo(text, err=True)) if verbose.get() else None,
         )
     finally:
         if not workdir:  # our own temporary stores; a given --workdir is kept for the next run
