@@ -228,6 +228,11 @@ def recorded_run(
         _finish(run, stop, heart, "failed", redact_urls(one_line(exc)))
         raise
     else:
+        if cancelled_by:
+            # SIGTERM's exception was raised where Python ignores exceptions (a gc callback, a
+            # __del__), so the work went on: the run was still asked to stop, and says so.
+            _finish(run, stop, heart, "cancelled", f"cancelled by {cancelled_by[0]}")
+            raise Terminated
         _finish(run, stop, heart, "ok", None)
     finally:
         _current.reset(token)
