@@ -23,7 +23,7 @@ from sklearn.base import BaseEstimator
 
 from imgscale.jobs.class_names import is_numbered, to_model_labels
 from imgscale.pipeline.compute import compute
-from imgscale.storage import FeatureStore, is_url, location, publish_file
+from imgscale.storage import FeatureStore, StoreError, is_url, location, publish_file
 
 # Blocks computed together per round trip: enough to keep every worker busy.
 BLOCKS_PER_ROUND = 8
@@ -95,6 +95,9 @@ def predict_to_parquet(
                     )
                     start = stop
         publish_file(partial, out)
+    except OSError as exc:  # disk full, quota, permissions: name what was being written
+        reason = os.strerror(exc.errno) if exc.errno else str(exc).splitlines()[0]
+        raise StoreError(f"predictions {out}: {reason} (writing {partial})") from exc
     finally:
         partial.unlink(missing_ok=True)
     return start
