@@ -28,6 +28,7 @@ from pathlib import Path
 import dask.config
 import psutil
 from distributed import Client, LocalCluster, progress, wait
+from distributed.client import AllExit
 from distributed.comm import parse_address
 from distributed.comm.addressing import parse_host_port
 from distributed.utils import silence_logging_cmgr
@@ -58,6 +59,19 @@ class ClusterError(RuntimeError):
     """The cluster cannot be reached, was lost mid-job, or cannot see the job's files."""
 
 
+class _GathersCancelledByUs(logging.Filter):
+    """Drops asyncio's 'Task exception was never retrieved' reports of a Client's gathers that
+    Ctrl-C or SIGTERM cancelled (distributed's ``AllExit``): the command says it was aborted,
+    in one line; the traceback of each cancelled gather is not for the user's terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], AllExit))
+
+
+_ASYNCIO_LOGGER = logging.getLogger("asyncio")
+_GATHERS_FILTER = _GathersCancelledByUs()
+
+
 @contextlib.contextmanager
 def connect(
     scheduler: str | None = None,
@@ -80,8 +94,10 @@ def connect(
     address = scheduler or os.environ.get(SCHEDULER_ENV)
     with contextlib.ExitStack() as stack:
         # Dask's connection and task-failure records (tracebacks) are not for the terminal:
-        # imgscale reports the failure once, in one line.
+        # imgscale reports the failure once, in one line. Gathers cancelled by an interrupt are
+        # reported by asyncio when collected, which may be after this block: the filter stays.
         stack.enter_context(silence_logging_cmgr(logging.CRITICAL))
+        _ASYNCIO_LOGGER.addFilter(_GATHERS_FILTER)
         if address:
             client = stack.enter_context(_remote_client(address))
             _check_shared_paths(client, shared_paths)
