@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -205,6 +205,13 @@ class Method:
     options: tuple[Option, ...] = ()
     uses_validation: bool = False
     needs_eigenvalues: bool = False
+    parameters: dict[str, str] = field(default_factory=dict)
+    """Estimator parameter → the option that sets it, where their names differ."""
+
+    def flag_of(self, parameter: str) -> str | None:
+        """The command-line flag that sets the estimator's ``parameter``, if an option does."""
+        name = self.parameters.get(parameter, parameter)
+        return next((option.flag for option in self.options if option.name == name), None)
 
 
 def estimator_class(reference: str) -> type[BaseEstimator]:
@@ -350,6 +357,7 @@ METHODS: dict[str, Method] = {
             estimators=(f"{CLASSIFY}:MetricNearestClassMean",),
             options=(METRIC_DIM, MAX_ITER),
             uses_validation=True,
+            parameters={"n_components": "metric_dim"},
         ),
         Method(
             "knn",
@@ -358,6 +366,7 @@ METHODS: dict[str, Method] = {
             estimators=(f"{CLASSIFY}:MetricKNeighborsClassifier",),
             options=(METRIC_DIM, MAX_ITER),
             uses_validation=True,
+            parameters={"n_components": "metric_dim"},
         ),
         Method(
             "hope",
@@ -375,6 +384,11 @@ METHODS: dict[str, Method] = {
                 MAX_ITER,
             ),
             uses_validation=True,
+            parameters={
+                "n_factors": "factors",
+                "n_hidden": "hidden_units",
+                "n_exemplars": "exemplars",
+            },
         ),
         Method(
             "ssl",
@@ -397,6 +411,7 @@ METHODS: dict[str, Method] = {
             _fit_local,
             estimators=(f"{CLASSIFY}:PredictedNeighbourhoodClassifier",),
             options=(NEIGHBOURHOODS, SIZES, SAMPLES),
+            parameters={"n_neighbourhoods": "neighbourhoods", "n_samples": "samples"},
         ),
     )
 }

@@ -15,6 +15,7 @@ from imgscale.jobs.methods import (
     resolve_options,
 )
 from imgscale.jobs.models import classifier_pipeline
+from imgscale.pipeline.params import ParameterError
 from imgscale.storage import FeatureStore
 
 
@@ -85,7 +86,13 @@ def train(
     if entry.needs_eigenvalues and eigenvalues is None:
         raise ValueError(f"method {method!r} needs --embedding pcalap, rplap or ale (eigenvalues)")
     data = TrainingData(store, split, val_split, eigenvalues, embedding)
-    classifier = entry.fit(data, options)
+    try:
+        classifier = entry.fit(data, options)
+    except ParameterError as exc:  # said by the flag that set it, not the estimator's name
+        flag = entry.flag_of(exc.parameter)
+        if flag is None:
+            raise
+        raise ValueError(flag + str(exc).removeprefix(exc.parameter)) from None
     return classifier if embedding is None else classifier_pipeline(embedding, classifier)
 
 

@@ -12,6 +12,7 @@ Other layers use these, and nothing else of the package:
 - `imgscale.pipeline.fitted`: the fitted arrays each estimator declares and the check that a
   loaded model's arrays fit together.
 - `imgscale.pipeline.metrics`: per-class rate, top-k error, precision at 100, (Mi)AP.
+- `imgscale.pipeline.params`: `ParameterError`, an estimator's refusal of a parameter, by name.
 - `imgscale.pipeline.gram`: `GRAM_PRECISIONS`, the Gram products' precision choices.
 - `imgscale.pipeline.reductions`: `reduce_rows` and the row statistics every estimator shares.
 - `imgscale.pipeline.top_k`: `top_k_columns`, the k best columns of each row of scores.

@@ -94,12 +94,22 @@ def _describe(rule: Rule) -> str:
     return "None" if rule is None else rule.describe()
 
 
+class ParameterError(ValueError):
+    """A constructor parameter none of its rules accepts; ``parameter`` is its name, so a caller
+    that set it from an option of its own (a command-line flag) can say so by that name."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
 def check_params(estimator: Any) -> None:
-    """ValueError naming the first parameter of ``estimator`` that none of its rules accepts."""
+    """ParameterError naming the first parameter of ``estimator`` that none of its rules
+    accepts."""
     for name, rules in getattr(type(estimator), "_parameter_rules", {}).items():
         value = getattr(estimator, name)
         if not any(_accepts(rule, value) for rule in rules):
             what = " or ".join(_describe(rule) for rule in rules)
             choice = isinstance(value, str) and any(isinstance(r, Options) for r in rules)
             unknown = f", an unknown {name}" if choice else ""
-            raise ValueError(f"{name} must be {what}, got {value!r}{unknown}")
+            raise ParameterError(name, f"{name} must be {what}, got {value!r}{unknown}")

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from sklearn.cluster import KMeans
 
+from imgscale.pipeline.params import ParameterError
 from imgscale.pipeline.rows import squared_distances
 
 
@@ -18,9 +19,10 @@ def exemplars_per_class(
     errors name the class by its label in `classes` (default: its index)."""
     n_classes = len(class_counts)
     if not n_classes <= n_exemplars:
-        raise ValueError(
-            f"n_exemplars = {n_exemplars}: need at least one exemplar for each of the "
-            f"{n_classes} classes"
+        raise ParameterError(
+            "n_exemplars",
+            f"n_exemplars is {n_exemplars}: need at least one exemplar for each of the "
+            f"{n_classes} classes",
         )
     share = class_counts / class_counts.sum() * (n_exemplars - n_classes)
     per_class = 1 + np.floor(share).astype(np.int64)
@@ -30,9 +32,10 @@ def exemplars_per_class(
     if len(short):
         c = short[0]
         label = c if classes is None else np.asarray(classes)[c].item()
-        raise ValueError(
-            f"n_exemplars = {n_exemplars} gives class {label!r} {per_class[c]} exemplars but it "
-            f"has only {class_counts[c]} labelled rows"
+        raise ParameterError(
+            "n_exemplars",
+            f"n_exemplars is {n_exemplars}, which gives class {label!r} {per_class[c]} exemplars "
+            f"but it has only {class_counts[c]} labelled rows",
         )
     return per_class
 
