@@ -380,6 +380,14 @@ FIGURES = (
         "Does predicting neighbourhoods (paper 004) hold its accuracy?",
         peer_label="Local B (paper 004's baseline), same run",
     ),
+    Figure(
+        "natural-local",
+        r"mean accuracy ours",
+        "CIFAR-10 GIST attributes (cat, has wheels, four-legged), balanced accuracy",
+        "And where nearest neighbours mislead (natural images)?",
+        peer_figure=r"mean accuracy local b",
+        peer_label="Local B (paper 004's baseline), same run",
+    ),
 )
 
 FALLBACK_FIGURES = 3
