@@ -24,8 +24,9 @@ EXAMPLES_NOT_RUN: dict[str, str] = {}
 
 
 def tour_commands(readme: str) -> list[str]:
-    """The shell commands of the first ```bash block under the first heading naming a tour,
-    comments dropped, a command continued while its quotes are open."""
+    """The shell commands of the first ```bash block under the first heading naming a tour, as
+    written (redirections and comments too: the shell runs them verbatim), a command continued
+    while its quotes are open."""
     heading = re.search(r"^#+ .*\btour\b.*$", readme, flags=re.M | re.I)
     assert heading, "README.md has no heading with the word 'tour'"
     block = re.search(r"^```bash\n(.*?)^```", readme[heading.end() :], flags=re.M | re.S)
@@ -38,7 +39,7 @@ def tour_commands(readme: str) -> list[str]:
         except ValueError:  # an open quote: the command goes on
             continue
         if words:
-            commands.append(shlex.join(words))
+            commands.append(pending.strip())
         pending = ""
     assert not pending.strip(), f"unterminated command: {pending}"
     return commands
@@ -93,7 +94,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_help_examples_the_tour_does_not_run_run_verbatim(tmp_path: Path) -> None:
-    tour = {" ".join(shlex.split(c)) for c in tour_commands(README.read_text())}
+    tour = {" ".join(shlex.split(c, comments=True)) for c in tour_commands(README.read_text())}
     rest = [e for e in help_examples() if e not in tour and e not in EXAMPLES_NOT_RUN]
     for example in rest:
         done = subprocess.run(
