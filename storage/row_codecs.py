@@ -118,6 +118,20 @@ def codec_errors(path: Location) -> Iterator[None]:
         raise StoreError(f"store {path}: {e}") from e
 
 
+def check_width(rows: RawRows | CodedRows) -> None:
+    """StoreError unless the row array is as wide as the record says: one of the two was
+    edited or damaged, and reading on would report every chunk as truncated."""
+    try:
+        columns = rows.open_array().shape[1]
+    except Exception:  # a missing or unreadable array: the reads report it, naming the file
+        return
+    if columns != rows.width:
+        raise StoreError(
+            f"store {rows.path}: its record says rows are {rows.width} values wide but its row "
+            f"array has {columns} columns; the store's metadata is damaged"
+        )
+
+
 class RawRows:
     """Rows kept as given: finite float32, D wide."""
 
@@ -131,6 +145,9 @@ class RawRows:
 
     def open_array(self, mode: str = "r") -> Any:
         return open_features_array(self.path, mode)
+
+    def check_width(self) -> None:
+        check_width(self)
 
     def check_block(self, block: Any, where: str, first: int) -> np.ndarray:
         """``block`` as the array stores it, or StoreError saying why not."""
@@ -175,6 +192,9 @@ class CodedRows:
 
     def open_array(self, mode: str = "r") -> Any:
         return open_codes_array(self.path, mode)
+
+    def check_width(self) -> None:
+        check_width(self)
 
     def check_block(self, block: Any, where: str, first: int) -> np.ndarray:
         return as_codes(block, self.width, where)

@@ -57,7 +57,9 @@ class FeatureStore:
         self.rows_per_chunk: int = record["rows_per_chunk"]
         # How the rows are kept (storage/row_codecs.py): checked here, so a store of an unknown
         # encoding or with malformed codec parameters is refused when opened.
-        self.encoding: str = rows_codec(self.path, record).encoding
+        rows = rows_codec(self.path, record)
+        rows.check_width()
+        self.encoding: str = rows.encoding
         # Committed rows files never change, so their columns are cached by (file, column), and
         # the hashes of the ids of the files read so far grow with each new batch.
         self._rows_cache: dict[tuple[str, str], pa.ChunkedArray] = {}
