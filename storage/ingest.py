@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,6 +20,7 @@ from imgscale.storage.formats.base import Source
 from imgscale.storage.fs import location
 from imgscale.storage.layout import default_rows_per_chunk
 from imgscale.storage.store import FeatureStore
+from imgscale.storage.validate import as_digests
 
 # A small first file gets chunks of its size rounded up to this many rows.
 SMALL_CHUNK_STEP = 4096
@@ -92,8 +94,8 @@ def ingest_file(
                     f"{labels_path}: labels of shape {labels.shape}; expected "
                     f"({source.shape[0]},), one per row of {src}"
                 )
-        content_id, digests = _scan(source, labels, block_rows or BLOCK_ROWS_FOR_HASH)
-        batch_id = batch_id or content_id
+        if batch_id is None:
+            batch_id = content_batch_id(source, labels, block_rows or BLOCK_ROWS_FOR_HASH)
         create = partial(
             create_store,
             dim=source.shape[1],
@@ -101,7 +103,7 @@ def ingest_file(
             class_names=class_names,
             provenance={"source": str(src.resolve())},
         )
-        repeated = {}
+        committed = None
         with create_or_open(store_path, create) as (store, created):
             if not created:
                 committed = _committed_rows_of(store, batch_id, split)
@@ -109,8 +111,10 @@ def ingest_file(
                     return Ingested(store, batch_id, committed, skipped=True)
                 if class_names:
                     store.set_class_names(class_names)
-                repeated = _committed_splits_of(store, digests)
-            rows = _stream(source, labels, digests, store, batch_id, split, block_rows, progress)
+                committed = store.content_hashes()
+            rows, repeated = _stream(
+                source, labels, committed, store, batch_id, split, block_rows, progress
+            )
     finally:
         source.close()
         if labels is not None:
@@ -122,18 +126,15 @@ def ingest_file(
 BLOCK_ROWS_FOR_HASH = 65_536
 
 
-def _scan(source: Source, labels: Source | None, block_rows: int) -> tuple[str, np.ndarray]:
-    """A batch id from the rows' content (BLAKE2b over features, labels and ids as read), and
-    the (n, 32) sha256 of each row's float32 values (`row_digests`).
+def content_batch_id(source: Source, labels: Source | None, block_rows: int) -> str:
+    """A batch id from the rows' content: BLAKE2b over features, labels and ids as read.
 
-    One extra read of the file, so both are known before anything is written (the default row
-    ids derive from the id); the file's name and times do not enter.
+    One extra read of the file, so the id is known before anything is written (the default row
+    ids derive from it); the file's name and times do not enter.
     """
     digest = hashlib.blake2b(digest_size=8)
-    rows = []
     label_blocks = labels.blocks(block_rows) if labels is not None else None
     for block in source.blocks(block_rows):
-        rows.append(row_digests(block.X))
         y = next(label_blocks).X if label_blocks is not None else block.labels
         for part in (block.X, y, block.ids):
             if part is None:
@@ -145,8 +146,7 @@ def _scan(source: Source, labels: Source | None, block_rows: int) -> tuple[str, 
                 digest.update("\0".join(map(str, part.tolist())).encode())
             else:
                 digest.update(part.data)
-    digests = np.concatenate(rows) if rows else np.empty((0, 32), np.uint8)
-    return f"content-{digest.hexdigest()}", digests
+    return f"content-{digest.hexdigest()}"
 
 
 def row_digests(X: np.ndarray) -> np.ndarray:
@@ -160,24 +160,14 @@ def row_digests(X: np.ndarray) -> np.ndarray:
     return out
 
 
-def _committed_splits_of(store: FeatureStore, digests: np.ndarray) -> dict[str, int]:
-    """How many of ``digests`` are digests of committed rows, by the split each was committed
-    under (rows of batches committed without digests are not compared)."""
-    committed = store.content_hashes()
-    if committed.num_rows == 0 or len(digests) == 0:
-        return {}
-    new = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(32), len(digests), [None, pa.py_buffer(np.ascontiguousarray(digests))]
-    )
-    known = committed.column("sha256").cast(pa.binary(32))
-    where = pc.index_in(new, value_set=known).drop_null()
-    if len(where) == 0:
-        return {}
-    ids = committed.column("id").take(where)
-    rows = store.rows(columns=["id", "split"])
-    splits = rows.column("split").take(pc.index_in(ids, value_set=rows.column("id")))
-    names, counts = np.unique(splits.to_numpy(zero_copy_only=False), return_counts=True)
-    return {str(name): int(count) for name, count in zip(names, counts, strict=True)}
+def _committed_splits_of(committed: pa.Table, digests: np.ndarray) -> Counter[str]:
+    """How many of ``digests`` (a block's) are digests of ``committed`` rows (`content_hashes`),
+    by the split each was committed under."""
+    if committed.num_rows == 0:
+        return Counter()
+    block = as_digests(digests, len(digests), "row digests")
+    where = pc.index_in(block, value_set=committed.column("sha256")).drop_null()
+    return Counter(committed.column("split").take(where).to_pylist())
 
 
 def _committed_rows_of(store: FeatureStore, batch_id: str, split: str) -> int | None:
@@ -200,32 +190,36 @@ def _committed_rows_of(store: FeatureStore, batch_id: str, split: str) -> int | 
 def _stream(
     source: Source,
     labels: Source | None,
-    digests: np.ndarray,
+    committed: pa.Table | None,
     store: FeatureStore,
     batch_id: str,
     split: str,
     block_rows: int | None,
     progress: Callable[[int, int], None] | None,
-) -> int:
+) -> tuple[int, dict[str, int]]:
+    """Rows written, and how many held the values of ``committed`` rows, by their split."""
     block_rows = block_rows or store.rows_per_chunk
     total = source.shape[0]
     label_blocks = labels.blocks(block_rows) if labels is not None else None
     done = 0
+    repeated: Counter[str] = Counter()
     with store.writer(batch_id) as w:
         if w.already_committed:  # committed by another process since we looked
-            return _committed_rows_of(store, batch_id, split) or 0
+            return _committed_rows_of(store, batch_id, split) or 0, {}
         for block in source.blocks(block_rows):
             y = next(label_blocks).X if label_blocks is not None else block.labels
-            n = len(block.X)
+            digests = row_digests(block.X)
             try:
-                w.write(block.X, y, block.ids, split, sha256=digests[done : done + n])
+                w.write(block.X, y, block.ids, split, sha256=digests)
             except StoreError as e:
                 rows = f"rows {done}–{done + len(block.X) - 1}"
                 raise StoreError(f"{source.path} {rows}: {e}") from e
+            if committed is not None:
+                repeated += _committed_splits_of(committed, digests)
             done += len(block.X)
             if progress is not None:
                 progress(done, total)
-    return done
+    return done, dict(sorted(repeated.items()))
 
 
 def _rows_per_chunk_for(shape: tuple[int, int]) -> int:

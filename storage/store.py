@@ -266,15 +266,17 @@ class FeatureStore:
         return np.asarray(found, dtype=bool)
 
     def content_hashes(self) -> pa.Table:
-        """``id`` and ``sha256`` of the committed rows made from images (rows of other batches,
-        given as vectors, have no image and are left out)."""
+        """``id``, ``split`` and ``sha256`` of the committed rows that carry a content digest
+        (the image's bytes for rows made from images, the row's float32 values for rows given as
+        vectors); rows of batches committed without digests are left out."""
+        columns = ["id", "split", SHA256]
         record = read_record(self.path)
         tables = []
         for batch in record["batches"]:
             if SHA256 in self._rows_file_columns(batch):
-                tables.append(self._batch_rows(batch, ["id", SHA256]))
+                tables.append(self._batch_rows(batch, columns))
         if not tables:
-            return pa.schema([IMAGE_ROWS_SCHEMA.field(c) for c in ("id", SHA256)]).empty_table()
+            return pa.schema([IMAGE_ROWS_SCHEMA.field(c) for c in columns]).empty_table()
         return pa.concat_tables(tables)
 
     def _rows_file_columns(self, batch: dict[str, Any]) -> list[str]:
