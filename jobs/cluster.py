@@ -233,7 +233,8 @@ def _refused(exc: BaseException) -> bool:
         if isinstance(seen, ssl.SSLError | ConnectionResetError):
             return True
         seen = seen.__cause__ or seen.__context__
-    return False
+    # Dask's connect retries and may raise its last failure as text only, the chain cut.
+    return "SSLError" in str(exc) or "Connection reset" in str(exc)
 
 
 def _check_shared_paths(client: Client, paths: Iterable[str | os.PathLike]) -> None:
