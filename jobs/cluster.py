@@ -40,8 +40,6 @@ SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 PROGRESS_AFTER_SECONDS = 2.0
 # A refused connection is known at once; a silent host (dropped packets) is given this long.
 PROBE_SECONDS = 2.5
-# The Dask handshake once the port answers (TLS included).
-HANDSHAKE_SECONDS = 20
 # Rows of at most this many bytes are read by a threaded LocalCluster in this process (module
 # docstring). A 1 GiB NCM or ridge pass ran as fast on 2 threads as on 2 worker processes.
 THREADED_MAX_BYTES = 2**30
@@ -160,7 +158,7 @@ def _remote_client(address: str) -> Iterator[Client]:
         _probe(address, *parse_host_port(location))
         _handshake(address)
     try:
-        client = Client(address, timeout=f"{HANDSHAKE_SECONDS}s")
+        client = Client(address, timeout=f"{handshake_seconds()}s")
     except (OSError, TimeoutError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ClusterError(f"could not connect to the scheduler at {address}: {first}") from exc
@@ -192,19 +190,30 @@ def _probe(address: str, host: str, port: int | None) -> None:
         raise ClusterError(f"no Dask scheduler at {address}: {reason.lower()}") from exc
 
 
+def handshake_seconds() -> float:
+    """How long the Dask handshake may take once the port answers (TLS included): Dask's own
+    connect timeout, ``distributed.comm.timeouts.connect`` in Dask's configuration (30 s unless
+    set, e.g. by ``DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=10s``)."""
+    import dask.config
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s"))
+
+
 def _handshake(address: str) -> None:
-    """Fail within HANDSHAKE_SECONDS if the port answers but does not speak Dask: Client's own
-    timeout does not bound a peer that accepts and stays silent, and the command would hang."""
+    """Fail within :func:`handshake_seconds` if the port answers but does not speak Dask:
+    Client's own timeout does not bound a peer that accepts and stays silent, and the command
+    would hang."""
     import asyncio
 
     from distributed.comm import connect
     from distributed.security import Security
 
+    seconds = handshake_seconds()
+
     async def shake() -> None:
         args = Security().get_connection_args("client")
-        comm = await asyncio.wait_for(
-            connect(address, timeout=HANDSHAKE_SECONDS, **args), HANDSHAKE_SECONDS
-        )
+        comm = await asyncio.wait_for(connect(address, timeout=seconds, **args), seconds)
         await comm.close()
 
     try:
@@ -212,7 +221,7 @@ def _handshake(address: str) -> None:
     except TimeoutError as exc:
         raise ClusterError(
             f"no Dask scheduler at {address}: the port accepted the connection but did not "
-            f"complete Dask's handshake within {HANDSHAKE_SECONDS:g} s (another service there?)"
+            f"complete Dask's handshake within {seconds:g} s (another service there?)"
         ) from exc
     except Exception as exc:  # a peer speaking another protocol: closed or garbled comm
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
