@@ -18,6 +18,10 @@ latest of ``commits/{n:012d}.json`` and writers claim the next commit instead of
 
 Readers trust only the commit record: rows past ``committed_rows`` and rows files that no batch
 names are leftovers of a writer that died and are overwritten or removed by the next writer.
+The record's ``batches`` are the live batches, in row order; a removed batch whose rows are still
+in the row chunks moves to its ``removed`` list (a tombstone: readers skip those rows). Live
+batches and tombstones tile ``[0, committed_rows)``; a store written before any batch but the
+last could be removed has no ``removed`` list, and every row is live.
 The record holds the crc32c of every parquet file it names (rows, rejects, classes), so a
 damaged or missing file is refused by name on read, never read as other labels or no classes.
 """
@@ -293,6 +297,61 @@ def file_crc32c(file: Location) -> int:
     return google_crc32c.value(file.read_bytes())
 
 
+def check_row_ranges(path: Location, record: dict[str, Any]) -> None:
+    """StoreError unless the live batches and the tombstones of ``record`` tile
+    ``[0, committed_rows)``, each row once: a record whose counts were edited or damaged would
+    otherwise pair row metadata with other rows' features."""
+    ranges = [(b["start"], b["stop"], f"batch {b['batch_id']!r}") for b in record["batches"]]
+    ranges += [
+        (r["start"], r["stop"], f"removed batch {r['batch_id']!r}")
+        for r in record.get("removed", [])
+    ]
+    expected = 0
+    for start, stop, name in sorted(ranges):
+        if start != expected or stop <= start:
+            where = f"rows {start}–{stop - 1}" if stop > start else f"no rows (start {start})"
+            raise StoreError(
+                f"store {path}: zarr.json gives {name} {where} where row {expected} was expected "
+                "next; the store's commit record is damaged"
+            )
+        expected = stop
+    if expected != record["committed_rows"]:
+        raise StoreError(
+            f"store {path}: zarr.json says {record['committed_rows']} committed rows but its "
+            f"batches hold {expected}; the store's commit record is damaged"
+        )
+
+
+def live_mask(record: dict[str, Any]) -> np.ndarray | None:
+    """Which of the ``committed_rows`` rows are live (not of a removed batch), or None when all
+    are (a store from which no batch was removed, or only trailing ones)."""
+    n = record["committed_rows"]
+    if sum(b["stop"] - b["start"] for b in record["batches"]) == n:
+        return None
+    mask = np.zeros(n, dtype=bool)
+    for batch in record["batches"]:
+        mask[batch["start"] : batch["stop"]] = True
+    return mask
+
+
+def batch_digest(path: Location, batch: dict[str, Any]) -> str:
+    """A committed batch's content digest: the crc32c of its rows file (ids, labels, splits and,
+    for rows ingested from files or images, each row's sha256), as 8 hex digits. A rows file is
+    never rewritten, so the digest names this commit of the batch: the same batch id ingested
+    again with other rows has another. A batch committed before rows files were checksummed has
+    its file's checksum computed here."""
+    crc = batch.get("crc32c")
+    if crc is None:
+        try:
+            crc = file_crc32c(path / batch["rows_file"])
+        except FileNotFoundError:
+            raise StoreError(
+                f"store {path}: rows file {path / batch['rows_file']} of batch "
+                f"{batch['batch_id']!r} is missing; the store is damaged"
+            ) from None
+    return f"{crc:08x}"
+
+
 def read_checked_table(file: Location, crc32c: int | None, where: str, **options: Any) -> pa.Table:
     """A parquet file the commit record names, checked against the record's crc32c (None: a
     file written before checksums were kept); ``options`` as `pyarrow.parquet.read_table`'s."""
@@ -305,15 +364,21 @@ def read_checked_table(file: Location, crc32c: int | None, where: str, **options
     return pq.read_table(io.BytesIO(data), **options)
 
 
+def classes_file(path: Location, record: dict[str, Any]) -> Location:
+    """The class table file ``record`` names (``classes.parquet`` in a store made before class
+    tables were versioned)."""
+    entry = record.get("classes")
+    return path / (entry["file"] if entry is not None else LEGACY_CLASSES_FILE)
+
+
 def read_classes(path: Location, record: dict[str, Any] | None = None) -> list[str]:
     """The class names, from the class table ``record`` (default: the committed one) names."""
     record = read_record(path) if record is None else record
     entry = record.get("classes")
+    file = classes_file(path, record)
     if entry is not None:
-        file = path / entry["file"]
         table = read_checked_table(file, entry["crc32c"], f"store {path}: class table")
     else:
-        file = path / LEGACY_CLASSES_FILE
         if not file.exists():
             return []
         table = read_table(file)

@@ -27,6 +27,10 @@ from imgscale.storage.layout import (
     ROWS_SCHEMA,
     SCHEMA_VERSION,
     SHA256,
+    batch_digest,
+    check_row_ranges,
+    classes_file,
+    live_mask,
     read_checked_table,
     read_classes,
     read_record,
@@ -35,7 +39,7 @@ from imgscale.storage.layout import (
 )
 from imgscale.storage.lock import writer_lock
 from imgscale.storage.row_codecs import record_codec_statistics, rows_codec
-from imgscale.storage.writer import BatchWriter, remove_last_batch
+from imgscale.storage.writer import BatchWriter, remove_batches
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -48,7 +52,12 @@ __all__ = ["SCHEMA_VERSION", "FeatureStore", "open_store"]
 
 class FeatureStore:
     """An open feature store. Cheap to construct; every read re-reads the commit record so rows
-    committed by other processes appear, and rows being written never do."""
+    committed by other processes appear, and rows being written never do.
+
+    Every read sees the live rows only, in row order: the rows of a removed batch (kept in the
+    row chunks, `remove_batch`) are skipped by the features, codes and metadata reads alike, so
+    row i of each is the same row.
+    """
 
     def __init__(self, path: str | Path | Location) -> None:
         self.path = location(path)
@@ -61,18 +70,27 @@ class FeatureStore:
         rows.check_width()
         self.encoding: str = rows.encoding
         # Committed rows files never change, so their columns are cached by (file, column), and
-        # the hashes of the ids of the files read so far grow with each new batch.
-        self._rows_cache: dict[tuple[str, str], pa.ChunkedArray] = {}
-        self._file_columns: dict[str, list[str]] = {}
+        # the hashes of the ids of the files read so far grow with each new batch. A file is
+        # known by its name and checksum: a batch committed at the rows of a removed last batch
+        # has that batch's file name.
+        self._rows_cache: dict[tuple[Any, str], pa.ChunkedArray] = {}
+        self._file_columns: dict[Any, list[str]] = {}
         self._id_hashes = HashRuns()
-        self._ids_files: set[str] = set()
+        self._ids_files: set[Any] = set()
 
     def __repr__(self) -> str:
         return f"FeatureStore({str(self.path)!r}, rows={self.committed_rows}, dim={self.dim})"
 
     @property
     def committed_rows(self) -> int:
-        return read_record(self.path)["committed_rows"]
+        """Rows of the live batches (a removed batch's rows are not counted)."""
+        return sum(b["stop"] - b["start"] for b in self._record()["batches"])
+
+    def _record(self) -> dict[str, Any]:
+        """The commit record, its row ranges checked (`storage.layout.check_row_ranges`)."""
+        record = read_record(self.path)
+        check_row_ranges(self.path, record)
+        return record
 
     @property
     def created(self) -> dict[str, Any]:
@@ -112,9 +130,28 @@ class FeatureStore:
     def has_batch(self, batch_id: str) -> bool:
         return any(b["batch_id"] == batch_id for b in read_record(self.path)["batches"])
 
+    def batches(self) -> list[dict[str, Any]]:
+        """The live batches in row order: ``batch_id``, ``rows`` and ``digest`` (the content
+        digest of this commit of the batch, `storage.layout.batch_digest`), so a model or an
+        embedded store can record which batches it was made from and tell later which of them
+        were removed or committed again with other rows."""
+        return [
+            {
+                "batch_id": b["batch_id"],
+                "rows": b["stop"] - b["start"],
+                "digest": batch_digest(self.path, b),
+            }
+            for b in self._record()["batches"]
+        ]
+
     def remove_batch(self, batch_id: str) -> int:
-        """Remove the last committed batch (crash-safe, one commit); returns its rows."""
-        removed = remove_last_batch(self, batch_id)
+        """Remove committed batch ``batch_id``, any of them (crash-safe, one commit); returns its
+        rows. Every read after it sees the other batches' rows only."""
+        return self.remove_batches([batch_id])
+
+    def remove_batches(self, batch_ids: Sequence[str]) -> int:
+        """Remove the committed batches ``batch_ids`` in one commit; returns their rows."""
+        removed = remove_batches(self, batch_ids)
         self._rows_cache.clear()
         self._id_hashes = HashRuns()
         self._ids_files.clear()
@@ -122,7 +159,7 @@ class FeatureStore:
 
     def split_counts(self) -> dict[str, int]:
         """Rows per split name, in order of first appearance."""
-        splits = self._rows(read_record(self.path), None, ["split"]).column("split")
+        splits = self._rows(self._record(), None, ["split"]).column("split")
         return {s["values"]: s["counts"] for s in splits.value_counts().to_pylist()}
 
     def require_split(self, split: str | None) -> None:
@@ -157,7 +194,7 @@ class FeatureStore:
         all rows without ``split``), keeps a subset of them. Chunks stay aligned to the zarr
         chunks (some become shorter or empty), and a chunk reads only the rows it keeps.
         """
-        record = read_record(self.path)
+        record = self._record()
         reader = rows_codec(self.path, record).reader(record["committed_rows"])
         return self._dask_rows("imgscale-features-", reader, record, split, where)
 
@@ -167,7 +204,7 @@ class FeatureStore:
 
         For the paths that never decode (class means from gathered centroids, ADC search).
         """
-        record = read_record(self.path)
+        record = self._record()
         reader = rows_codec(self.path, record).codes_reader(record["committed_rows"])
         return self._dask_rows("imgscale-codes-", reader, record, split)
 
@@ -179,28 +216,35 @@ class FeatureStore:
         split: str | None,
         where: np.ndarray | None = None,
     ) -> da.Array:
-        """One task per zarr chunk of ``reader``; with ``split`` or ``where``, of the chunk's rows
-        kept (`SplitRows`: chunks stay aligned to the zarr chunks, some shorter or empty)."""
+        """One task per zarr chunk of ``reader``, of the chunk's live rows kept by ``split`` and
+        ``where`` (`SplitRows`: chunks stay aligned to the zarr chunks, some shorter or empty)."""
         # Imported here: commands that only describe a store (`imgscale info`) never need dask.
         import dask.array as da
         from dask.base import tokenize
 
+        # Which commits of which batches these rows are: the same row count after a batch was
+        # removed and another committed in its place is other rows.
+        batches = [(b["batch_id"], b["rows_file"], b.get("crc32c")) for b in record["batches"]]
         n, width = reader.shape
         row_chunks = self.rows_per_chunk
-        mask = None
+        live = live_mask(record)
+        mask = None  # over the live rows
         if split is not None:
             # Compared by arrow: a numpy object array of 1M split names took 0.1 s more.
             in_split = pc.equal(self._rows(record, None, ["split"]).column("split"), split)
             mask = pc.fill_null(in_split, False).to_numpy(zero_copy_only=False)
         if where is not None:
-            mask = _subset(np.ones(n, dtype=bool) if mask is None else mask, where, self.path)
+            n_live = n if live is None else int(live.sum())
+            mask = _subset(np.ones(n_live, dtype=bool) if mask is None else mask, where, self.path)
+        if live is not None:
+            mask = live if mask is None else _subset(live, mask, self.path)
         if mask is not None:
             reader = SplitRows(reader, mask)
             row_chunks = reader.row_chunks
         return da.from_array(
             reader,
             chunks=(row_chunks, width),
-            name=prefix + tokenize(str(absolute(self.path)), n, record["created"], mask),
+            name=prefix + tokenize(str(absolute(self.path)), n, record["created"], mask, batches),
             asarray=False,
             fancy=False,
             meta=np.empty((0, width), reader.dtype),
@@ -232,28 +276,29 @@ class FeatureStore:
         ``split``, only that split's rows."""
         names = list(columns or ROWS_SCHEMA.names)
         schema = pa.schema([IMAGE_ROWS_SCHEMA.field(name) for name in names])
-        return self._rows(read_record(self.path), split, names).cast(schema)
+        return self._rows(self._record(), split, names).cast(schema)
 
     def labels(self, split: str | None = None) -> np.ndarray:
-        table = self._rows(read_record(self.path), split, ["label"])
+        table = self._rows(self._record(), split, ["label"])
         return table.column("label").to_numpy().astype(np.int32, copy=False)
 
     def ids(self, split: str | None = None) -> np.ndarray:
-        table = self._rows(read_record(self.path), split, ["id"])
+        table = self._rows(self._record(), split, ["id"])
         return table.column("id").to_numpy(zero_copy_only=False)
 
     def splits(self, split: str | None = None) -> np.ndarray:
-        table = self._rows(read_record(self.path), split, ["split"])
+        table = self._rows(self._record(), split, ["split"])
         return table.column("split").to_numpy(zero_copy_only=False)
 
     def committed_id_hashes(self) -> HashRuns:
         """Hashes of the ids of all committed rows (`storage.ids`); after the first call, only
         new batches' ids are read. The ids themselves are not kept."""
-        for batch in read_record(self.path)["batches"]:
-            if batch["rows_file"] not in self._ids_files:
-                ids = self._read_batch_rows(batch, ["id"]).column("id")
+        record = self._record()
+        for batch in record["batches"]:
+            if _file_key(batch) not in self._ids_files:
+                ids = self._read_batch_rows(record, batch, ["id"]).column("id")
                 self._id_hashes.add(id_hashes(ids))
-                self._ids_files.add(batch["rows_file"])
+                self._ids_files.add(_file_key(batch))
         return self._id_hashes
 
     def has_ids(self, ids: Sequence[str]) -> np.ndarray:
@@ -270,20 +315,20 @@ class FeatureStore:
         (the image's bytes for rows made from images, the row's float32 values for rows given as
         vectors); rows of batches committed without digests are left out."""
         columns = ["id", "split", SHA256]
-        record = read_record(self.path)
+        record = self._record()
         tables = []
         for batch in record["batches"]:
             if SHA256 in self._rows_file_columns(batch):
-                tables.append(self._batch_rows(batch, columns))
+                tables.append(self._batch_rows(record, batch, columns))
         if not tables:
             return pa.schema([IMAGE_ROWS_SCHEMA.field(c) for c in columns]).empty_table()
         return pa.concat_tables(tables)
 
     def _rows_file_columns(self, batch: dict[str, Any]) -> list[str]:
-        name = batch["rows_file"]
-        if name not in self._file_columns:
-            self._file_columns[name] = read_parquet_schema(self.path / name).names
-        return self._file_columns[name]
+        key = _file_key(batch)
+        if key not in self._file_columns:
+            self._file_columns[key] = read_parquet_schema(self.path / batch["rows_file"]).names
+        return self._file_columns[key]
 
     def rejected(self) -> pa.Table:
         """Images an ingest refused and no later ingest committed: key, sha256, reason and
@@ -310,7 +355,7 @@ class FeatureStore:
         """Row metadata as stored in memory: ``split`` and ``batch_id`` dictionary-encoded."""
         names = list(columns or ROWS_SCHEMA.names)
         read = names if split is None or "split" in names else [*names, "split"]
-        tables = [self._batch_rows(b, read) for b in record["batches"]]
+        tables = [self._batch_rows(record, b, read) for b in record["batches"]]
         if not tables:
             return pa.schema([ROWS_SCHEMA.field(name) for name in names]).empty_table()
         table = pa.concat_tables(tables)
@@ -318,23 +363,29 @@ class FeatureStore:
             table = table.filter(pc.fill_null(pc.equal(table.column("split"), split), False))
         return table.select(names)
 
-    def _batch_rows(self, batch: dict[str, Any], columns: Sequence[str]) -> pa.Table:
+    def _batch_rows(
+        self, record: dict[str, Any], batch: dict[str, Any], columns: Sequence[str]
+    ) -> pa.Table:
         """One batch's metadata ``columns``, each read once and cached.
 
         A pass needs labels and splits; ids (a string per row) are most of a large store's
         metadata and are read only when asked for. ``split`` and ``batch_id`` take few distinct
         values, so they are kept dictionary-encoded: an int32 a row, not a string.
         """
-        name = batch["rows_file"]
-        missing = [c for c in columns if (name, c) not in self._rows_cache]
+        key = _file_key(batch)
+        missing = [c for c in columns if (key, c) not in self._rows_cache]
         if missing:
-            table = self._read_batch_rows(batch, missing)
+            table = self._read_batch_rows(record, batch, missing)
             for column in missing:
-                self._rows_cache[(name, column)] = table.column(column)
-        return pa.table({c: self._rows_cache[(name, c)] for c in columns})
+                self._rows_cache[(key, column)] = table.column(column)
+        return pa.table({c: self._rows_cache[(key, c)] for c in columns})
 
-    def _read_batch_rows(self, batch: dict[str, Any], columns: Sequence[str]) -> pa.Table:
-        """One batch's metadata ``columns`` read from its rows file and checked (not cached)."""
+    def _read_batch_rows(
+        self, record: dict[str, Any], batch: dict[str, Any], columns: Sequence[str]
+    ) -> pa.Table:
+        """One batch's metadata ``columns`` read from its rows file and checked (not cached):
+        its row count against the record, its column types, and its labels against the class
+        table (a label past the table would be read as no class, or as another class)."""
         file = self.path / batch["rows_file"]
         where = f"store {self.path}: rows file {file} for rows {batch['start']}–{batch['stop'] - 1}"
         expected = batch["stop"] - batch["start"]
@@ -360,13 +411,15 @@ class FeatureStore:
                 raise StoreError(
                     f"{where}: column {column!r} is {value_type}; expected {expected_type}"
                 )
+        if "label" in columns:
+            _check_labels(self.path, record, table.column("label"), where)
         return table
 
     # -- inspection -----------------------------------------------------------------------
 
     def info(self) -> dict[str, Any]:
         """Summary for `imgscale info`: flat, JSON-ready, keys stable."""
-        record = read_record(self.path)
+        record = self._record()
         names = self.class_names
         rows = self._rows(record, None, ["label", "split"])
         labels = rows.column("label").to_numpy()
@@ -374,8 +427,9 @@ class FeatureStore:
         label_counts = {
             _label_key(int(v), names): int(c) for v, c in zip(values, counts, strict=True)
         }
+        removed = record.get("removed", [])
         summary = {
-            "rows": record["committed_rows"],
+            "rows": rows.num_rows,
             "dim": record["dim"],
             "encoding": record["encoding"],
             "classes": names or [int(v) for v in values if v >= 0],
@@ -385,17 +439,20 @@ class FeatureStore:
             "schema_version": record["schema_version"],
             "splits": self.split_counts(),
             "batches": _batches(record, rows),
+            # Removed batches whose rows are still in the row chunks (skipped by every read).
+            "removed_batches": [r["batch_id"] for r in removed],
+            "removed_rows_on_disk": sum(r["stop"] - r["start"] for r in removed),
             "rejected": self.rejected().num_rows if record.get("rejected") else 0,
         }
         if record.get("descriptor") is not None:
             summary["descriptor"] = record["descriptor"]
         rows = rows_codec(self.path, record)
-        summary.update(rows.info(record["committed_rows"], summary["bytes_on_disk"]))
+        summary.update(rows.info(summary["rows"], summary["bytes_on_disk"]))
         return summary
 
     def verify(self) -> None:
         """Read and checksum every committed chunk and rows file; StoreError on the first fault."""
-        record = read_record(self.path)
+        record = self._record()
         n = record["committed_rows"]
         self._rows_cache.clear()
         self._id_hashes = HashRuns()
@@ -405,10 +462,12 @@ class FeatureStore:
 
 
 def _batches(record: dict[str, Any], rows: pa.Table) -> list[dict[str, Any]]:
-    """Each committed batch: its id, rows and split (splits joined by "," if it has several)."""
+    """Each live batch: its id, rows and split (splits joined by "," if it has several)."""
     out = []
+    offset = 0  # of the batch among the live rows
     for batch in record["batches"]:
-        splits = rows.column("split").slice(batch["start"], batch["stop"] - batch["start"])
+        splits = rows.column("split").slice(offset, batch["stop"] - batch["start"])
+        offset += batch["stop"] - batch["start"]
         names = pc.unique(splits).to_pylist()
         out.append(
             {
@@ -425,6 +484,30 @@ def _label_key(label: int, names: list[str]) -> str:
     if label == -1:
         return "unlabelled"
     return names[label] if label < len(names) else str(label)
+
+
+def _file_key(batch: dict[str, Any]) -> tuple[str, int | None]:
+    """A committed rows file: its name and checksum (None for a file from before checksums)."""
+    return batch["rows_file"], batch.get("crc32c")
+
+
+def _check_labels(
+    path: Location, record: dict[str, Any], labels: pa.ChunkedArray, where: str
+) -> None:
+    """StoreError unless ``labels`` are -1 (unlabelled) or a class of the store's class table
+    (any non-negative label in a store without one)."""
+    span = pc.min_max(labels).as_py()
+    if span["min"] is None:
+        return
+    names = read_classes(path, record)
+    top = len(names) - 1 if names else np.iinfo(np.int32).max
+    if span["min"] < -1 or span["max"] > top:
+        bad = span["max"] if span["max"] > top else span["min"]
+        table = classes_file(path, record)
+        raise StoreError(
+            f"{where}: label {bad}, but the class table {table} names {len(names)} classes "
+            f"(labels -1 to {top}); the store is damaged"
+        )
 
 
 def open_store(path: str | Path | Location) -> FeatureStore:

@@ -5,6 +5,7 @@ another store's batches written chunk by chunk by many processes (`CopyWriter`);
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -24,6 +25,8 @@ from imgscale.storage.layout import (
     REJECTED_SCHEMA,
     ROWS_DIR,
     ROWS_SCHEMA,
+    batch_digest,
+    check_row_ranges,
     copy_file_atomic,
     file_crc32c,
     read_classes,
@@ -376,6 +379,14 @@ class CopyWriter(_LockedWriter):
         path = self.store.path
         record = read_record(path)
         source = read_record(self.source.path)
+        check_row_ranges(self.source.path, source)
+        kept = [r["batch_id"] for r in source.get("removed", [])]
+        if kept:
+            raise StoreError(
+                f"store {self.source.path}: removed batches {kept[:5]} still have their rows in "
+                "its row chunks, and a chunk-parallel copy copies whole chunks; export its rows "
+                "(`imgscale export`) and ingest them into a new store to copy it"
+            )
         self.start, self.batches = record["committed_rows"], source["batches"]
         n = source["committed_rows"]
         self.where = (
@@ -441,40 +452,51 @@ class CopyWriter(_LockedWriter):
         write_record(self.store.path, record)
 
 
-def remove_last_batch(store: WritableStore, batch_id: str) -> int:
-    """Remove the store's last committed batch ``batch_id``; returns its rows.
+def remove_batches(store: WritableStore, batch_ids: Sequence[str]) -> int:
+    """Remove the committed batches ``batch_ids``, wherever they are in the store, in one
+    commit; returns their rows.
 
-    One atomic rewrite of the commit record (the committed rows end where the batch started),
-    under the writer lock, then its rows file and row chunks are removed: readers see the store
-    with the batch or without it, and a process killed after the commit leaves files the next
-    writer removes. Only the last batch can go: rows are addressed by position (a model records
-    the rows it was trained on, `imgscale embed` resumes from a row watermark), so removing an
-    earlier batch would silently shift what every later row number means.
+    One atomic rewrite of the commit record, under the writer lock: readers see the store with
+    the batches or without them, and a process killed before the commit leaves the old store,
+    after it the new one (the files it no longer names are removed by the next writer). A
+    removed batch leaves the record's live batches for its ``removed`` list (a tombstone): its
+    rows stay in the row chunks, which the readers skip (`storage.layout.live_mask`), so removing
+    a batch from a store of 10^7 rows writes one record instead of moving every later row. Rows
+    past the last live batch are not kept: the row array shrinks to it, and the record is the
+    one the store had before those batches were committed.
     """
     with writer_lock(store.path):
         record = read_record(store.path)
+        check_row_ranges(store.path, record)
         ids = [b["batch_id"] for b in record["batches"]]
-        if batch_id not in ids:
+        unknown = [b for b in batch_ids if b not in ids]
+        if unknown:
             raise StoreError(
-                f"store {store.path}: no batch {batch_id!r}; it has {ids[-10:]} "
+                f"store {store.path}: no batch {unknown[0]!r}; it has {ids[-10:]} "
                 "(see `imgscale info --json`)"
             )
-        position = ids.index(batch_id)
-        later = ids[position + 1 :]
-        if later:
-            newest_first = ", ".join(repr(b) for b in reversed(later[-5:]))
-            more = f" (and {len(later) - 5} more)" if len(later) > 5 else ""
-            raise StoreError(
-                f"store {store.path}: batch {batch_id!r} is followed by {len(later)} batches; "
-                "only the last batch can be removed, since rows are addressed by position "
-                f"(models' row counts, embed watermarks): remove {newest_first}{more} first, "
-                f"newest first, then {batch_id!r}, and ingest the later files again"
-            )
-        batch = record["batches"].pop()
-        record["committed_rows"] = batch["start"]
+        gone = [b for b in record["batches"] if b["batch_id"] in set(batch_ids)]
+        record["batches"] = [b for b in record["batches"] if b["batch_id"] not in set(batch_ids)]
+        extent = max((b["stop"] for b in record["batches"]), default=0)
+        tombstones = record.get("removed", []) + [
+            {
+                "batch_id": b["batch_id"],
+                "start": b["start"],
+                "stop": b["stop"],
+                "digest": batch_digest(store.path, b),
+            }
+            for b in gone
+        ]
+        # Rows cut off by the shrink are gone: their tombstones go with them.
+        record["removed"] = sorted(
+            (r for r in tombstones if r["start"] < extent), key=lambda r: r["start"]
+        )
+        if not record["removed"]:
+            del record["removed"]
+        record["committed_rows"] = extent
         write_record(store.path, record)
         remove_uncommitted(store.path, record)
-    return batch["stop"] - batch["start"]
+    return sum(b["stop"] - b["start"] for b in gone)
 
 
 def write_row_chunk(path: Path, chunk_index: int, block: np.ndarray) -> None:
