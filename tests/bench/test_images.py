@@ -4,11 +4,12 @@ every stage, source kind and cluster size it promises."""
 import numpy as np
 import pytest
 
-from imgscale.bench.images import GIST, GIST_TINY, KINDS, reference_gist, suite
-from imgscale.bench.registry import Context
+from imgscale.bench.images import GIST, GIST_TINY, KINDS, reference_gist
 from imgscale.pipeline.describe import DESCRIPTORS
+from tests.bench.conftest import RUN_SECONDS, benchmark_rows
 
-pytestmark = pytest.mark.slow
+# The tiny run of every benchmark is made by whichever test asks for it first.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_SECONDS + 60)]
 
 
 @pytest.mark.parametrize("setting", [GIST_TINY, GIST])
@@ -30,11 +31,9 @@ def test_the_peers_gist_is_the_descriptors(setting):
 
 
 @pytest.fixture(scope="module")
-def tiny_records(tmp_path_factory):
-    """A tiny run without the data dir: sklearn's digits as JPEGs."""
-    root = tmp_path_factory.mktemp("bench-images")
-    ctx = Context(scale="tiny", out=root, workdir=root / "work", benchmark="images", log=str)
-    return {r["name"]: r for r in suite(ctx)}
+def tiny_records(tiny_run):
+    """The images benchmark's rows of the session's tiny run (sklearn's digits as JPEGs)."""
+    return benchmark_rows(tiny_run, "images")
 
 
 def test_every_stage_of_every_source_kind_is_measured_beside_its_peer(tiny_records):

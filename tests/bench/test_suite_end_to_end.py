@@ -4,38 +4,15 @@ Checks that the results table, the report, the plots and the Dask performance re
 produced and parse; nothing about speed is asserted.
 """
 
-import json
-import os
-import subprocess
-import sys
-
 import matplotlib.image
 import pyarrow.parquet as pq
 import pytest
 
 from imgscale.bench.registry import benchmarks
 from imgscale.bench.results import SCHEMA
+from tests.bench.conftest import RUN_SECONDS
 
-# The limits guard against a hung benchmark, not a speed target: every registered benchmark
-# runs here, each starting clusters and commands of its own.
-RUN_SECONDS = 1200
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_SECONDS + 60)]
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    cwd = tmp_path_factory.mktemp("cwd")
-    out = cwd / "out"
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("IMGSCALE_DATA", "DASK_SCHEDULER_ADDRESS")
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "imgscale", "bench", "--scale", "tiny", "--out", str(out),
-         "--workdir", str(cwd / "work"), "--json"],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_SECONDS,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return cwd, out, json.loads(done.stdout)
 
 
 def test_every_registered_benchmark_ran_and_none_was_skipped(tiny_run):
