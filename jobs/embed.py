@@ -1,21 +1,27 @@
-"""Incremental batch embedding: embed the rows of a source store that a destination store lacks.
+"""Incremental batch embedding: embed the source batches a destination store lacks.
 
 Paper 001 §3 "Incremental Learning": unlabelled images arrive in batches (1,000 images) and are
-embedded by interpolating the fitted eigenfunctions, never by refitting. Here a batch is a range
-of source rows [start, stop), appended to the destination store as one committed batch with id
-``rows-{start}-{stop}`` and the source rows' ids, labels and splits. The destination's committed
-row count is the watermark: source rows below it are embedded, the rest are not.
+embedded by interpolating the fitted eigenfunctions, never by refitting. Here the destination
+(DST) records which batches of the source (SRC) it holds, by batch id and content digest
+(`FeatureStore.batches`): each DST batch holds source rows [a, b) of one SRC batch, with id
+``{batch}@{digest}/{a}-{b}``, and the source rows' ids, labels and splits. A run
+
+1. removes from DST the rows of SRC batches that SRC no longer holds as they were (removed, or
+   committed again with other rows under the same id): their embeddings are stale;
+2. embeds, in SRC's row order, the rows of each SRC batch that DST does not hold yet, as DST
+   batches of ``batch_rows`` rows.
 
 Why this is exactly-once: the store commits a batch atomically (a killed writer leaves the store
-unchanged), appending a committed batch id is a no-op, and each batch is written only if, under
-the store's writer lock, the destination still holds exactly ``start`` rows. A run killed at any
-instant therefore leaves a prefix of whole batches, and the next run continues from it with the
-same batch boundaries an uninterrupted run would have used.
+unchanged), a DST batch's id names the source rows it holds, and appending a committed batch id
+is a no-op. A run killed at any instant therefore leaves whole DST batches, and the next run
+continues each SRC batch after the rows DST holds of it. Resuming by batch, not by a row count,
+keeps DST right when a batch anywhere in SRC is removed or replaced.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from functools import partial
@@ -34,8 +40,13 @@ from imgscale.storage import FeatureStore, StoreError, create_or_open, create_st
 DST_CHUNK_BYTES = 16 * 2**20
 
 
-def batch_id(start: int, stop: int) -> str:
-    return f"rows-{start}-{stop}"
+# A DST batch id: the SRC batch, its digest, and the rows [a, b) of it the DST batch holds.
+PIECE = re.compile(r"^(?P<batch>.+)@(?P<digest>[0-9a-f]{8})/(?P<start>\d+)-(?P<stop>\d+)$")
+
+
+def batch_id(source: dict[str, Any], start: int, stop: int) -> str:
+    """The DST batch id of rows [start, stop) of SRC batch ``source`` (`FeatureStore.batches`)."""
+    return f"{source['batch_id']}@{source['digest']}/{start}-{stop}"
 
 
 def embedding_steps(model: BaseEstimator) -> BaseEstimator:
@@ -84,86 +95,124 @@ def embed_new_rows(
     provenance: dict | None = None,
     on_commit: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Embed SRC rows [watermark, committed_rows) into DST in batches of ``batch_rows``.
+    """Bring DST up to date with SRC: drop its stale batches, embed SRC rows it lacks.
 
-    Rows are embedded ``slab_batches`` batches at a time (default: about two source chunks, so
-    the cluster has whole chunks to work on) and committed one batch at a time.
+    Rows are embedded ``slab_batches`` DST batches at a time (default: about two source chunks,
+    so the cluster has whole chunks to work on) and committed one DST batch at a time.
     ``max_rows`` bounds the rows embedded by this run (a multiple of ``batch_rows`` keeps the
     batch boundaries of an unbounded run). ``on_commit(start, stop)`` is called after each
-    commit. Returns a summary.
+    commit with the source rows (in SRC's row order) the batch held. Returns a summary.
     """
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be positive, got {batch_rows}")
     started = time.perf_counter()
     embedding = embedding_steps(model)
     dim = output_dim(embedding)
-    n = src.committed_rows
-    meta = src.rows()
-    provenance = {"source": str(src.path.resolve()), **(provenance or {})}
+    sources = src.batches()
+    source_path = str(src.path.resolve())
+    provenance = {"source": source_path, "source_created": src.created, **(provenance or {})}
     with _destination(dst, src, dim, batch_rows, provenance) as (store, _):
         if store.dim != dim:
             raise StoreError(f"store {dst}: dim {store.dim}, but the model embeds to {dim}")
-        first = watermark = store.committed_rows
-        _check_prefix(store, meta, watermark)
-        if max_rows is not None:
-            n = min(n, watermark + int(max_rows))
+        _check_source(store, src, source_path)
+        rows_before = store.committed_rows
+        held, stale = _held_rows(store, sources)
+        if stale:
+            store.remove_batches(stale)
+        stale_batches = sorted({PIECE.match(piece)["batch"] for piece in stale})
+        rows_after_removal = store.committed_rows
         if slab_batches is None:
             slab_batches = max(1, round(2 * src.rows_per_chunk / batch_rows))
+        budget = np.inf if max_rows is None else int(max_rows)
+        meta = src.rows()
         ids = meta.column("id").to_numpy(zero_copy_only=False)
         labels = meta.column("label").to_numpy()
         splits = meta.column("split").to_numpy(zero_copy_only=False)
         features = src.features()
         batches = skipped = 0
-        stopped_by = None
-        while watermark < n and stopped_by is None:
-            slab_stop = min(n, watermark + slab_batches * batch_rows)
-            embedded = compute(embedding.transform(features[watermark:slab_stop]))[0]
-            for start in range(watermark, slab_stop, batch_rows):
-                stop = min(start + batch_rows, slab_stop)
-                rows = slice(start - watermark, stop - watermark)
-                with store.writer(batch_id(start, stop)) as writer:
-                    if writer.already_committed:
-                        skipped += 1
-                        continue
-                    if writer.start != start:
-                        # Another writer moved DST on; it owns the rest of this run's work.
-                        stopped_by = writer.start
-                        break
-                    writer.write(
-                        embedded[rows], labels[start:stop], ids[start:stop], splits[start:stop]
-                    )
-                batches += 1
-                if on_commit is not None:
-                    on_commit(start, stop)
-            watermark = slab_stop
-    final = store.committed_rows
+        first = 0  # the source batch's first row among SRC's rows
+        for source in sources:
+            done = held.get((source["batch_id"], source["digest"]), 0)
+            stop = min(source["rows"], done + budget)
+            budget -= stop - done
+            while done < stop:
+                slab_stop = min(stop, done + slab_batches * batch_rows)
+                rows = slice(first + done, first + slab_stop)
+                embedded = compute(embedding.transform(features[rows]))[0]
+                for start in range(done, slab_stop, batch_rows):
+                    end = min(start + batch_rows, slab_stop)
+                    part = slice(first + start, first + end)
+                    with store.writer(batch_id(source, start, end)) as writer:
+                        if writer.already_committed:
+                            skipped += 1
+                            continue
+                        writer.write(
+                            embedded[start - done : end - done], labels[part], ids[part],
+                            splits[part],
+                        )  # fmt: skip
+                    batches += 1
+                    if on_commit is not None:
+                        on_commit(part.start, part.stop)
+                done = slab_stop
+            first += source["rows"]
+    rows_after = store.committed_rows
+    embedded_rows = rows_after - rows_after_removal
     seconds = time.perf_counter() - started
     return {
-        "source_rows": int(n),
-        "watermark_before": int(first),
-        "watermark_after": int(final),
-        "rows_embedded": int(final - first),
+        "source_rows": int(first),
+        "rows_before": int(rows_before),
+        "rows_after": int(rows_after),
+        "rows_embedded": int(embedded_rows),
+        "stale_batches_removed": stale_batches,
+        "stale_rows_removed": int(rows_before - rows_after_removal),
         "batches_committed": int(batches),
         "batches_already_committed": int(skipped),
-        "stopped_by_other_writer": stopped_by is not None,
         "seconds": seconds,
-        "rows_per_second": (final - first) / seconds if seconds > 0 else 0.0,
+        "rows_per_second": embedded_rows / seconds if seconds > 0 else 0.0,
     }
 
 
-def _check_prefix(store: FeatureStore, meta, watermark: int) -> None:
-    """DST must hold SRC's first `watermark` rows (same ids, in order): the same pair of stores."""
-    if watermark > meta.num_rows:
+def _check_source(store: FeatureStore, src: FeatureStore, source_path: str) -> None:
+    """DST must have been embedded from SRC (the same store at the same place) by batch: a DST
+    of another source would have every batch taken as stale and removed."""
+    created = store.created
+    if created.get("source") != source_path or created.get("source_created", src.created) != (
+        src.created
+    ):
         raise StoreError(
-            f"store {store.path}: holds {watermark} rows, more than the source's {meta.num_rows}"
+            f"store {store.path}: embedded from store {created.get('source')} (created "
+            f"{created.get('source_created', {}).get('time', 'at an unknown time')}), not from "
+            f"{source_path} (created {src.created.get('time')}); it was not embedded from this "
+            "source"
         )
-    if watermark == 0:
-        return
-    held = store.ids()
-    expected = meta.column("id").to_numpy(zero_copy_only=False)[:watermark]
-    if not np.array_equal(held, expected):
-        bad = int(np.flatnonzero(held != expected)[0])
+    by_position = [b["batch_id"] for b in store.batches() if not PIECE.match(b["batch_id"])]
+    if by_position:
         raise StoreError(
-            f"store {store.path}: row {bad} has id {held[bad]!r}, the source's has "
-            f"{expected[bad]!r}; it was not embedded from this source"
+            f"store {store.path}: batches {by_position[:3]} were embedded by row position (an "
+            "earlier imgscale), which cannot tell which source batches they hold; remove "
+            f"{store.path} and run embed again"
         )
+
+
+def _held_rows(
+    store: FeatureStore, sources: list[dict[str, Any]]
+) -> tuple[dict[tuple[str, str], int], list[str]]:
+    """Rows DST holds of each SRC batch, by (batch id, digest), and the DST batches of SRC
+    batches SRC no longer holds as they were (stale)."""
+    live = {(s["batch_id"], s["digest"]) for s in sources}
+    held: dict[tuple[str, str], int] = {}
+    stale = []
+    for batch in store.batches():
+        piece = PIECE.match(batch["batch_id"])
+        key = (piece["batch"], piece["digest"])
+        if key not in live:
+            stale.append(batch["batch_id"])
+        elif int(piece["start"]) != held.get(key, 0):
+            raise StoreError(
+                f"store {store.path}: batch {batch['batch_id']!r} starts at row "
+                f"{piece['start']} of source batch {key[0]!r}, where {held.get(key, 0)} rows of "
+                "it are held; expected each source batch's rows in order"
+            )
+        else:
+            held[key] = int(piece["stop"])
+    return held, stale

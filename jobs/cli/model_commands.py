@@ -302,8 +302,10 @@ def add_class(model, store, label, split, out, replace, scheduler, as_json) -> N
 def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> None:
     """Embed the rows of store SRC that DST lacks with MODEL's embedding, appending to DST.
 
-    Each batch of source rows is one committed batch of DST (id rows-START-STOP), so a rerun
-    embeds nothing twice and a killed run resumes where it stopped (paper 001 §3).
+    DST records the source batches it holds by id and content digest (its batch ids are
+    BATCH@DIGEST/START-STOP, rows of source batch BATCH), so a rerun embeds nothing twice, a
+    killed run resumes where it stopped (paper 001 §3), and the rows of a source batch removed
+    or ingested again with other rows since are removed from DST (and the new rows embedded).
     """
     from imgscale.jobs import models
     from imgscale.jobs.cluster import shared_path
@@ -320,11 +322,17 @@ def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> 
             provenance={"model": str(shared_path(model))},
             on_commit=lambda start, stop: report_progress(stop, source.committed_rows, "embed"),
         )
+    stale = summary["stale_batches_removed"]
+    removed = (
+        f"; {summary['stale_rows_removed']} rows of source batches {stale} that changed or were "
+        "removed since were removed"
+        if stale
+        else ""
+    )
     print_summary(
         summary,
         as_json,
         f"{dst}: {summary['rows_embedded']} rows embedded in {summary['batches_committed']} "
-        f"batches, watermark {summary['watermark_before']} → {summary['watermark_after']} of "
-        f"{summary['source_rows']} ({summary['seconds']:.1f} s, "
-        f"{summary['rows_per_second']:.0f} rows/s)",
+        f"batches, {summary['rows_after']} of {summary['source_rows']} source rows held"
+        f"{removed} ({summary['seconds']:.1f} s, {summary['rows_per_second']:.0f} rows/s)",
     )

@@ -1,4 +1,4 @@
-"""`imgscale embed`: incremental batch embedding with a committed watermark (paper 001 §3).
+"""`imgscale embed`: incremental batch embedding, resumed by source batch (paper 001 §3).
 
 Reference: the model's all-at-once `transform` of every source row, and a DST written by one
 uninterrupted run.
@@ -75,7 +75,8 @@ def test_every_source_row_is_embedded_once_as_transform_gives_it(tmp_path, sourc
     assert list(dst.ids()) == list(src.ids())
     np.testing.assert_array_equal(dst.labels(), src.labels())
     assert list(dst.splits()) == list(src.splits())
-    assert dst.rows().column("batch_id")[0].as_py() == "rows-0-100"
+    digest = src.batches()[0]["digest"]
+    assert dst.rows().column("batch_id")[0].as_py() == f"first@{digest}/0-100"
 
     again = embed_new_rows(model, src, tmp_path / "dst.zarr", batch_rows=BATCH)
     assert again["rows_embedded"] == 0 and open_store(tmp_path / "dst.zarr").committed_rows == ROWS
@@ -89,7 +90,7 @@ def test_rows_added_to_the_source_are_picked_up_by_the_next_run(tmp_path, source
     X_new, labels_new = _rows(250, 1)
     src.append("second", X_new, labels_new)
     summary = embed_new_rows(model, src, tmp_path / "dst.zarr", batch_rows=BATCH)
-    assert (summary["watermark_before"], summary["watermark_after"]) == (ROWS, ROWS + 250)
+    assert (summary["rows_before"], summary["rows_after"]) == (ROWS, ROWS + 250)
     dst = open_store(tmp_path / "dst.zarr")
     np.testing.assert_array_equal(dst.features().compute()[ROWS:], model.transform(X_new))
     assert list(dst.ids()) == list(src.ids())
@@ -175,7 +176,7 @@ def test_a_sigkilled_run_resumes_to_exactly_the_uninterrupted_result(
     held = open_store(dst).committed_rows if (dst / "zarr.json").exists() else 0
     assert held % BATCH == 0 and held < ROWS  # whole batches only, and the run was cut short
     summary = embed_new_rows(model, open_store(source[0]), dst, batch_rows=BATCH)
-    assert summary["watermark_before"] == held
+    assert summary["rows_before"] == held
     _assert_same(_contents(dst), _contents(reference))
 
 
