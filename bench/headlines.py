@@ -542,6 +542,31 @@ CURVES = (
         peers=("sklearn RBFSampler-2000",),
     ),
     Curve(
+        "CIFAR-10 GIST, paper 000's embeddings",
+        "natural-embeddings",
+        r"CIFAR-10 GIST, (?:few|many) labels (?P<method>\S+) (?P<n>\d+) labelled/class",
+        (
+            ("linear", "linear ridge"),
+            ("RFF-2000", "RFF-2000 + ridge"),
+            ("Nystrom-50", "Nyström-50 + ridge"),
+            ("Nystrom-500", "Nyström-500 + ridge"),
+            ("AddKPCA-640", "AddKPCA + ridge"),
+            ("PCALap", "PCALap + ridge"),
+            ("RPLap", "RPLap + ridge"),
+        ),
+    ),
+    Curve(
+        "CIFAR-10 GIST, semi-supervised (paper 001)",
+        "natural-ale",
+        r"(?P<method>.+), (?P<n>\d+) labelled/class, per-class rate",
+        (
+            ("linear ridge", "linear ridge"),
+            ("RFF-2000 ridge", "RFF-2000 + ridge"),
+            ("ALE + SSL (eq. 3)", "ALE + SSL"),
+            ("ALE + eigenvalue ridge", "ALE + eigenvalue ridge"),
+        ),
+    ),
+    Curve(
         "MNIST, semi-supervised (paper 001)",
         "ale-ssl",
         r"mnist, (?P<method>.+), (?P<n>\d+) labelled/class, per-class rate",

@@ -292,6 +292,10 @@ def _ram_gib(machine: str) -> float | None:
     return float(m[1]) if m else None
 
 
+# Panels a row in the accuracy plot: the page stays readable on a laptop screen.
+_ACCURACY_COLUMNS = 3
+
+
 def _accuracy_plot(rows: list[dict], path: Path) -> bool:
     """One panel a :class:`~imgscale.bench.headlines.Curve` with data; False without any."""
     newest = headlines.newest(rows)
@@ -311,8 +315,12 @@ def _accuracy_plot(rows: list[dict], path: Path) -> bool:
     if not panels:
         return False
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 5.2), squeeze=False)
-    for ax, (curve, ours, theirs) in zip(axes[0], panels, strict=True):
+    columns = min(len(panels), _ACCURACY_COLUMNS)
+    grid = -(-len(panels) // columns)
+    fig, axes = plt.subplots(grid, columns, figsize=(4.6 * columns, 5.4 * grid), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (curve, ours, theirs) in zip(axes.flat[: len(panels)], panels, strict=True):
         for i, (method, legend) in enumerate(curve.methods):
             colour = f"C{i}"
             if method in ours:
