@@ -57,8 +57,10 @@ MODULES = (
     "natural_embeddings",
     "natural_hope",
     "natural_ale",
+    "natural_ncm",
     "overhead",
     "images",
+    "describe_speed",
 )
 
 
