@@ -16,6 +16,14 @@ ingesting it again. An image whose bytes are already committed under another key
 copied file, the same photo in another split) is not decoded again: it is refused as a
 duplicate, with the key it duplicates. Refused images go to the store's table of rejects
 (`imgscale info --rejected`); a refused image that is fixed is read again by the next run.
+
+With ``--pq M`` (signatures of a vocabulary, ``bow:`` or ``fisher:``), the store keeps product
+quantization codes instead of float rows (paper 002 §4.1: 64K-D Fisher vectors of 1.2M images
+take 320 GB as float32): each task encodes its rows before returning them, so float signatures
+never reach the client or the disk. The codebook is trained by the ingest that creates the
+store, on the signatures of a sample of the source's images (``--pq-sample``, drawn as
+``fit-features`` draws its sample, computed on the workers), and kept in the store; every later
+ingest into the store encodes with that codebook, so a store never holds codes of two codebooks.
 """
 
 from __future__ import annotations
@@ -30,13 +38,22 @@ from typing import Any
 import numpy as np
 
 from imgscale.jobs.fanout import stream_map
-from imgscale.jobs.features import Features, check_same_features, features_of_store, parse_features
+from imgscale.jobs.features import (
+    VOCABULARY_KINDS,
+    Features,
+    check_same_features,
+    features_of_store,
+    parse_features,
+)
+from imgscale.jobs.fit_features import SampledPartition, sample_partitions
+from imgscale.pipeline.pq_codec import PQCodec, check_m
 from imgscale.storage import (
     FeatureStore,
     ImagePartition,
     ImageRejected,
     StoreError,
     create_or_open,
+    create_pq_store,
     create_store,
     decode_image,
     open_image_source,
@@ -49,6 +66,8 @@ IMAGES_PER_PARTITION = 256
 # Tasks in flight per worker thread: enough to keep every core busy while results come back.
 TASKS_PER_THREAD = 2
 EMPTY_SHA256 = hashlib.sha256(b"").digest()
+# Images whose signatures train a PQ codebook: 16 a centroid, 1 GiB of 64K-D signatures.
+DEFAULT_PQ_SAMPLE = 4096
 
 
 @dataclass(frozen=True)
@@ -122,8 +141,11 @@ class Described:
     images_seen: int = 0
 
 
-def describe_partition(features: Features, known: Known, partition: ImagePartition) -> Described:
-    """Read, hash, decode and describe one partition's new images (runs on a worker)."""
+def describe_partition(
+    features: Features, known: Known, codec: PQCodec | None, partition: ImagePartition
+) -> Described:
+    """Read, hash, decode and describe one partition's new images (runs on a worker); with a
+    ``codec``, the rows are its codes of the descriptors."""
     out = Described()
     decoded = []
     for image in read_partition(partition, skip=known.has_key):
@@ -145,7 +167,37 @@ def describe_partition(features: Features, known: Known, partition: ImagePartiti
         out.labels.append(image.label)
         out.digests.append(digest)
     out.rows = features.describe(decoded)
+    if codec is not None:
+        out.rows = codec.encode(out.rows)
     return out
+
+
+def describe_sampled(features: Features, item: SampledPartition) -> np.ndarray:
+    """Float rows of a partition's sampled images that decode (runs on a worker)."""
+    skip = None if item.keys is None else (lambda key: key not in item.keys)
+    decoded = []
+    for image in read_partition(item.partition, skip=skip):
+        if item.limit is not None and len(decoded) >= item.limit:
+            break
+        if image.problem is None:
+            try:
+                decoded.append(decode_image(image.data, features.requests))
+            except ImageRejected:
+                continue
+    return features.describe(decoded)
+
+
+def train_codec(plan: IngestPlan, client: Any) -> tuple[PQCodec, int]:
+    """A PQ codec of ``plan.pq`` sub-quantizers trained on the signatures of ``plan.pq_sample``
+    images of the source, computed on ``client``'s cluster and gathered here, and the number of
+    signatures it was trained on."""
+    items = sample_partitions(plan.source, plan.pq_sample, plan.pq_seed, plan.source_options)
+    futures = client.map(describe_sampled, [plan.features] * len(items), items, pure=False)
+    rows = np.concatenate(client.gather(futures))
+    try:
+        return PQCodec.train(rows, plan.pq, seed=plan.pq_seed), len(rows)
+    except ValueError as exc:
+        raise ValueError(f"--pq-sample {plan.pq_sample}: {exc}") from None
 
 
 @dataclass
@@ -175,6 +227,13 @@ class IngestPlan:
     partitions: list[ImagePartition]
     total: int | None
     started: float = field(default_factory=time.perf_counter)
+    pq: int | None = None
+    """Sub-quantizers of the codes the store keeps (None: float rows)."""
+    codec: PQCodec | None = None
+    """The existing store's codec; None when this ingest trains it (or keeps float rows)."""
+    pq_sample: int = DEFAULT_PQ_SAMPLE
+    pq_seed: int = 0
+    source_options: dict[str, str] | None = None
 
 
 def plan_ingest(
@@ -184,10 +243,14 @@ def plan_ingest(
     features: str | None = None,
     images_per_partition: int = IMAGES_PER_PARTITION,
     source_options: dict[str, str] | None = None,
+    pq: int | None = None,
+    pq_sample: int = DEFAULT_PQ_SAMPLE,
+    pq_seed: int = 0,
 ) -> IngestPlan:
     """List SOURCE and keep the partitions with images STORE lacks. ``features`` is
     ``--features``: required for a new store; an existing one is described as its record says,
-    and refuses other descriptors."""
+    and refuses other descriptors. ``pq`` is ``--pq``: a new store keeps codes of that many
+    sub-quantizers; an existing store keeps its encoding, and refuses another."""
     started = time.perf_counter()
     images = open_image_source(source, **(source_options or {}))
     existing = _open_existing(store_path)
@@ -202,6 +265,9 @@ def plan_ingest(
         described_by = parse_features(features)
         if existing is not None:
             check_same_features(existing.descriptor, described_by, str(store_path))
+    pq, codec = _pq_of(described_by, existing, pq, str(store_path))
+    if pq_sample < 1:
+        raise ValueError(f"--pq-sample {pq_sample}: expected at least 1 image")
     partitions = images.partitions(images_per_partition)
     counts = _new_images(partitions, existing)
     total = None
@@ -209,7 +275,40 @@ def plan_ingest(
         partitions = [p for p, n in zip(partitions, counts, strict=True) if n]
         total = sum(counts)
     known = known_of(existing) if partitions else known_of(None)
-    return IngestPlan(source, store_path, described_by, known, partitions, total, started)
+    return IngestPlan(
+        source, store_path, described_by, known, partitions, total, started,
+        pq, codec, pq_sample, pq_seed, source_options,
+    )  # fmt: skip
+
+
+def _pq_of(
+    features: Features, existing: FeatureStore | None, pq: int | None, store: str
+) -> tuple[int | None, PQCodec | None]:
+    """(sub-quantizers, the existing store's codec) of an ingest given ``--pq`` (or not)."""
+    if existing is not None and existing.encoding == "pq":
+        codec = existing.codec
+        if pq is not None and pq != codec.m:
+            raise StoreError(
+                f"store {store}: holds PQ codes of {codec.m} sub-quantizers; refusing --pq {pq} "
+                "(rows of another codebook; use another store)"
+            )
+        return codec.m, codec
+    if pq is None:
+        return None, None
+    if existing is not None:
+        raise StoreError(
+            f"store {store}: holds float rows; refusing --pq {pq} (codes go to a new store)"
+        )
+    if not any(e["name"] in VOCABULARY_KINDS for e in features.record["features"]):
+        raise ValueError(
+            f"--pq {pq}: for signatures of a vocabulary (--features fisher:VOCAB.model or "
+            f"bow:VOCAB.model); --features {features.label} has none"
+        )
+    try:
+        check_m(features.dim, pq)
+    except ValueError as exc:
+        raise ValueError(f"--pq {pq}: {exc}") from None
+    return pq, None
 
 
 def ingest_images(
@@ -226,15 +325,24 @@ def ingest_images(
     kill loses. ``progress(done, total, rows, refused)`` is called as partitions finish.
     """
     described_by = plan.features
-    create = partial(
-        create_store,
-        dim=described_by.dim,
-        descriptor=described_by.record,
-        provenance={"source": str(plan.source)},
-    )
+    provenance = {"source": str(plan.source)}
+    if plan.pq is None:
+        create = partial(
+            create_store, dim=described_by.dim, descriptor=described_by.record,
+            provenance=provenance,
+        )  # fmt: skip
+    else:
+        codec, sampled = (plan.codec, 0) if plan.codec else train_codec(plan, client)
+        source = {"source": str(plan.source), "sample_images": sampled, "seed": plan.pq_seed}
+        create = partial(
+            create_pq_store, codec=codec, descriptor=described_by.record,
+            provenance=provenance, source=source,
+        )  # fmt: skip
     summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0}
     with create_or_open(plan.store_path, create) as (store, _):
         check_same_features(store.descriptor, described_by, str(plan.store_path))
+        # The store's own codec: another ingest may have created the store meanwhile.
+        codec = _pq_of(described_by, store, plan.pq, str(plan.store_path))[1]
         commit_rows = commit_rows or store.rows_per_chunk
         threads = max(1, sum(client.nthreads().values())) if plan.partitions else 1
         pending, last_commit = _Pending(), time.monotonic()
@@ -242,7 +350,7 @@ def ingest_images(
         results = stream_map(
             client,
             describe_partition,
-            (described_by, plan.known),
+            (described_by, plan.known, codec),
             plan.partitions,
             in_flight=TASKS_PER_THREAD * threads,
         )

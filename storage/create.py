@@ -95,15 +95,19 @@ def create_pq_store(
     rows_per_chunk: int | None = None,
     provenance: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
+    descriptor: dict[str, Any] | None = None,
 ) -> FeatureStore:
     """Create an empty coded store at ``path`` holding ``codec`` (a PQ codec,
-    `imgscale.pipeline.pq_codec.PQCodec`); rows are appended as its codes.
+    `imgscale.pipeline.pq_codec.PQCodec`); rows are appended as its codes. ``descriptor``: as
+    for `create_store`, when the codes are of signatures computed from images.
 
     ``rows_per_chunk`` defaults to that of a raw store of the same D, so a decoded chunk is the
     usual ~64 MiB of float32 and every estimator sees the same task sizes on either store.
     """
     path = location(path)
     record = {"schema_version": PQ_SCHEMA_VERSION, **coded_record(path, codec, source)}
+    if descriptor is not None:
+        record["descriptor"] = descriptor
 
     def arrays(rows_per_chunk: int) -> None:
         new_coded_store(path, codec, rows_per_chunk)

@@ -64,6 +64,19 @@ from imgscale.jobs.runs import RecordedCommand
 @click.option("--split", default="train", show_default=True, help="Split name for these rows.")
 @click.option("--batch-id", help="Commit id (default: a hash of the rows' content).")
 @click.option(
+    "--pq",
+    type=click.IntRange(min=1),
+    metavar="M",
+    help="Images with bow:/fisher: features: keep M bytes a row, product quantization codes "
+    "(M sub-vectors, 256 centroids each; M divides the dimension), never the float rows. The "
+    "ingest creating STORE trains the codebook; later ones use it (default: STORE's encoding).",
+)
+@click.option(
+    "--pq-sample",
+    type=click.IntRange(min=1),
+    help="--pq: images drawn from SRC (seeded) whose signatures train the codebook [4096].",
+)
+@click.option(
     "--commit-rows",
     type=click.IntRange(min=1),
     help="Images: rows a commit holds at most (default: a chunk of rows; a commit a minute at "
@@ -86,6 +99,8 @@ def ingest(
     class_names_path,
     split,
     batch_id,
+    pq,
+    pq_sample,
     commit_rows,
     scheduler,
     as_json,
@@ -112,10 +127,13 @@ def ingest(
             src, store, features, split, scheduler, as_json, commit_rows,
             {"image_column": image_column, "label_column": y_key or "label",
              "id_column": ids_key or "id", "path_column": path_column},
+            {"pq": pq, **({"pq_sample": pq_sample} if pq_sample else {})},
         )  # fmt: skip
         return
     if commit_rows:
         raise click.UsageError("--commit-rows: for images; a file of vectors is one commit")
+    if pq or pq_sample:
+        raise click.UsageError("--pq: for images; `imgscale compress` codes a store of vectors")
     from imgscale.storage import ingest_file, read_class_names
 
     if not Path(src).is_file():
@@ -173,7 +191,7 @@ def _is_image_source(src: str, features: str | None, store: str) -> bool:
 
 
 def _ingest_images(
-    src, store, features, split, scheduler, as_json, commit_rows, source_options
+    src, store, features, split, scheduler, as_json, commit_rows, source_options, pq_options
 ) -> None:
     from imgscale.jobs.cluster import connect, shared_path
     from imgscale.jobs.ingest_images import ingest_images, nothing_to_do, plan_ingest
@@ -182,7 +200,7 @@ def _ingest_images(
     if not is_url(src):
         src = str(shared_path(src))
     store = shared_path(store)
-    plan = plan_ingest(src, store, features=features, source_options=source_options)
+    plan = plan_ingest(src, store, features=features, source_options=source_options, **pq_options)
     if not plan.partitions and plan.total == 0:  # every image listed is in the store
         summary = nothing_to_do(plan)
     else:
