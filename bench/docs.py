@@ -5,7 +5,9 @@ merges a run's table into ``DOCS/results.parquet`` (a figure measured again repl
 of the same benchmark and scale), copies the run's plots into ``DOCS/images/`` and writes both
 documents from the merged table: for each benchmark, what it measures (its module's docstring),
 then per scale the machine, the commit, the command, and each figure beside its peer or anchor
-with the ratio. Speed and scale benchmarks go to benchmarks.md, accuracy ones to results.md.
+with the ratio; a figure recorded without one stands beside another figure of its run or says
+what it is for (:mod:`imgscale.bench.peers`). Speed and scale benchmarks go to benchmarks.md,
+accuracy ones to results.md.
 
 Each document opens with a summary: per benchmark, the figures that answer its question
 (:mod:`imgscale.bench.headlines`) beside their peers, newest run at the largest scale. A run
@@ -23,7 +25,7 @@ import inspect
 import shutil
 from pathlib import Path
 
-from imgscale.bench import headlines, report, results, staleness, summary
+from imgscale.bench import headlines, peers, report, results, staleness, summary
 from imgscale.bench.registry import SCALES, Benchmark, benchmarks
 from imgscale.bench.staleness import Change
 
@@ -160,7 +162,7 @@ def _section(
                 f"**Scale {scale}.** Machine: {first['machine']}. Commit "
                 f"{first['commit'] or 'unknown'}{when}. Command: `{first['command']}`{note}",
                 "",
-                report.table(run),
+                report.table(peers.annotate(run)),
             ]
         for image in sorted((docs / IMAGES).glob(f"{name}-{scale}-*.png")):
             lines += [f"![{image.stem}]({IMAGES}/{image.name})", ""]

@@ -13,7 +13,8 @@ def number(value: float | None) -> str:
 
 
 def table(table_rows: list[dict]) -> str:
-    """figure | value | unit | peer | peer value | ratio, one line per row."""
+    """figure | value | unit | peer | peer value | ratio, one line per row; a row without a peer
+    says in the peer column what it is for (its ``purpose``, :mod:`imgscale.bench.peers`)."""
     lines = [
         "| figure | value | unit | peer | peer value | ratio |",
         "|---|---:|---|---|---:|---:|",
@@ -21,10 +22,16 @@ def table(table_rows: list[dict]) -> str:
     for r in table_rows:
         ratio = f"{r['ratio']:.3f}" if r.get("ratio") is not None else ""
         lines.append(
-            f"| {r['name']} | {number(r['value'])} | {r['unit']} | {r.get('peer') or ''} "
+            f"| {r['name']} | {number(r['value'])} | {r['unit']} | {_peer(r)} "
             f"| {number(r.get('peer_value'))} | {ratio} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _peer(row: dict) -> str:
+    if row.get("peer"):
+        return row["peer"]
+    return f"*none — {row['purpose']}*" if row.get("purpose") else ""
 
 
 def ratio_plot(table_rows: list[dict], path: Path, title: str) -> bool:
