@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -46,7 +47,7 @@ from imgscale.jobs.features import (
     parse_features,
 )
 from imgscale.jobs.fit_features import SampledPartition, sample_partitions
-from imgscale.pipeline.pq_codec import PQCodec, check_m
+from imgscale.pipeline.pq_codec import PQCodec, check_m, check_training_rows
 from imgscale.storage import (
     FeatureStore,
     ImagePartition,
@@ -189,15 +190,45 @@ def describe_sampled(features: Features, item: SampledPartition) -> np.ndarray:
 
 def train_codec(plan: IngestPlan, client: Any) -> tuple[PQCodec, int]:
     """A PQ codec of ``plan.pq`` sub-quantizers trained on the signatures of ``plan.pq_sample``
-    images of the source, computed on ``client``'s cluster and gathered here, and the number of
-    signatures it was trained on."""
+    images of the source, and the number of signatures it was trained on.
+
+    The signatures are computed on ``client``'s cluster and gathered here; the sub-quantizers
+    are then trained on the workers, a block of sub-spaces a task (`train_sub_spaces`): each
+    sub-space's k-means sees only its own columns, so the codebook is the one `PQCodec.train`
+    learns on all of them at once, and the 8,192 k-means of a 64K-D codebook share the cores.
+    """
     items = sample_partitions(plan.source, plan.pq_sample, plan.pq_seed, plan.source_options)
     futures = client.map(describe_sampled, [plan.features] * len(items), items, pure=False)
     rows = np.concatenate(client.gather(futures))
     try:
-        return PQCodec.train(rows, plan.pq, seed=plan.pq_seed), len(rows)
+        check_training_rows(len(rows))
     except ValueError as exc:
         raise ValueError(f"--pq-sample {plan.pq_sample}: {exc}") from None
+    dsub = rows.shape[1] // plan.pq
+    threads = max(1, sum(client.nthreads().values()))
+    blocks = np.array_split(np.arange(plan.pq), min(plan.pq, TASKS_PER_THREAD * threads))
+    parts = [np.ascontiguousarray(rows[:, b[0] * dsub : (b[-1] + 1) * dsub]) for b in blocks]
+    del rows
+    seeds = [plan.pq_seed] * len(parts)
+    codebooks = client.gather(
+        client.map(train_sub_spaces, parts, [len(b) for b in blocks], seeds, pure=False)
+    )
+    return PQCodec(np.concatenate(codebooks)), len(parts[0])
+
+
+def train_sub_spaces(columns: np.ndarray, m: int, seed: int) -> np.ndarray:
+    """Codebook (m, 256, dsub) of ``m`` consecutive sub-spaces of the training rows, trained on
+    their columns alone (runs on a worker; faiss on one thread, as the worker has one core)."""
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        with warnings.catch_warnings():  # the client warned of a small sample already
+            warnings.simplefilter("ignore")
+            return PQCodec.train(columns, m, seed=seed).codebook
+    finally:
+        faiss.omp_set_num_threads(threads)
 
 
 @dataclass

@@ -87,17 +87,7 @@ class PQCodec:
         sample = np.ascontiguousarray(sample, dtype=np.float32)
         n, dim = sample.shape
         check_m(dim, m)
-        if n < KSUB:
-            raise ValueError(
-                f"PQ training: {n} rows; expected at least {KSUB} (one per centroid), "
-                f"ideally {MIN_TRAIN_PER_CENTROID * KSUB}"
-            )
-        if n < MIN_TRAIN_PER_CENTROID * KSUB:
-            warnings.warn(
-                f"PQ training on {n} rows: fewer than {MIN_TRAIN_PER_CENTROID}×{KSUB} = "
-                f"{MIN_TRAIN_PER_CENTROID * KSUB}; centroids will be poorly placed",
-                stacklevel=2,
-            )
+        check_training_rows(n, stacklevel=3)
         if not np.isfinite(sample).all():
             raise ValueError("PQ training: sample has NaN/inf values; expected finite rows")
         rotation = random_rotation(dim, seed) if rotate else None
@@ -316,6 +306,21 @@ def _one_thread_blas_search() -> Iterator[None]:
                     faiss.cvar.distance_compute_blas_threshold,
                     faiss.cvar.distance_compute_blas_query_bs,
                 ) = _search_saved
+
+
+def check_training_rows(n: int, stacklevel: int = 2) -> None:
+    """ValueError below one training row a centroid; a warning below `MIN_TRAIN_PER_CENTROID`."""
+    if n < KSUB:
+        raise ValueError(
+            f"PQ training: {n} rows; expected at least {KSUB} (one per centroid), "
+            f"ideally {MIN_TRAIN_PER_CENTROID * KSUB}"
+        )
+    if n < MIN_TRAIN_PER_CENTROID * KSUB:
+        warnings.warn(
+            f"PQ training on {n} rows: fewer than {MIN_TRAIN_PER_CENTROID}×{KSUB} = "
+            f"{MIN_TRAIN_PER_CENTROID * KSUB}; centroids will be poorly placed",
+            stacklevel=stacklevel,
+        )
 
 
 def check_m(dim: int, m: int) -> None:

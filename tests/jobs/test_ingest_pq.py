@@ -7,6 +7,7 @@ naming it."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,9 @@ from PIL import Image
 from sklearn.datasets import load_sample_images
 
 from imgscale.jobs.cli import cli
+from imgscale.jobs.fit_features import sample_partitions
 from imgscale.jobs.models import load
+from imgscale.pipeline.pq_codec import PQCodec
 from imgscale.storage import open_store
 
 pytestmark = pytest.mark.slow
@@ -104,6 +107,18 @@ def test_the_codes_are_the_codebooks_encoding_of_the_signatures(photos, vocabula
     # their spread around their mean does.
     error = np.mean(np.sum((codec.decode(train) - X) ** 2, axis=1))
     assert error < 0.2 * np.mean(np.sum((X - X.mean(axis=0)) ** 2, axis=1))
+
+
+def test_the_codebook_is_pq_trained_on_the_sampled_signatures(photos, vocabularies, coded):
+    """Trained a block of sub-spaces a task on the workers, it is the codebook PQCodec.train
+    learns from all the sample's columns at once (every image here: the sample is 4,096)."""
+    items = sample_partitions(str(photos / "train"), 4096, 0)
+    keys = [key for item in items for key in item.partition.keys if key in item.keys]
+    assert len(keys) == 300
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 300 rows: fewer than faiss's 39 a centroid
+        expected = PQCodec.train(signatures(photos / "train", keys, vocabularies[0]), 8)
+    np.testing.assert_allclose(open_store(coded).codec.codebook, expected.codebook, atol=1e-6)
 
 
 # zarr warns of the store's folders that are not zarr (its rows and classes tables).
