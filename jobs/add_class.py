@@ -36,10 +36,13 @@ def add_class(
     ``store`` that class's only rows; ``replace`` of a class the model does not have is refused
     (it would add a class where the caller meant to change one). Returns a summary: ``label``,
     ``class_index`` (its label in the model), ``rows``, ``classes``, ``seconds``,
-    ``from_codes``. Writes to ``out`` if given, else replaces ``model_path``.
+    ``from_codes``, ``store_changes`` (`models.store_changes`: the batches of the store the
+    model was trained on that ``store`` no longer holds as they were, or None). Writes to
+    ``out`` if given, else replaces ``model_path``.
     """
     started = time.perf_counter()
     model, provenance = models.load(model_path)
+    changes = models.store_changes(provenance, store, model_path)
     *embeddings, classifier = models.model_steps(model)
     if not isinstance(classifier, NearestClassMean):
         raise ValueError(
@@ -95,6 +98,7 @@ def add_class(
         "rows": rows,
         "classes": len(classifier.classes_),
         "from_codes": from_codes,
+        "store_changes": changes,
         "seconds": time.perf_counter() - started,
     }
 

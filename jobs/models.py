@@ -22,7 +22,7 @@ from sklearn.pipeline import Pipeline, make_pipeline
 
 from imgscale.jobs.methods import estimator_class, model_classes
 from imgscale.pipeline.fitted import check_fitted_shapes, fitted_shapes
-from imgscale.storage import SavedStep, StoreError, load_model, save_model
+from imgscale.storage import FeatureStore, SavedStep, StoreError, load_model, save_model
 
 # Class name → "module:Class" (`jobs.methods.estimator_class` imports it).
 MODEL_CLASSES: dict[str, str] = {ref.split(":")[1]: ref for ref in model_classes()}
@@ -67,6 +67,51 @@ def save(
         **provenance,
     }
     save_model(path, steps, provenance, replace=replace)
+
+
+def store_provenance(store: FeatureStore) -> dict:
+    """What a model records of the store it is trained on: the store's creation stamp and its
+    live batches (id and content digest), so `store_changes` can tell later which of them the
+    store no longer holds as they were."""
+    return {
+        "store_created": store.created,
+        "store_batches": [[b["batch_id"], b["digest"]] for b in store.batches()],
+    }
+
+
+def store_changes(provenance: dict, store: FeatureStore, path: str | os.PathLike) -> str | None:
+    """One line naming the batches of ``store`` that the model at ``path`` was trained with and
+    that it no longer holds as they were (removed, or ingested again with other rows), or None.
+
+    A warning, not a refusal: the model is still the model it was, and scoring it on the store
+    as it is now is a fair question (how does the model that learned from a mislabelled batch
+    do without it?), but its rows no longer are the rows it learned from, so it is said each
+    time. Batches added since are not named: a store that grows is scored by the same model
+    every scheduled run. A model trained on another store, or saved without the record (before
+    models recorded it, or from Python), is not compared.
+    """
+    recorded = provenance.get("store_batches")
+    if recorded is None or provenance.get("store_created") != store.created:
+        return None
+    now = {b["batch_id"]: b["digest"] for b in store.batches()}
+    removed = [batch for batch, _ in recorded if batch not in now]
+    changed = [batch for batch, digest in recorded if batch in now and now[batch] != digest]
+    if not removed and not changed:
+        return None
+    what = []
+    if removed:
+        what.append(f"removed since: {_names(removed)}")
+    if changed:
+        what.append(f"ingested again with other rows since: {_names(changed)}")
+    return (
+        f"model {path} was trained when store {store.path} held batches it no longer holds as "
+        f"they were ({'; '.join(what)}); train it again to learn from the store as it is"
+    )
+
+
+def _names(batches: list[str]) -> str:
+    more = f" and {len(batches) - 5} more" if len(batches) > 5 else ""
+    return ", ".join(map(repr, batches[:5])) + more
 
 
 def load(path: str | os.PathLike) -> tuple[BaseEstimator, dict]:

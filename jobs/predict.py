@@ -126,7 +126,9 @@ def predict_new_rows(
         if store.ids()[first - 1] != last_id:
             raise ValueError(
                 f"{folder}: its row {first - 1} is {last_id!r}, store {store.path}'s is "
-                f"{store.ids()[first - 1]!r}; these predictions are of another store"
+                f"{store.ids()[first - 1]!r}; a batch was removed from the store since (its "
+                "rows moved up) or these predictions are of another store: predict into a new "
+                "folder"
             )
     if first == n:
         return first, 0

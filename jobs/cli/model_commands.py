@@ -41,6 +41,12 @@ def method_options(command):
     return command
 
 
+def warn(message: str | None) -> None:
+    """A warning on stderr, one line (the model's store changed since it was trained)."""
+    if message is not None:
+        click.echo(f"imgscale: warning: {message}", err=True)
+
+
 # click keeps the lines of a paragraph that starts with \b as they are.
 METHOD_LIST = "\b\nMethods:\n" + "\n".join(
     f"  {m.name:<12} {m.help}" for m in methods.METHODS.values()
@@ -140,6 +146,7 @@ def train(
             rows=len(feature_store.labels(split)),
             committed_rows=feature_store.committed_rows,
             class_names=feature_store.class_names,
+            **models.store_provenance(feature_store),
             **sample,
         )
     steps = models.model_steps(fitted)
@@ -191,6 +198,7 @@ def predict(model, store, out, split, top_k, new_rows, scheduler, as_json) -> No
         check_new_path(out, "OUT")
     fitted, provenance = models.load(model)
     with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
+        warn(models.store_changes(provenance, feature_store, model))
         names = model_class_names(provenance, feature_store)
         if new_rows:
             first, rows = predict_new_rows(fitted, feature_store, out, k=top_k, class_names=names)
@@ -222,6 +230,7 @@ def evaluate(model, store, split, scheduler, as_json) -> None:
 
     fitted, provenance = models.load(model)
     with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
+        warn(models.store_changes(provenance, feature_store, model))
         names = model_class_names(provenance, feature_store)
         result = evaluate_model(fitted, feature_store, split, names)
     lines = [
@@ -282,6 +291,7 @@ def add_class(model, store, label, split, out, replace, scheduler, as_json) -> N
     check_new_path(out, "--out")
     with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
         summary = add_class_job(model, feature_store, label, split=split, out=out, replace=replace)
+    warn(summary["store_changes"])
     source = "codes" if summary["from_codes"] else "rows"
     message = (
         f"{out or model}: added {label!r} (label {summary['class_index']}) from "

@@ -342,11 +342,13 @@ def fit_features(
 @json_option
 @verbose_option
 def remove_batch(store, batch_id, as_json) -> None:
-    """Remove the last committed batch BATCH_ID from STORE (one atomic commit).
+    """Remove the committed batch BATCH_ID, any of STORE's batches, in one atomic commit.
 
-    Only the last batch: rows are addressed by position (a model's row count, embed's
-    watermark), so an earlier batch goes after the batches that follow it, newest first, which
-    are then ingested again. Batch ids and their splits are listed by `imgscale info STORE --json`.
+    Every command then reads the other batches' rows only. The removed rows stay in the row
+    chunks, skipped, unless BATCH_ID is the last batch (`imgscale info` counts them). A model
+    trained on STORE before says which of its batches were removed when it is evaluated,
+    predicts or gets a class; `imgscale embed` removes their rows from the stores it embedded
+    them into. Batch ids and their splits are listed by `imgscale info STORE --json`.
     """
     from imgscale.storage import open_store
 

@@ -10,12 +10,13 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from imgscale.storage import StoreError, create_store, export_rows, open_store
+from imgscale.storage import StoreError, create_pq_store, create_store, export_rows, open_store
 from tests.conftest import wait_for_report
 from tests.storage.conftest import random_rows
 
@@ -167,3 +168,51 @@ def test_a_sigkill_mid_removal_leaves_the_old_or_the_new_store(tmp_path, point):
     store.append("e", random_rows(4, 9, DIM), [0, 1, 2, 0])
     assert not (point == "after_commit" and (store.path / "rows" / "000000000013.parquet").exists())
     assert open_store(store.path).committed_rows == (43 if point == "before_commit" else 32)
+
+
+def _pq_store(path: Path, codec, names: list[str]):
+    store = create_pq_store(path, codec, class_names=["x", "y", "z"], rows_per_chunk=CHUNK)
+    for seed, name in enumerate(BATCHES):
+        if name in names:
+            n, split = BATCHES[name]
+            codes = codec.encode(random_rows(n, seed, DIM * 2))
+            store.append(name, codes, np.arange(n) % 3, split=split)
+    return store
+
+
+def _codec(dim: int, m: int):
+    from imgscale.pipeline.pq_codec import PQCodec
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # few training rows: the codebook's quality is not tested
+        return PQCodec.train(random_rows(600, 99, dim), m, seed=0, niter=4)
+
+
+def test_a_coded_store_reads_codes_and_decoded_rows_without_the_batch(tmp_path):
+    codec = _codec(DIM * 2, 2)
+    store = _pq_store(tmp_path / "pq.zarr", codec, list(BATCHES))
+    reference = _pq_store(tmp_path / "ref.zarr", codec, ["a", "c", "d"])
+    store.remove_batch("b")
+    for split in (None, "train", "test"):
+        np.testing.assert_array_equal(
+            store.codes(split).compute(), reference.codes(split).compute()
+        )
+        np.testing.assert_array_equal(
+            store.features(split).compute(), reference.features(split).compute()
+        )
+    assert store.labels().tolist() == reference.labels().tolist()
+    store.verify()
+
+
+def test_a_chunk_copy_of_a_store_with_removed_rows_on_disk_is_refused_by_name(tmp_path):
+    from imgscale.storage import CopyWriter
+
+    store = _store(tmp_path / "s.zarr", list(BATCHES))
+    store.remove_batch("b")
+    codec = _codec(DIM, 1)
+    copy = create_pq_store(tmp_path / "copy.zarr", codec, rows_per_chunk=CHUNK)
+    with pytest.raises(StoreError) as refused, CopyWriter(copy, store):
+        pass
+    message = str(refused.value)
+    assert message.startswith(f"store {store.path}: removed batches ['b'] still have their rows")
+    assert open_store(copy.path).committed_rows == 0
