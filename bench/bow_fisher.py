@@ -23,6 +23,12 @@ Protocol (the splits of ``imgscale bench cifar10-gist``: the train parquet's fir
   kNN with the same metric, trained on every train row; flat top-1 and top-5 error beside the
   per-class rate. The issue's finding to check: Fisher vectors with ridge or learned-metric NCM
   above GIST with RFF-4000 (paper 002 Table 2's direction: richer signatures beat GIST).
+- **64K-D Fisher vectors as PQ codes** (paper 002 §4.1, §5): 256 Gaussians on the same 64-D
+  projections, 2 × 2 × 256 × 64 = 65,536-D, ingested straight to product quantization codes of
+  8-D sub-vectors (``imgscale ingest --pq 8192``: 8 KiB a row; the float signatures are never
+  written), the codebook trained on 4,096 train signatures; NCM, learned-metric NCM and kNN on
+  the codes, each beside the same classifier on the 4K-D float signatures (paper 002 Table 2:
+  64K-D PQ at least as good as 4K-D float). No ridge: its 65,536² Gram matrix is 32 GiB.
 - **GIST**: gist-tiny (320-D at 32×32) with linear ridge and RFF-4000 on every train row, the
   figure the Fisher vectors stand beside (`imgscale bench cifar10-gist` runs it by size).
 
@@ -32,7 +38,7 @@ Small scale uses 10,000 train, 2,000 validation and 2,000 test images, at 100 la
 a class and every train row. Tiny is a toy that checks the commands: 1,000 train and 500 test
 images (sklearn's digits as JPEGs without the data folder), no validation split, a 50-word
 dictionary and 4 Gaussians on 16-D projections, linear and SQRT bags of words and NCM on Fisher
-vectors, no GIST.
+vectors, the same 256-D Fisher vectors PQ-coded (32 sub-vectors) for the PQ arm, no GIST.
 """
 
 from __future__ import annotations
@@ -62,6 +68,11 @@ FISHER_METHODS = {
     "NCM, learned metric": ["--method", "ncm-metric"],
     "kNN, learned metric": ["--method", "knn"],
 }
+# Paper 002 §5 scores its PQ-coded 64K-D signatures with NCM and kNN (ridge's D × D Gram
+# would be 32 GiB at 64K-D).
+PQ_METHODS = ("NCM", "NCM, learned metric", "kNN, learned metric")
+# Dimensions a PQ sub-vector (paper 002 §4.1: 8-D sub-vectors, 256 centroids, one byte each).
+PQ_SUBVECTOR = 8
 PATCHES = ["--image-size", "64", "--patch-size", "16", "--step", "8"]
 
 
@@ -73,6 +84,7 @@ PATCHES = ["--image-size", "64", "--patch-size", "16", "--step", "8"]
     kind="accuracy",
 )
 def suite(ctx: Context) -> list[dict]:
+    pq_gaussians = ctx.pick(tiny=4, small=256, medium=256, large=256)
     sizes, sample, words, gaussians, components = ctx.pick(
         tiny=((1_000, 300, 500), 200, 50, 4, 16),
         small=((10_000, 2_000, 2_000), 2_000, 400, 16, 64),
@@ -124,10 +136,45 @@ def suite(ctx: Context) -> list[dict]:
     fisher = scratch / "fisher.zarr"
     out += _ingest(run, f"fisher:{fisher_model}", fisher, splits)
     name = f"FV-{gaussians}"
+    float_rates = {}
     for method, options in fisher_methods.items():
-        _, records = _train(
+        rates, records = _train(
             run, fisher, f"{name} {method}", options, "all", range(1), gist_rff,
             peer="GIST RFF-4000, same splits",
+        )  # fmt: skip
+        float_rates[method] = rates["per_class_rate"]
+        out += records
+
+    if pq_gaussians != gaussians:
+        fisher_model = scratch / "fisher-pq.model"
+        out += _fit(run, splits["train"], fisher_model, "fisher", "--gaussians", pq_gaussians,
+                    "--components", components, "--sample", sample)  # fmt: skip
+    pq_methods = {m: FISHER_METHODS[m] for m in PQ_METHODS if m in fisher_methods}
+    out += fisher_pq_arm(run, splits, fisher_model, 2 * 2 * pq_gaussians * components,
+                         pq_methods, float_rates, f"{name}, float")  # fmt: skip
+    return out
+
+
+def fisher_pq_arm(
+    run: CommandRunner,
+    splits: dict[str, Path],
+    model: Path,
+    dim: int,
+    methods: dict[str, list[str]],
+    peer_rates: dict[str, float],
+    peer: str,
+) -> list[dict]:
+    """Every split ingested as PQ codes of ``model``'s ``dim``-D Fisher vectors (8-D
+    sub-vectors), and ``methods`` trained on every train row, each beside ``peer_rates`` of the
+    same method (``peer``: the float signatures they stand beside)."""
+    store = model.with_suffix(".pq.zarr")
+    m = dim // PQ_SUBVECTOR
+    out = _ingest(run, f"fisher:{model}", store, splits, "--pq", m)
+    label = f"FV-{dim // 1024}K PQ-{m}" if dim >= 1024 else f"FV-{dim} PQ-{m}"
+    for method, options in methods.items():
+        _, records = _train(
+            run, store, f"{label} {method}", options, "all", range(1),
+            peer_rates.get(method), peer=f"{peer} {method}, same splits",
         )  # fmt: skip
         out += records
     return out
@@ -140,13 +187,17 @@ def _fit(run: CommandRunner, source: Path, model: Path, kind: str, *options) -> 
     return [record(f"{kind} vocabulary fit, wall", seconds, "s", load_1min=run.last_load)]
 
 
-def _ingest(run: CommandRunner, features: str, store: Path, splits: dict[str, Path]) -> list[dict]:
-    """Each split ingested into a new ``store``: a wall-time record for each."""
+def _ingest(
+    run: CommandRunner, features: str, store: Path, splits: dict[str, Path], *options
+) -> list[dict]:
+    """Each split ingested into a new ``store`` (with ``options``): a wall-time record each."""
     shutil.rmtree(store, ignore_errors=True)
-    name = features.split(":")[0]
+    name = features.split(":")[0] + (" PQ" if "--pq" in options else "")
     out = []
     for split, path in splits.items():
-        summary, seconds = run.json("ingest", path, store, "--features", features, "--split", split)
+        summary, seconds = run.json(
+            "ingest", path, store, "--features", features, "--split", split, *options
+        )
         out.append(
             record(
                 f"{name} ingest {split} ({summary['rows']} images), wall", seconds, "s",
