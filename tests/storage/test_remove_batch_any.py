@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -216,3 +217,21 @@ def test_a_chunk_copy_of_a_store_with_removed_rows_on_disk_is_refused_by_name(tm
     message = str(refused.value)
     assert message.startswith(f"store {store.path}: removed batches ['b'] still have their rows")
     assert open_store(copy.path).committed_rows == 0
+
+
+def test_a_store_written_before_tombstones_loses_its_first_batch_exactly(tmp_path):
+    # tests/fixtures/pq-store-v2 was written at 7b97115 (tests/storage/test_pq_fixture.py): two
+    # batches, 'first' of rows 0-199 and 'second' of rows 200-299; beside it, what it reads.
+    fixtures = Path(__file__).parents[1] / "fixtures"
+    shutil.copytree(fixtures / "pq-store-v2", tmp_path / "old")
+    store = open_store(tmp_path / "old")
+    assert store.info()["removed_batches"] == [] and store.committed_rows == 300
+    assert store.remove_batch("first") == 200
+    store = open_store(tmp_path / "old")
+    codes = np.load(fixtures / "pq-store-v2-codes.npy")[200:]
+    features = np.load(fixtures / "pq-store-v2-features.npy")[200:]
+    np.testing.assert_array_equal(store.codes().compute(), codes)
+    np.testing.assert_array_equal(store.features().compute(), features)
+    assert store.committed_rows == 100 and store.ids()[-1] == "s99"
+    assert [b["batch_id"] for b in store.batches()] == ["second"]
+    store.verify()
