@@ -49,8 +49,10 @@ def fisher_vectors(X: np.ndarray, weights, means, variances) -> np.ndarray:
     gamma = gamma.reshape(n, T, -1)
     X = X.astype(np.float64)
     s0 = gamma.sum(axis=1)[:, :, None]
-    s1 = np.einsum("ntk,ntd->nkd", gamma, X)
-    s2 = np.einsum("ntk,ntd->nkd", gamma, X * X)
+    # Batched products (BLAS), not einsum's loops: several times faster for the same sums.
+    per_image = gamma.transpose(0, 2, 1)
+    s1 = per_image @ X
+    s2 = per_image @ (X * X)
     sigma = np.sqrt(variances)
     g_mean = (s1 - s0 * means) / (T * np.sqrt(weights)[:, None] * sigma)
     g_sigma = (s2 - 2 * means * s1 + (means**2 - variances) * s0) / (

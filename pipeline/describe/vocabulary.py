@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from scipy.special import logsumexp
 from sklearn.cluster import kmeans_plusplus
 from sklearn.utils import check_random_state
 
@@ -105,31 +104,68 @@ def chunk_kmeans_stats(
     return counts, sums, squares
 
 
+def moments(X: np.ndarray) -> np.ndarray:
+    """[x, x²] of every row of X (m, d): (m, 2d) float64, what both EM steps multiply."""
+    X = np.asarray(X, np.float64)
+    return np.hstack([X, X * X])
+
+
 def log_joint(X: np.ndarray, weights, means, variances) -> np.ndarray:
     """log(w_k · N(x | μ_k, diag σ²_k)) of every row of X (m, d) and Gaussian k: (m, K), float64."""
-    X = np.asarray(X, np.float64)
+    return _log_joint(moments(X), weights, means, variances)
+
+
+def _log_joint(XX: np.ndarray, weights, means, variances) -> np.ndarray:
+    """`log_joint` of rows given as their `moments` [x, x²]: one product.
+
+    −½ Σ_d (x − μ)² / σ² = x · (μ/σ²) − ½ x² · (1/σ²) − ½ Σ_d μ² / σ²: the two row terms are one
+    (m, 2d) × (2d, K) product, the rest a constant a Gaussian.
+    """
     precision = 1 / variances
-    # Σ_d (x − μ)² / σ² = x² · (1/σ²) − 2 x · (μ/σ²) + Σ_d μ² / σ², as two products.
-    mahalanobis = (X * X) @ precision.T - 2 * X @ (means * precision).T
-    mahalanobis += (means * means * precision).sum(axis=1)
-    log_norm = -0.5 * (X.shape[1] * np.log(2 * np.pi) + np.log(variances).sum(axis=1))
-    return np.log(weights) + log_norm - 0.5 * mahalanobis
+    coefficients = np.hstack([means * precision, -0.5 * precision]).T
+    constant = np.log(weights) - 0.5 * (
+        means.shape[1] * np.log(2 * np.pi)
+        + np.log(variances).sum(axis=1)
+        + (means * means * precision).sum(axis=1)
+    )
+    joint = XX @ coefficients
+    joint += constant
+    return joint
 
 
 def responsibilities(X: np.ndarray, weights, means, variances) -> tuple[np.ndarray, np.ndarray]:
     """Posteriors γ (m, K) of the Gaussians for each row, and each row's log-likelihood (m,)."""
-    joint = log_joint(X, weights, means, variances)
-    row_likelihood = logsumexp(joint, axis=1)
-    return np.exp(joint - row_likelihood[:, None]), row_likelihood
+    return _responsibilities(moments(X), weights, means, variances)
+
+
+def _responsibilities(XX: np.ndarray, weights, means, variances) -> tuple[np.ndarray, np.ndarray]:
+    """`responsibilities` of rows given as their `moments`.
+
+    One exp of the joint, shifted by its row maximum, gives both: γ = e / Σe and log p(x) =
+    max + log Σe (``scipy.special.logsumexp`` then a second exp took longer than the product).
+    """
+    joint = _log_joint(XX, weights, means, variances)
+    top = joint.max(axis=1, keepdims=True)
+    joint -= top
+    gamma = np.exp(joint, out=joint)
+    total = gamma.sum(axis=1, keepdims=True)
+    gamma /= total
+    return gamma, (top + np.log(total))[:, 0]
 
 
 def chunk_gmm_stats(chunk: Chunk, channel: str, projection: Projection, weights, means, variances):
-    """Σγ (K,), Σγx (K, d), Σγx² (K, d) and the log-likelihood Σ log p(x), float64."""
-    X = project(chunk[channel], projection).astype(np.float64)
-    gamma, row_likelihood = responsibilities(X, weights, means, variances)
-    # Xᵀγ, not γᵀX: OpenBLAS runs the (K × m)(m × d) product far slower on several threads.
-    first, second = (X.T @ gamma).T, ((X * X).T @ gamma).T
-    return gamma.sum(axis=0), first, second, float(row_likelihood.sum())
+    """Σγ (K,), Σγx (K, d), Σγx² (K, d) and the log-likelihood Σ log p(x), float64.
+
+    The rows' [x, x²] are formed once: the E-step's product and the M-step's sums are one
+    matrix product each.
+    """
+    XX = moments(project(chunk[channel], projection))
+    gamma, row_likelihood = _responsibilities(XX, weights, means, variances)
+    # [x, x²]ᵀγ, not γᵀ[x, x²]: OpenBLAS runs the (K × m)(m × 2d) product far slower on
+    # several threads.
+    sums = (XX.T @ gamma).T
+    d = XX.shape[1] // 2
+    return gamma.sum(axis=0), sums[:, :d], sums[:, d:], float(row_likelihood.sum())
 
 
 def _add(parts: list) -> tuple:
