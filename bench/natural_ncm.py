@@ -125,6 +125,19 @@ def superclass_rate(y: np.ndarray, predicted: np.ndarray, group_of: np.ndarray) 
     return float(np.mean(group_of[predicted] == group_of[y]))
 
 
+def placement(y: np.ndarray, top: np.ndarray, classes: list[int], group_of: np.ndarray) -> dict:
+    """Where the rows of ``classes`` go and what those classes draw from the other rows: the
+    share of their rows predicted inside their group (``superclass_rate``), and the share of
+    the other rows that have one of them first (``others_top1_share``) or in their top 5
+    (``others_top5_share``). A mean in the middle of the data is in most rows' top 5."""
+    rows = np.isin(y, classes)
+    return {
+        "superclass_rate": superclass_rate(y[rows], top[rows, 0], group_of),
+        "others_top1_share": float(np.mean(np.isin(top[~rows, 0], classes))),
+        "others_top5_share": float(np.mean(np.isin(top[~rows], classes).any(axis=1))),
+    }
+
+
 class Run:
     """The stores, models and commands of one run, and what they measured."""
 
@@ -345,6 +358,8 @@ def _zero_shot_metric(added, X_test, y_test, held_ids, groups, group_of, names, 
     held_rows = np.isin(y_test, held_ids)
     own = scores(added["y"], added["top"], np.isin(added["y"], held_ids))
     own_all = scores(added["y"], added["top"])
+    own_placement = {f"own_{k}": v for k, v in
+                     placement(added["y"], added["top"], held_ids, group_of).items()}  # fmt: skip
     chance = 1.0 / len(names)
     held_names = ", ".join(names[i] for i in held_ids)
     records = []
@@ -357,9 +372,9 @@ def _zero_shot_metric(added, X_test, y_test, held_ids, groups, group_of, names, 
         top = np.asarray(model.predict_top_k(X_test, k=TOP_K)).astype(np.int64)
         held_scores, every = scores(y_test, top, held_rows), scores(y_test, top)
         detail = {"held_back": held_names, "rule": rule, "chance": chance,
-                  "top5_error": held_scores["top5_error"],
-                  "superclass_rate": superclass_rate(y_test[held_rows], top[held_rows, 0],
-                                                     group_of), **tag}  # fmt: skip
+                  "top5_error": held_scores["top5_error"], "own_top5_error": own["top5_error"],
+                  **placement(y_test, top, held_ids, group_of), **own_placement,
+                  **tag}  # fmt: skip
         name = f"zero-shot {rule} means, learned metric"
         records += [
             record(f"{name}: the held classes' rate", held_scores["per_class_rate"], "fraction",
@@ -403,27 +418,30 @@ def _zero_shot_l2(model_path, X_test, y_test, held_ids, groups, group_of, names,
         "zero-shot superclass means, l2: the held classes' rate",
         scores(y_test, top, held_rows)["per_class_rate"], "fraction",
         scores(y_test, own, held_rows)["per_class_rate"], peer="their means from their own rows",
-        held_back=", ".join(names[i] for i in held_ids), chance=chance, **tag,
+        held_back=", ".join(names[i] for i in held_ids), chance=chance,
+        **placement(y_test, top, list(held_ids), group_of), **tag,
     ))  # fmt: skip
     for rule, root in ZERO_SHOT_RULES.items():
-        rates, own_rates, group_rates = [], [], []
+        rates, own_rates, placed = [], [], []
         for c in range(len(names)):
             rows = y_test == c
             top = zero_shot([c], root)
             rates.append(float(np.mean(top[rows, 0] == c)))
             own_rates.append(float(np.mean(own[rows, 0] == c)))
-            group_rates.append(superclass_rate(y_test[rows], top[rows, 0], group_of))
+            placed.append(placement(y_test, top, [c], group_of))
             if not root:
                 records.append(record(
                     f"zero-shot superclass mean, l2, {names[c]} alone: its images' rate",
                     rates[-1], "fraction", own_rates[-1], peer="its mean from its own rows",
-                    chance=chance, superclass_rate=group_rates[-1], **tag,
+                    chance=chance, **placed[-1],
+                    own_others_top1_share=float(np.mean(own[~rows, 0] == c)), **tag,
                 ))  # fmt: skip
         name = f"zero-shot {rule} means, l2, each class in turn: mean rate"
+        mean_placement = {k: float(np.mean([p[k] for p in placed])) for k in placed[0]}
         records += [
             record(name, np.mean(rates), "fraction", np.mean(own_rates),
-                   peer="each class's mean from its own rows", rule=rule,
-                   superclass_rate=float(np.mean(group_rates)), **tag),
+                   peer="each class's mean from its own rows", rule=rule, **mean_placement,
+                   **tag),
             record(f"{name} over chance", np.mean(rates), "fraction", chance,
                    peer=f"chance (1 in {len(names)})", rule=rule, **tag),
         ]  # fmt: skip

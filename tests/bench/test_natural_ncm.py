@@ -9,6 +9,7 @@ from imgscale.bench.natural_ncm import (
     DIGIT_GROUPS,
     hierarchy,
     nearest_mean_top_k,
+    placement,
     scores,
     superclass_rate,
 )
@@ -69,3 +70,13 @@ def test_superclass_rate_counts_predictions_inside_the_true_class_group():
     y = np.array([0, 0, 2, 3])
     predicted = np.array([1, 2, 3, 0])
     assert superclass_rate(y, predicted, group_of) == pytest.approx(2 / 4)
+
+
+def test_placement_says_where_a_class_rows_go_and_what_it_draws_from_the_others():
+    group_of = np.array([0, 0, 1, 1])
+    y = np.array([0, 0, 1, 2, 3, 3])
+    top = np.array([[1, 0], [2, 0], [0, 1], [2, 3], [3, 0], [3, 2]])
+    out = placement(y, top, [0], group_of)
+    assert out["superclass_rate"] == pytest.approx(1 / 2)  # class 0's rows: 1 (group 0), 2 (not)
+    assert out["others_top1_share"] == pytest.approx(1 / 4)  # the other rows: only row 2
+    assert out["others_top5_share"] == pytest.approx(2 / 4)  # rows 2 and 4 list class 0
