@@ -142,11 +142,8 @@ class Described:
     images_seen: int = 0
 
 
-def describe_partition(
-    features: Features, known: Known, codec: PQCodec | None, partition: ImagePartition
-) -> Described:
-    """Read, hash, decode and describe one partition's new images (runs on a worker); with a
-    ``codec``, the rows are its codes of the descriptors."""
+def describe_partition(features: Features, known: Known, partition: ImagePartition) -> Described:
+    """Read, hash, decode and describe one partition's new images (runs on a worker)."""
     out = Described()
     decoded = []
     for image in read_partition(partition, skip=known.has_key):
@@ -168,6 +165,15 @@ def describe_partition(
         out.labels.append(image.label)
         out.digests.append(digest)
     out.rows = features.describe(decoded)
+    return out
+
+
+def describe_and_encode(
+    features: Features, known: Known, codec: PQCodec | None, partition: ImagePartition
+) -> Described:
+    """`describe_partition`, the rows then replaced by ``codec``'s codes of them if given (runs
+    on a worker: the float rows never leave it)."""
+    out = describe_partition(features, known, partition)
     if codec is not None:
         out.rows = codec.encode(out.rows)
     return out
@@ -380,7 +386,7 @@ def ingest_images(
         seen: dict[bytes, str] = {}
         results = stream_map(
             client,
-            describe_partition,
+            describe_and_encode,
             (described_by, plan.known, codec),
             plan.partitions,
             in_flight=TASKS_PER_THREAD * threads,
