@@ -548,6 +548,7 @@ CURVES = (
         (
             ("linear", "linear ridge"),
             ("RFF-2000", "RFF-2000 + ridge"),
+            ("RFF-4000", "RFF-4000 + ridge"),
             ("Nystrom-50", "Nyström-50 + ridge"),
             ("Nystrom-500", "Nyström-500 + ridge"),
             ("AddKPCA-640", "AddKPCA + ridge"),
