@@ -238,6 +238,7 @@ PURPOSES = (
         r"\w+ (faiss IndexFlatL2|sklearn brute) 1-NN classify",
         "a peer of en-HOPE's classification time",
     ),
+    Purpose("natural-ncm", r".*: train, wall", _COST),
     Purpose("natural-hope", r"full-D \d+-NN error", "the peer of the 2-D en-HOPE error"),
     Purpose("natural-hope", r"en-HOPE training time", _COST),
     Purpose(
