@@ -383,7 +383,7 @@ FIGURES = (
     Figure(
         "natural-local",
         r"mean accuracy ours",
-        "CIFAR-10 GIST attributes (cat, has wheels, four-legged), balanced accuracy",
+        "CIFAR-10 GIST attributes (six: 3 single classes, 3 groups), balanced accuracy",
         "And where nearest neighbours mislead (natural images)?",
         peer_figure=r"mean accuracy local b",
         peer_label="Local B (paper 004's baseline), same run",
