@@ -58,6 +58,10 @@ SCHEMA_VERSION = 1
 # PQ stores carry their own version so an imgscale that predates them (and knows only version 1)
 # refuses one with its clear schema message instead of failing on a missing features array.
 PQ_SCHEMA_VERSION = 2
+# A store with tombstones (removed batches whose rows stay in the chunks) is one version later
+# than its encoding's, so an imgscale that predates tombstones refuses it by its schema message
+# instead of reading the removed rows as live ones.
+TOMBSTONES_VERSION_STEP = 1
 ATTRS_KEY = "imgscale"
 FEATURES = "features"
 # Coded stores (storage/row_codecs.py): n x W uint8 codes, beside the arrays their codec names
@@ -233,13 +237,22 @@ def read_record(path: Location) -> dict[str, Any]:
             f"{meta_file}: no '{ATTRS_KEY}' attributes; expected an imgscale feature store"
         )
     found = record.get("schema_version")
-    expected = PQ_SCHEMA_VERSION if record.get("encoding") == "pq" else SCHEMA_VERSION
-    if found != expected:
+    expected = schema_version(record)
+    # A record that lost its tombstones keeps its version: the row ranges then say what is wrong.
+    if found != expected and not (
+        found == expected + TOMBSTONES_VERSION_STEP and "removed" in record
+    ):
         raise StoreError(
             f"{meta_file}: schema_version {found!r}, expected {expected}; "
             "this imgscale cannot read that store"
         )
     return record
+
+
+def schema_version(record: dict[str, Any]) -> int:
+    """The schema version a commit record must carry: its encoding's, one later with tombstones."""
+    base = PQ_SCHEMA_VERSION if record.get("encoding") == "pq" else SCHEMA_VERSION
+    return base + (TOMBSTONES_VERSION_STEP if record.get("removed") else 0)
 
 
 def write_record(path: Location, record: dict[str, Any]) -> None:

@@ -33,6 +33,7 @@ from imgscale.storage.layout import (
     read_record,
     rejected_file_name,
     rows_file_name,
+    schema_version,
     write_classes,
     write_record,
     write_table_atomic,
@@ -493,6 +494,7 @@ def remove_batches(store: WritableStore, batch_ids: Sequence[str]) -> int:
         )
         if not record["removed"]:
             del record["removed"]
+        record["schema_version"] = schema_version(record)
         record["committed_rows"] = extent
         write_record(store.path, record)
         remove_uncommitted(store.path, record)
