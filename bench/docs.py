@@ -39,8 +39,14 @@ DOCUMENTS = {
 
 
 def add(docs: Path, table: Path) -> int:
-    """Merge the results table ``table`` into ``docs``' and copy its plots; the rows added."""
+    """Merge the results table ``table`` into ``docs``' and copy its plots; the rows added.
+
+    The machine's limits are the peers of the speed figures: a run with no speed benchmark (an
+    accuracy run, often made on a busy machine) keeps the limits measured beside them."""
     new = results.read(table)
+    known = benchmarks()
+    if not any(r["benchmark"] in known and known[r["benchmark"]].kind == "speed" for r in new):
+        new = [r for r in new if r["benchmark"] != "machine"]
     docs.mkdir(parents=True, exist_ok=True)
     path = docs / TABLE_FILE
     old = results.read(path) if path.exists() else []
@@ -50,7 +56,7 @@ def add(docs: Path, table: Path) -> int:
     measured = {(r["benchmark"], r["scale"]) for r in new}
     for benchmark, scale in measured:
         # "ale-ssl-*.png" are ale-ssl's plots, not ale's.
-        names = {b for b, _ in measured} | set(benchmarks())
+        names = {b for b, _ in measured} | set(known)
         longer = [b for b in names if b != benchmark and b.startswith(f"{benchmark}-")]
         for plot in table.parent.glob(f"{benchmark}-*.png"):
             if any(plot.name.startswith(f"{other}-") for other in longer):

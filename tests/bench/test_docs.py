@@ -94,3 +94,22 @@ def test_a_benchmark_whose_name_prefixes_another_gets_only_its_own_plots(tmp_pat
     assert sorted(p.name for p in (site / "images").iterdir()) == [
         "ale-small-ratios.png", "ale-ssl-small-growing-sets.png",
     ]  # fmt: skip
+
+
+def test_an_accuracy_run_keeps_the_machine_limits_measured_beside_the_speed_figures(tmp_path):
+    quiet = _rows("machine", "medium", "t1", record("memory bandwidth (copy)", 25.0, "GB/s"))
+    quiet += _rows("ridge", "medium", "t1", record("ridge fit throughput", 8.0, "rows/s"))
+    results.write(tmp_path / docs.TABLE_FILE, quiet)
+    busy = _rows("machine", "medium", "t2", record("memory bandwidth (copy)", 9.0, "GB/s"))
+    (tmp_path / "accuracy").mkdir()
+    results.write(tmp_path / "accuracy" / "r.parquet", busy + _rows(
+        "natural-ncm", "medium", "t2", record("NCM, l2: top-1 error", 0.5, "error")))  # fmt: skip
+    assert docs.add(tmp_path, tmp_path / "accuracy" / "r.parquet") == 1
+    limits = [r for r in results.read(tmp_path / docs.TABLE_FILE) if r["benchmark"] == "machine"]
+    assert [r["value"] for r in limits] == [25.0]
+    (tmp_path / "speed").mkdir()
+    results.write(tmp_path / "speed" / "r.parquet", busy + _rows(
+        "ridge", "medium", "t2", record("ridge fit throughput", 9.0, "rows/s")))  # fmt: skip
+    assert docs.add(tmp_path, tmp_path / "speed" / "r.parquet") == 2
+    limits = [r for r in results.read(tmp_path / docs.TABLE_FILE) if r["benchmark"] == "machine"]
+    assert [r["value"] for r in limits] == [9.0]
