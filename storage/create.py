@@ -257,6 +257,9 @@ def _provenance(extra: dict[str, Any] | None) -> dict[str, Any]:
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
     return {
+        # Two stores made in the same second on one host are still told apart (a model records
+        # the stamp of the store it was trained on; an embedded store, its source's).
+        "id": uuid.uuid4().hex,
         "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "imgscale_version": version,
         "host": socket.gethostname(),

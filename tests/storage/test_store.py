@@ -189,7 +189,7 @@ def test_open_refuses_another_schema_version(store: FeatureStore) -> None:
 def test_record_holds_provenance_and_batches(store: FeatureStore) -> None:
     record = json.loads((store.path / "zarr.json").read_text())["attributes"]["imgscale"]
     assert record["dtype"] == "float32" and record["encoding"] == "raw"
-    assert set(record["created"]) >= {"time", "imgscale_version", "host"}
+    assert set(record["created"]) >= {"id", "time", "imgscale_version", "host"}
     rows_file = "rows/000000000000.parquet"
     assert record["batches"] == [
         {
@@ -250,3 +250,11 @@ def test_rows_keep_the_schema_types_and_select_columns(store: FeatureStore) -> N
     expected = [r["label"] for r in full.to_pylist() if r["split"] == "train"]
     assert some.column("label").to_pylist() == expected
     assert list(store.splits()) == full.column("split").to_pylist()
+
+
+def test_two_stores_made_in_the_same_second_have_different_stamps(tmp_path) -> None:
+    """A model recognises the store it was trained on by this stamp (its warnings when batches
+    changed); the time alone, to the second, made two stores of one test look like one."""
+    first = create_store(tmp_path / "a.zarr", 4, class_names=["x"], rows_per_chunk=4)
+    second = create_store(tmp_path / "b.zarr", 4, class_names=["x"], rows_per_chunk=4)
+    assert first.created != second.created
