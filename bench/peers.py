@@ -239,6 +239,11 @@ PURPOSES = (
         "a peer of en-HOPE's classification time",
     ),
     Purpose("natural-ncm", r".*: train, wall", _COST),
+    Purpose(
+        "describe-speed",
+        r"(dense SIFT, OpenCV loop|EM iteration, scikit-learn GaussianMixture) \(1 process\)",
+        "the peer of the worker figures below, in its own unit",
+    ),
     Purpose("natural-hope", r"full-D \d+-NN error", "the peer of the 2-D en-HOPE error"),
     Purpose("natural-hope", r"en-HOPE training time", _COST),
     Purpose(
