@@ -1,6 +1,6 @@
 """A --scheduler address whose port accepts connections but never speaks Dask (a stuck process,
 another service) is refused within the handshake timeout, naming the address; it used to hang
-forever. An HTTP server on the port is refused too, at once. The timeout is Dask's connect
+forever. An HTTP server on the port is refused too. The timeout is Dask's connect
 timeout, set short here through Dask's environment configuration."""
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def test_a_port_that_never_speaks_is_refused_after_the_handshake_timeout(tmp_pat
 def test_an_http_server_is_not_taken_for_a_scheduler(tmp_path, http_port):
     store = random_store(tmp_path / "s.zarr", 20, 4, 2, rows_per_chunk=10)
     address = f"tcp://127.0.0.1:{http_port}"
-    result = imgscale("train", store, tmp_path / "m", "--scheduler", address)
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"}
+    result = imgscale("train", store, tmp_path / "m", "--scheduler", address, env=env)
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"imgscale: error: no Dask scheduler at {address}: ")
