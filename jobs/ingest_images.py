@@ -198,33 +198,39 @@ def train_codec(plan: IngestPlan, client: Any) -> tuple[PQCodec, int]:
     """A PQ codec of ``plan.pq`` sub-quantizers trained on the signatures of ``plan.pq_sample``
     images of the source, and the number of signatures it was trained on.
 
-    The signatures are computed on ``client``'s cluster and gathered here; the sub-quantizers
-    are then trained on the workers, a block of sub-spaces a task (`train_sub_spaces`): each
-    sub-space's k-means sees only its own columns, so the codebook is the one `PQCodec.train`
-    learns on all of them at once, and the 8,192 k-means of a 64K-D codebook share the cores.
+    The signatures are computed on ``client``'s cluster and stay there; the sub-quantizers are
+    trained on the workers, a block of sub-spaces a task (`train_sub_spaces`), each task taking
+    its columns of every partition's signatures from the workers that hold them (the client
+    never holds the sample: 1 GiB at 64K-D). Each sub-space's k-means sees only its own
+    columns, so the codebook is the one `PQCodec.train` learns on all of them at once, and the
+    8,192 k-means of a 64K-D codebook share the cores.
     """
     items = sample_partitions(plan.source, plan.pq_sample, plan.pq_seed, plan.source_options)
-    futures = client.map(describe_sampled, [plan.features] * len(items), items, pure=False)
-    rows = np.concatenate(client.gather(futures))
+    signatures = client.map(describe_sampled, [plan.features] * len(items), items, pure=False)
+    n = sum(client.gather(client.map(len, signatures)))
     try:
-        check_training_rows(len(rows))
+        check_training_rows(n)
     except ValueError as exc:
         raise ValueError(f"--pq-sample {plan.pq_sample}: {exc}") from None
-    dsub = rows.shape[1] // plan.pq
+    dsub = plan.features.dim // plan.pq
     threads = max(1, sum(client.nthreads().values()))
     blocks = np.array_split(np.arange(plan.pq), min(plan.pq, TASKS_PER_THREAD * threads))
-    parts = [np.ascontiguousarray(rows[:, b[0] * dsub : (b[-1] + 1) * dsub]) for b in blocks]
-    del rows
-    seeds = [plan.pq_seed] * len(parts)
+    columns = [(b[0] * dsub, (b[-1] + 1) * dsub) for b in blocks]
     codebooks = client.gather(
-        client.map(train_sub_spaces, parts, [len(b) for b in blocks], seeds, pure=False)
-    )
-    return PQCodec(np.concatenate(codebooks)), len(parts[0])
+        client.map(
+            train_sub_spaces, columns, [len(b) for b in blocks], seed=plan.pq_seed,
+            signatures=signatures, pure=False,
+        )
+    )  # fmt: skip
+    return PQCodec(np.concatenate(codebooks)), n
 
 
-def train_sub_spaces(columns: np.ndarray, m: int, seed: int) -> np.ndarray:
-    """Codebook (m, 256, dsub) of ``m`` consecutive sub-spaces of the training rows, trained on
-    their columns alone (runs on a worker; faiss on one thread, as the worker has one core)."""
+def train_sub_spaces(
+    columns: tuple[int, int], m: int, *, seed: int, signatures: list[np.ndarray]
+) -> np.ndarray:
+    """Codebook (m, 256, dsub) of the ``m`` consecutive sub-spaces in ``columns`` of the sampled
+    ``signatures`` (one array a partition), trained on those columns alone (runs on a worker;
+    faiss on one thread, as the worker has one core)."""
     import faiss
 
     threads = faiss.omp_get_max_threads()
@@ -232,7 +238,8 @@ def train_sub_spaces(columns: np.ndarray, m: int, seed: int) -> np.ndarray:
     try:
         with warnings.catch_warnings():  # the client warned of a small sample already
             warnings.simplefilter("ignore")
-            return PQCodec.train(columns, m, seed=seed).codebook
+            rows = np.concatenate([part[:, columns[0] : columns[1]] for part in signatures])
+            return PQCodec.train(rows, m, seed=seed).codebook
     finally:
         faiss.omp_set_num_threads(threads)
 
