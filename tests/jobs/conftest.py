@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -9,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from distributed import Client
 from sklearn.datasets import load_digits
 
+from imgscale.jobs.cli import cli
 from imgscale.storage import create_store, ingest_file, open_store
 
 # The `dask` console script installed beside this interpreter, as a user would run it.
@@ -101,3 +104,20 @@ def digits_store(tmp_path_factory, digits_splits):
     for split, file in digits_splits.items():
         ingest_file(file, path, x_key="X", y_key="y", split=split, batch_id=split)
     return open_store(path)
+
+
+def run(*args: str) -> dict:
+    """The JSON object ``imgscale ARGS --json`` prints, run in this process; it must succeed."""
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def refused(*args: str) -> str:
+    """The one line a refused command ends with (a usage error's, or the exception's, which
+    `imgscale` prints as its message)."""
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code != 0
+    if isinstance(result.exception, SystemExit):  # click's usage errors
+        return result.output.strip().splitlines()[-1]
+    return str(result.exception)

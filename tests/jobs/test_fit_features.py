@@ -5,20 +5,18 @@ and another vocabulary, or a vocabulary of another kind, is refused in one line.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 from sklearn.datasets import load_sample_images
 
-from imgscale.jobs.cli import cli
 from imgscale.jobs.fit_features import describe_sample, sample_partitions, vocabulary_of
 from imgscale.jobs.models import load
 from imgscale.pipeline.describe import InMemoryChunks
 from imgscale.storage import open_store
+from tests.jobs.conftest import refused, run
 
 pytestmark = pytest.mark.slow
 SIZE = 48
@@ -35,22 +33,6 @@ def photos(tmp_path_factory) -> Path:
             crop = photo[y : y + 2 * SIZE : 2, x : x + 2 * SIZE : 2]
             Image.fromarray(np.ascontiguousarray(crop)).save(root / name / f"{i}.png")
     return root
-
-
-def run(*args: str) -> dict:
-    result = CliRunner().invoke(cli, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
-
-
-def refused(*args: str) -> str:
-    """The one line a refused command ends with (a usage error's, or the exception's, which
-    `imgscale` prints as its message)."""
-    result = CliRunner().invoke(cli, list(args))
-    assert result.exit_code != 0
-    if isinstance(result.exception, SystemExit):  # click's usage errors
-        return result.output.strip().splitlines()[-1]
-    return str(result.exception)
 
 
 def decoded(root: Path, keys: list[str], mode: str) -> np.ndarray:

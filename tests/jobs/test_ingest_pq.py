@@ -6,22 +6,20 @@ naming it."""
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
-from click.testing import CliRunner
 from PIL import Image
 from sklearn.datasets import load_sample_images
 
-from imgscale.jobs.cli import cli
 from imgscale.jobs.fit_features import sample_partitions
 from imgscale.jobs.models import load
 from imgscale.pipeline.pq_codec import PQCodec
 from imgscale.storage import open_store
+from tests.jobs.conftest import refused, run
 
 pytestmark = pytest.mark.slow
 SIZE = 32
@@ -68,21 +66,6 @@ def coded(photos, vocabularies, tmp_path_factory, scheduler_address) -> Path:
     run("ingest", str(photos / "more"), str(store), "--split", "test",
         "--scheduler", scheduler_address)  # fmt: skip
     return store
-
-
-def run(*args: str) -> dict:
-    result = CliRunner().invoke(cli, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
-
-
-def refused(*args: str) -> str:
-    """The one line a refused command ends with."""
-    result = CliRunner().invoke(cli, list(args))
-    assert result.exit_code != 0
-    if isinstance(result.exception, SystemExit):  # click's usage errors
-        return result.output.strip().splitlines()[-1]
-    return str(result.exception)
 
 
 def signatures(folder: Path, ids: list[str], vocabulary: Path) -> np.ndarray:
