@@ -11,7 +11,11 @@ On the synthetic Gaussian mixture (``imgscale.bench.common``), one store of ``ro
   best of two runs after a warm-up run each;
 - ADC scan rate: ``pipeline.pq_codes.adc_search`` vs faiss ``IndexPQ.search`` on the same codes in
   memory, one thread each;
-- bytes on disk, raw vs PQ.
+- bytes on disk, raw vs PQ;
+- codec training per sub-space: `PQCodec.train` (the batched k-means of `pipeline.pq_kmeans`) vs
+  faiss ``ProductQuantizer.train``, both on one thread, on the same 4,096 mixture rows of
+  ``train_m`` 8-D sub-spaces, 256 centroids, 25 iterations, best of two each; with both codecs'
+  reconstruction MSE on those rows.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.compress import compress
 from imgscale.pipeline.classify import NearestClassMean
-from imgscale.pipeline.pq_codec import DEFAULT_SAMPLE, sample_indices
+from imgscale.pipeline.pq_codec import DEFAULT_SAMPLE, KSUB, PQCodec, sample_indices
 from imgscale.pipeline.pq_codes import adc_search, index_pq
 from imgscale.storage import open_store
 
@@ -168,6 +172,56 @@ def run(
     return records
 
 
+def train_speed(m: int, rows: int = 4096, niter: int = 25) -> list[dict]:
+    """Training seconds per sub-space and reconstruction MSE, `PQCodec.train` vs faiss
+    ``ProductQuantizer.train``, both on one thread, on ``rows`` mixture rows of ``m`` 8-D
+    sub-spaces; best of two alternating runs each, after an untimed one of ours (numba's kernel
+    loaded from its cache or compiled)."""
+    import faiss
+
+    dim = 8 * m
+    X = next(mixture_blocks(rows, dim, CLUSTERS, block_rows=rows))[0]
+    ours_seconds = faiss_seconds = np.inf
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # 4,096 rows: fewer than 39 a centroid
+            PQCodec.train(X[:, :8], 1, niter=1)
+            for _ in range(2):
+                started = time.perf_counter()
+                ours = PQCodec.train(X, m, niter=niter)
+                ours_seconds = min(ours_seconds, time.perf_counter() - started)
+                peer = faiss.ProductQuantizer(dim, m, 8)
+                peer.cp.niter = niter
+                peer.cp.min_points_per_centroid = 1
+                started = time.perf_counter()
+                peer.train(X)
+                faiss_seconds = min(faiss_seconds, time.perf_counter() - started)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    config = {"rows": rows, "dsub": 8, "centroids": KSUB, "niter": niter, "train_m": m}
+    return [
+        record(
+            "codec training per sub-space, 1 thread",
+            ours_seconds / m,
+            "s",
+            faiss_seconds / m,
+            peer="faiss ProductQuantizer.train, 1 thread",
+            speedup=faiss_seconds / ours_seconds,
+            **config,
+        ),
+        record(
+            "codec training: reconstruction MSE of the training rows",
+            _mse(X, ours.decode(ours.encode(X))),
+            "sq. distance",
+            _mse(X, peer.decode(peer.compute_codes(X))),
+            peer="faiss ProductQuantizer.train on the same rows",
+            **config,
+        ),
+    ]
+
+
 def _best_of(fit, repeats: int = 2) -> tuple[NearestClassMean, float]:
     """The fitted model and the best wall time of `repeats` runs after an untimed one, so that
     loading numba's compiled kernels on the workers and the page cache favour neither path."""
@@ -199,8 +253,8 @@ def _mse(X: np.ndarray, Xhat: np.ndarray, block: int = 65_536) -> float:
 
 @benchmark(
     "pq",
-    "PQ encode, MSE, class means from codes and ADC scan vs faiss; bytes raw vs PQ (medium and "
-    "large add D=4096, M=512)",
+    "PQ encode, MSE, class means from codes, ADC scan and codec training vs faiss; bytes raw vs "
+    "PQ (medium and large add D=4096, M=512)",
 )
 def suite(ctx: Context) -> list[dict]:
     # (rows, D, M); figures of a configuration after the first are named "D=…, M=…: figure".
@@ -211,6 +265,8 @@ def suite(ctx: Context) -> list[dict]:
         medium=([(1_000_000, 512, 64), wide], 10_000),
         large=([(1_000_000, 512, 64), wide], 10_000),
     )
+    # Sub-spaces of the training-speed comparison (faiss spends ~0.14 s on each).
+    train_m = ctx.pick(tiny=2, small=32, medium=64, large=64)
     records = []
     for i, (rows, dim, m) in enumerate(configs):
         found = run(
@@ -219,4 +275,4 @@ def suite(ctx: Context) -> list[dict]:
         )  # fmt: skip
         prefix = f"D={dim}, M={m}: " if i else ""
         records += [{**r, "name": prefix + r["name"]} for r in found]
-    return records
+    return records + train_speed(train_m)

@@ -1,0 +1,121 @@
+"""The batched sub-space k-means against a dense numpy Lloyd written from its documented rules,
+its empty-cluster split worked by hand, and its independence from how sub-spaces are batched."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from imgscale.pipeline.pq_kmeans import (
+    MAX_UNROLLED_DSUB,
+    SPLIT_EPS,
+    kmeans_sub_spaces,
+    nearest_centroids,
+)
+
+
+def first_rows(n: int, k: int, seed: int) -> np.ndarray:
+    """The documented initialisation: k distinct rows drawn by numpy's default_rng(seed)."""
+    return np.random.default_rng(seed).choice(n, k, replace=False)
+
+
+def dense_lloyd(x: np.ndarray, k: int, niter: int, seed: int) -> np.ndarray:
+    """One sub-space's k-means from the formulas, in float64: nearest centroid by full squared
+    distances (first index on ties), means of the assigned rows, then each empty cluster in
+    index order split off the largest (lowest index on ties) by factors 1 ± eps."""
+    x = x.astype(np.float64)
+    c = x[first_rows(len(x), k, seed)].copy()
+    for _ in range(niter):
+        nearest = ((x[:, None, :] - c[None]) ** 2).sum(axis=2).argmin(axis=1)
+        counts = np.bincount(nearest, minlength=k)
+        for a in np.flatnonzero(counts):
+            c[a] = x[nearest == a].mean(axis=0)
+        for a in range(k):
+            if counts[a] == 0:
+                big = int(np.argmax(counts))
+                signs = np.where(np.arange(x.shape[1]) % 2 == 0, 1.0, -1.0)
+                c[a] = c[big] * (1 + SPLIT_EPS * signs)
+                c[big] = c[big] * (1 - SPLIT_EPS * signs)
+                counts[a] = counts[big] // 2
+                counts[big] -= counts[a]
+    return c
+
+
+def blob_sub_spaces(m: int, n: int, dsub: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(m, 12, dsub)) * 4
+    which = rng.integers(0, 12, (m, n))
+    return (
+        np.take_along_axis(centres, which[..., None], 1) + rng.normal(size=(m, n, dsub))
+    ).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "dsub", "k", "niter"),
+    [(3, 600, 4, 16, 4), (2, 2048, 8, 256, 3), (1, 300, MAX_UNROLLED_DSUB + 1, 8, 3)],
+)
+def test_centroids_are_dense_lloyds(m, n, dsub, k, niter):
+    sub = blob_sub_spaces(m, n, dsub)
+    got = kmeans_sub_spaces(sub, k, niter, seed=5)
+    assert got.shape == (m, k, dsub) and got.dtype == np.float32
+    for j in range(m):
+        expected = dense_lloyd(sub[j], k, niter, seed=5)
+        np.testing.assert_allclose(got[j], expected, rtol=1e-5, atol=1e-5)
+        # and every row's nearest centroid (assignments) is the reference's
+        d = ((sub[j][:, None, :].astype(np.float64) - expected[None]) ** 2).sum(axis=2)
+        codes, _ = nearest_centroids(sub[j : j + 1], got[j : j + 1])
+        np.testing.assert_array_equal(codes[:, 0], d.argmin(axis=1))
+
+
+def test_no_iterations_leaves_the_seeded_rows():
+    sub = blob_sub_spaces(2, 400, 4)
+    got = kmeans_sub_spaces(sub, 10, 0, seed=9)
+    np.testing.assert_array_equal(got, sub[:, first_rows(400, 10, 9)])
+
+
+def test_an_empty_cluster_takes_half_of_the_largest():
+    # Two distinct points: a = (1, 2, 1, 2) in rows 0-99 and b = (3, 4, 3, 4) in rows 100-399.
+    # Started from rows that are a, b, b, the third centroid loses its rows to the second
+    # (lower index wins a tie) and is split off b's cluster, the largest, by factors 1 ± eps.
+    x = np.array([[1, 2, 1, 2]] * 100 + [[3, 4, 3, 4]] * 300, np.float32)
+    seed = next(s for s in range(100) if list(first_rows(400, 3, s) >= 100) == [False, True, True])
+    got = kmeans_sub_spaces(x[None], 3, 1, seed=seed)[0]
+    e = np.float32(SPLIT_EPS)
+    np.testing.assert_array_equal(got[0], [1, 2, 1, 2])
+    up, down = 1 + e, 1 - e
+    np.testing.assert_allclose(got[1], [3 * down, 4 * up, 3 * down, 4 * up], rtol=1e-7)
+    np.testing.assert_allclose(got[2], [3 * up, 4 * down, 3 * up, 4 * down], rtol=1e-7)
+    # A second iteration gives each copy the rows nearest it; with all of b's rows equal, one
+    # copy takes them all and the other is split off it again: still three finite centroids.
+    again = kmeans_sub_spaces(x[None], 3, 2, seed=seed)[0]
+    np.testing.assert_allclose(again, dense_lloyd(x, 3, 2, seed), rtol=1e-6)
+
+
+def test_seed_decides_the_result_and_batching_does_not():
+    sub = blob_sub_spaces(4, 800, 4, seed=1)
+    once = kmeans_sub_spaces(sub, 32, 5, seed=3)
+    np.testing.assert_array_equal(once, kmeans_sub_spaces(sub, 32, 5, seed=3))
+    assert not np.array_equal(once, kmeans_sub_spaces(sub, 32, 5, seed=4))
+    halves = [kmeans_sub_spaces(sub[:1], 32, 5, seed=3), kmeans_sub_spaces(sub[1:], 32, 5, seed=3)]
+    np.testing.assert_array_equal(once, np.concatenate(halves))
+
+
+def test_nearest_centroids_are_the_dense_arg_min_and_distance():
+    sub = blob_sub_spaces(3, 500, 8, seed=2)
+    codebook = blob_sub_spaces(3, 40, 8, seed=8)
+    codes, distances = nearest_centroids(sub, codebook)
+    d = ((sub[:, :, None, :].astype(np.float64) - codebook[:, None]) ** 2).sum(axis=3)  # (m,n,k)
+    np.testing.assert_array_equal(codes, d.argmin(axis=2).T)
+    np.testing.assert_allclose(distances, d.min(axis=2).T, rtol=1e-4, atol=1e-4)
+
+
+def test_bad_arguments_are_refused_by_name():
+    sub = blob_sub_spaces(1, 50, 2)
+    with pytest.raises(ValueError, match="k=51 centroids for 50 rows"):
+        kmeans_sub_spaces(sub, 51, 1, seed=0)
+    with pytest.raises(ValueError, match=r"expected \(M, n, dsub\)"):
+        kmeans_sub_spaces(sub[0], 4, 1, seed=0)
+    with pytest.raises(ValueError, match="niter=-1"):
+        kmeans_sub_spaces(sub, 4, -1, seed=0)
+    with pytest.raises(ValueError, match=r"expected \(1, k, 2\)"):
+        nearest_centroids(sub, np.zeros((1, 4, 3), np.float32))
