@@ -63,24 +63,6 @@ def initial_rows(n: int, k: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).choice(n, k, replace=False).astype(np.int64)
 
 
-def nearest_centroids(sub: np.ndarray, codebook: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes (n, M) int32, squared distances (n, M) float32) of each sub-vector of ``sub``
-    (M, n, dsub) to its nearest centroid of ``codebook`` (M, k, dsub), lowest index on ties.
-
-    Distances are ‖x‖² + ‖c‖² − 2x·c in float32, clamped at 0."""
-    sub = np.ascontiguousarray(sub, dtype=np.float32)
-    codebook = np.asarray(codebook, dtype=np.float32)
-    m, n, dsub = sub.shape
-    if codebook.ndim != 3 or codebook.shape[0] != m or codebook.shape[2] != dsub:
-        raise ValueError(
-            f"nearest centroids: codebook of shape {codebook.shape}; expected ({m}, k, {dsub})"
-        )
-    codes = np.empty((n, m), np.int32)
-    distances = np.empty((n, m), np.float32)
-    _search_all(sub, codebook, _unrolled(dsub), codes, distances)
-    return codes, distances
-
-
 def _unrolled(dsub: int) -> tuple[int, ...]:
     """A tuple whose length the compiler knows: the kernels' dimension loop runs to its length,
     so each sub-space width up to `MAX_UNROLLED_DSUB` gets its own kernel with that loop
@@ -140,26 +122,6 @@ def _split_empty(c, counts):  # pragma: no cover
             c[big, d] = c[big, d] * down
         counts[a] = counts[big] // 2
         counts[big] -= counts[a]
-
-
-@numba.njit(cache=True, nogil=True)
-def _search_all(sub, codebook, unrolled, codes, distances):  # pragma: no cover
-    m, n, dsub = sub.shape
-    k = codebook.shape[1]
-    ct = np.empty((dsub, k), np.float32)
-    cnorm = np.empty(k, np.float32)
-    nearest = np.empty(n, np.int32)
-    best = np.empty(n, np.float32)
-    for j in range(m):
-        x = sub[j]
-        _centroid_major(codebook[j], ct, cnorm)
-        _search(x, ct, cnorm, unrolled, nearest, best)
-        for i in range(n):
-            norm = np.float32(0.0)
-            for d in range(dsub):
-                norm += x[i, d] * x[i, d]
-            codes[i, j] = nearest[i]
-            distances[i, j] = max(np.float32(0.0), best[i] + norm)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -9,8 +9,10 @@ import pytest
 from imgscale.pipeline.pq_kmeans import (
     MAX_UNROLLED_DSUB,
     SPLIT_EPS,
+    _centroid_major,
+    _search,
+    _unrolled,
     kmeans_sub_spaces,
-    nearest_centroids,
 )
 
 
@@ -19,14 +21,18 @@ def first_rows(n: int, k: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).choice(n, k, replace=False)
 
 
-def dense_lloyd(x: np.ndarray, k: int, niter: int, seed: int) -> np.ndarray:
+def dense_lloyd(x: np.ndarray, k: int, niter: int, seed: int) -> tuple[np.ndarray, list]:
     """One sub-space's k-means from the formulas, in float64: nearest centroid by full squared
     distances (first index on ties), means of the assigned rows, then each empty cluster in
-    index order split off the largest (lowest index on ties) by factors 1 ± eps."""
+    index order split off the largest (lowest index on ties) by factors 1 ± eps. Returns the
+    centroids and each iteration's (centroids searched, rows' nearest centroid)."""
     x = x.astype(np.float64)
     c = x[first_rows(len(x), k, seed)].copy()
+    steps = []
     for _ in range(niter):
-        nearest = ((x[:, None, :] - c[None]) ** 2).sum(axis=2).argmin(axis=1)
+        searched = c.astype(np.float32)
+        nearest = ((x[:, None, :] - searched[None]) ** 2).sum(axis=2).argmin(axis=1)
+        steps.append((searched, nearest))
         counts = np.bincount(nearest, minlength=k)
         for a in np.flatnonzero(counts):
             c[a] = x[nearest == a].mean(axis=0)
@@ -38,7 +44,22 @@ def dense_lloyd(x: np.ndarray, k: int, niter: int, seed: int) -> np.ndarray:
                 c[big] = c[big] * (1 - SPLIT_EPS * signs)
                 counts[a] = counts[big] // 2
                 counts[big] -= counts[a]
-    return c
+    return c, steps
+
+
+def kernel_nearest(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """The kernel's assignment step alone: each row's nearest of ``centroids``."""
+    k, dsub = centroids.shape
+    ct, cnorm = np.empty((dsub, k), np.float32), np.empty(k, np.float32)
+    _centroid_major(centroids, ct, cnorm)
+    nearest, best = np.empty(len(x), np.int32), np.empty(len(x), np.float32)
+    _search(x, ct, cnorm, _unrolled(dsub), nearest, best)
+    # its minimum is ||c||^2 - 2x.c of the chosen centroid
+    chosen = centroids[nearest].astype(np.float64)
+    np.testing.assert_allclose(
+        best, (chosen**2).sum(1) - 2 * (x * chosen).sum(1), rtol=1e-4, atol=1e-3
+    )
+    return nearest
 
 
 def blob_sub_spaces(m: int, n: int, dsub: int, seed: int = 0) -> np.ndarray:
@@ -59,12 +80,11 @@ def test_centroids_are_dense_lloyds(m, n, dsub, k, niter):
     got = kmeans_sub_spaces(sub, k, niter, seed=5)
     assert got.shape == (m, k, dsub) and got.dtype == np.float32
     for j in range(m):
-        expected = dense_lloyd(sub[j], k, niter, seed=5)
+        expected, steps = dense_lloyd(sub[j], k, niter, seed=5)
         np.testing.assert_allclose(got[j], expected, rtol=1e-5, atol=1e-5)
-        # and every row's nearest centroid (assignments) is the reference's
-        d = ((sub[j][:, None, :].astype(np.float64) - expected[None]) ** 2).sum(axis=2)
-        codes, _ = nearest_centroids(sub[j : j + 1], got[j : j + 1])
-        np.testing.assert_array_equal(codes[:, 0], d.argmin(axis=1))
+        # every iteration's assignments, given that iteration's centroids, are exactly the same
+        for searched, nearest in steps:
+            np.testing.assert_array_equal(kernel_nearest(sub[j], searched), nearest)
 
 
 def test_no_iterations_leaves_the_seeded_rows():
@@ -88,7 +108,7 @@ def test_an_empty_cluster_takes_half_of_the_largest():
     # A second iteration gives each copy the rows nearest it; with all of b's rows equal, one
     # copy takes them all and the other is split off it again: still three finite centroids.
     again = kmeans_sub_spaces(x[None], 3, 2, seed=seed)[0]
-    np.testing.assert_allclose(again, dense_lloyd(x, 3, 2, seed), rtol=1e-6)
+    np.testing.assert_allclose(again, dense_lloyd(x, 3, 2, seed)[0], rtol=1e-6)
 
 
 def test_seed_decides_the_result_and_batching_does_not():
@@ -100,13 +120,10 @@ def test_seed_decides_the_result_and_batching_does_not():
     np.testing.assert_array_equal(once, np.concatenate(halves))
 
 
-def test_nearest_centroids_are_the_dense_arg_min_and_distance():
-    sub = blob_sub_spaces(3, 500, 8, seed=2)
-    codebook = blob_sub_spaces(3, 40, 8, seed=8)
-    codes, distances = nearest_centroids(sub, codebook)
-    d = ((sub[:, :, None, :].astype(np.float64) - codebook[:, None]) ** 2).sum(axis=3)  # (m,n,k)
-    np.testing.assert_array_equal(codes, d.argmin(axis=2).T)
-    np.testing.assert_allclose(distances, d.min(axis=2).T, rtol=1e-4, atol=1e-4)
+def test_ties_go_to_the_lowest_index():
+    centroids = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0]], np.float32)
+    x = np.array([[2, 0, 5, 5], [0, 2, 5, 5], [1, 1, 5, 5], [-1, -1, 5, 5]], np.float32)
+    np.testing.assert_array_equal(kernel_nearest(x, centroids), [0, 1, 0, 0])
 
 
 def test_bad_arguments_are_refused_by_name():
@@ -117,5 +134,3 @@ def test_bad_arguments_are_refused_by_name():
         kmeans_sub_spaces(sub[0], 4, 1, seed=0)
     with pytest.raises(ValueError, match="niter=-1"):
         kmeans_sub_spaces(sub, 4, -1, seed=0)
-    with pytest.raises(ValueError, match=r"expected \(1, k, 2\)"):
-        nearest_centroids(sub, np.zeros((1, 4, 3), np.float32))
