@@ -6,7 +6,7 @@ computes distances as a matrix product with an inner dimension of 8 spends its t
 arithmetic. `kmeans_sub_spaces` runs them all in one compiled loop, sub-space after sub-space,
 on the calling thread: each row's 256 distances ‖c‖² − 2x·c (the row's own ‖x‖² does not change
 which centroid is nearest) are one vectorised pass over a centroid-major copy of the codebook
-(``ct[d, k]``), its arg-min two vectorised reductions (the smallest distance, then the first
+(``ct[d, k]``), its arg-min two reductions (the smallest distance, then, vectorised, the first
 centroid that has it).
 
 Semantics, fixed so that a codebook does not depend on how its sub-spaces were split into
@@ -153,11 +153,14 @@ def _search(x, ct, cnorm, unrolled, nearest, best):  # pragma: no cover
             for d in range(width):
                 s += xm[d] * ct[d, a]
             dist[a] = s
-        low = np.float32(np.inf)
+        low = dist[0]
+        for a in range(1, k):
+            low = dist[a] if dist[a] < low else low
+        # The first centroid at the minimum, as a minimum of int32 candidates: a select and an
+        # integer min that vectorise (a loop that stops at the first match does not).
+        first = np.int32(k)
         for a in range(k):
-            low = min(low, dist[a])
-        first = k
-        for a in range(k):
-            first = min(first, a if dist[a] == low else k)
+            candidate = np.int32(a) if dist[a] == low else np.int32(k)
+            first = candidate if candidate < first else first
         nearest[i] = first
         best[i] = low
