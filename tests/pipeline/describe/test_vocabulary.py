@@ -56,10 +56,11 @@ def test_gmm_statistics_match_the_posteriors_written_out():
     )
     gamma = density / density.sum(axis=1, keepdims=True)
     s0, s1, s2, likelihood = chunk_gmm_stats({"x": X}, "x", None, weights, means, variances)
-    np.testing.assert_allclose(s0, gamma.sum(axis=0), rtol=1e-9)
-    np.testing.assert_allclose(s1, gamma.T @ X, rtol=1e-9)
-    np.testing.assert_allclose(s2, gamma.T @ X**2, rtol=1e-9)
-    assert likelihood == pytest.approx(np.log(density.sum(axis=1)).sum(), rel=1e-10)
+    # A pass computes in float32 within a chunk: float32's precision, not float64's.
+    np.testing.assert_allclose(s0, gamma.sum(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(s1, gamma.T @ X, rtol=1e-5)
+    np.testing.assert_allclose(s2, gamma.T @ X**2, rtol=1e-5)
+    assert likelihood == pytest.approx(np.log(density.sum(axis=1)).sum(), rel=1e-6)
 
 
 def test_pca_is_numpys_eigendecomposition_of_the_covariance():
