@@ -17,13 +17,15 @@ tasks:
   ``ProductQuantizer`` from the same seed);
 - ``niter`` iterations, each an assignment of every row to its nearest centroid (lowest index on
   ties) then each centroid moved to the mean of its rows (summed in float64);
-- empty clusters: each centroid left without rows, in index order, takes a copy of the centroid
-  of the currently largest cluster (lowest index on ties), and the two are pushed apart by
-  multiplying their coordinates by 1 ± 1/1024 (alternating signs over the dimensions), the
-  larger cluster's count split between them. This is faiss's split with the cluster chosen by
-  size instead of at random, so it needs no generator. A centroid copied from rows that are all
-  equal (or all zero) stays equal to its source and is emptied again next iteration: such a
-  sub-space has fewer distinct values than centroids.
+- empty clusters: each centroid left without rows, in index order, moves to the row farthest
+  from the centroid it was assigned to in that iteration (squared distance computed directly;
+  lowest row index on ties; each row taken once), as scikit-learn's k-means does. A row equal
+  to its centroid is never taken, so the centroids that a sub-space's repeated values (all-zero
+  pixels, say) would have held go where the error is; an empty centroid with no row at a
+  positive distance left (fewer distinct sub-vectors than centroids) stays where it was.
+  faiss instead splits a cluster drawn at random by size, scaling its coordinates by
+  1 ± 1/1024: the copy of a zero centroid is the centroid itself, which on images with constant
+  regions left centroids unused (reconstruction error 8–13% above this rule's on MNIST pixels).
 """
 
 from __future__ import annotations
@@ -34,8 +36,6 @@ import numpy as np
 # Sub-space dimensions up to this compile a kernel with the dimension loop fully unrolled (see
 # `_unrolled`); wider sub-spaces share one kernel with a run-time dimension loop.
 MAX_UNROLLED_DSUB = 64
-# The relative push that separates a split centroid from its copy (faiss's EPS).
-SPLIT_EPS = 1.0 / 1024
 # Flags for the distance kernel: no NaN/inf (the caller checks rows are finite), and min/max
 # reductions and multiply-adds may be vectorised and fused; sums are not reassociated.
 _FAST = {"nnan", "ninf", "nsz", "contract"}
@@ -78,6 +78,7 @@ def _lloyd(sub, init, niter, unrolled, centroids):  # pragma: no cover
     cnorm = np.empty(k, np.float32)
     codes = np.empty(n, np.int32)
     distances = np.empty(n, np.float32)
+    residuals = np.empty(n, np.float64)
     sums = np.empty((k, dsub), np.float64)
     counts = np.empty(k, np.int64)
     for j in range(m):
@@ -93,35 +94,34 @@ def _lloyd(sub, init, niter, unrolled, centroids):  # pragma: no cover
             for i in range(n):
                 a = codes[i]
                 counts[a] += 1
+                r = 0.0
                 for d in range(dsub):
                     sums[a, d] += x[i, d]
+                    r += (np.float64(x[i, d]) - c[a, d]) ** 2
+                residuals[i] = r
             for a in range(k):
                 if counts[a]:
                     for d in range(dsub):
                         c[a, d] = sums[a, d] / counts[a]
-            _split_empty(c, counts)
+            _move_empty(x, c, counts, residuals)
 
 
 @numba.njit(cache=True, nogil=True)
-def _split_empty(c, counts):  # pragma: no cover
-    """Give each empty cluster half of the largest one (module docstring)."""
-    k, dsub = c.shape
+def _move_empty(x, c, counts, residuals):  # pragma: no cover
+    """Move each empty cluster's centroid to the farthest row not yet taken (module docstring);
+    ``residuals``: each row's squared distance to the centroid it was assigned to."""
+    k = c.shape[0]
     for a in range(k):
         if counts[a]:
             continue
-        big = 0
-        for b in range(1, k):
-            if counts[b] > counts[big]:
-                big = b
-        for d in range(dsub):
-            up = np.float32(1.0 + SPLIT_EPS)
-            down = np.float32(1.0 - SPLIT_EPS)
-            if d % 2:
-                up, down = down, up
-            c[a, d] = c[big, d] * up
-            c[big, d] = c[big, d] * down
-        counts[a] = counts[big] // 2
-        counts[big] -= counts[a]
+        far = 0
+        for i in range(1, x.shape[0]):
+            if residuals[i] > residuals[far]:
+                far = i
+        if residuals[far] <= 0.0:
+            return
+        c[a] = x[far]
+        residuals[far] = -1.0
 
 
 @numba.njit(cache=True, nogil=True)

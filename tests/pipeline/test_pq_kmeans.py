@@ -8,7 +8,6 @@ import pytest
 
 from imgscale.pipeline.pq_kmeans import (
     MAX_UNROLLED_DSUB,
-    SPLIT_EPS,
     _centroid_major,
     _search,
     _unrolled,
@@ -24,8 +23,9 @@ def first_rows(n: int, k: int, seed: int) -> np.ndarray:
 def dense_lloyd(x: np.ndarray, k: int, niter: int, seed: int) -> tuple[np.ndarray, list]:
     """One sub-space's k-means from the formulas, in float64: nearest centroid by full squared
     distances (first index on ties), means of the assigned rows, then each empty cluster in
-    index order split off the largest (lowest index on ties) by factors 1 ± eps. Returns the
-    centroids and each iteration's (centroids searched, rows' nearest centroid)."""
+    index order moved to the row farthest from its centroid (lowest index on ties, each row
+    once, none at distance 0). Returns the centroids and each iteration's (centroids searched,
+    rows' nearest centroid)."""
     x = x.astype(np.float64)
     c = x[first_rows(len(x), k, seed)].copy()
     steps = []
@@ -33,17 +33,14 @@ def dense_lloyd(x: np.ndarray, k: int, niter: int, seed: int) -> tuple[np.ndarra
         searched = c.astype(np.float32)
         nearest = ((x[:, None, :] - searched[None]) ** 2).sum(axis=2).argmin(axis=1)
         steps.append((searched, nearest))
-        counts = np.bincount(nearest, minlength=k)
-        for a in np.flatnonzero(counts):
+        residuals = ((x - searched[nearest]) ** 2).sum(axis=1)
+        for a in np.unique(nearest):
             c[a] = x[nearest == a].mean(axis=0)
-        for a in range(k):
-            if counts[a] == 0:
-                big = int(np.argmax(counts))
-                signs = np.where(np.arange(x.shape[1]) % 2 == 0, 1.0, -1.0)
-                c[a] = c[big] * (1 + SPLIT_EPS * signs)
-                c[big] = c[big] * (1 - SPLIT_EPS * signs)
-                counts[a] = counts[big] // 2
-                counts[big] -= counts[a]
+        for a in np.setdiff1d(np.arange(k), nearest):
+            far = int(np.argmax(residuals))
+            if residuals[far] > 0:
+                c[a] = x[far]
+                residuals[far] = -1
     return c, steps
 
 
@@ -93,22 +90,33 @@ def test_no_iterations_leaves_the_seeded_rows():
     np.testing.assert_array_equal(got, sub[:, first_rows(400, 10, 9)])
 
 
-def test_an_empty_cluster_takes_half_of_the_largest():
-    # Two distinct points: a = (1, 2, 1, 2) in rows 0-99 and b = (3, 4, 3, 4) in rows 100-399.
-    # Started from rows that are a, b, b, the third centroid loses its rows to the second
-    # (lower index wins a tie) and is split off b's cluster, the largest, by factors 1 ± eps.
-    x = np.array([[1, 2, 1, 2]] * 100 + [[3, 4, 3, 4]] * 300, np.float32)
-    seed = next(s for s in range(100) if list(first_rows(400, 3, s) >= 100) == [False, True, True])
+def rows_for(pattern: list[bool], n: int, boundary: int, k: int) -> int:
+    """A seed whose initial rows fall each side of ``boundary`` as ``pattern`` says."""
+    return next(s for s in range(1000) if list(first_rows(n, k, s) >= boundary) == pattern)
+
+
+def test_an_empty_cluster_moves_to_the_farthest_row():
+    # Rows 0-99 all a = (1, 2, 1, 2); rows 100-399 around b = (3, 4, 3, 4), row 399 the
+    # farthest from it. Started from rows a, a, (some b), the second centroid loses its rows
+    # to the first (lower index wins a tie) and moves to row 399, which is then a cluster.
+    b = np.array([3, 4, 3, 4], np.float32)
+    x = np.concatenate([[[1, 2, 1, 2]] * 100, [b + 0.25] * 150, [b - 0.25] * 149, [b + 2]])
+    x = x.astype(np.float32)
+    seed = rows_for([False, False, True], 400, 100, 3)
     got = kmeans_sub_spaces(x[None], 3, 1, seed=seed)[0]
-    e = np.float32(SPLIT_EPS)
-    np.testing.assert_array_equal(got[0], [1, 2, 1, 2])
-    up, down = 1 + e, 1 - e
-    np.testing.assert_allclose(got[1], [3 * down, 4 * up, 3 * down, 4 * up], rtol=1e-7)
-    np.testing.assert_allclose(got[2], [3 * up, 4 * down, 3 * up, 4 * down], rtol=1e-7)
-    # A second iteration gives each copy the rows nearest it; with all of b's rows equal, one
-    # copy takes them all and the other is split off it again: still three finite centroids.
+    np.testing.assert_array_equal(got[:2], [[1, 2, 1, 2], b + 2])
+    np.testing.assert_allclose(got[2], x[100:].mean(axis=0), rtol=1e-6)
     again = kmeans_sub_spaces(x[None], 3, 2, seed=seed)[0]
-    np.testing.assert_allclose(again, dense_lloyd(x, 3, 2, seed)[0], rtol=1e-6)
+    np.testing.assert_allclose(again, [[1, 2, 1, 2], b + 2, x[100:399].mean(axis=0)], rtol=1e-6)
+
+
+def test_an_empty_cluster_without_a_donor_stays_put():
+    # Two distinct rows only, started from a, b, b: the third centroid is emptied and every
+    # row is at distance 0 from its centroid, so it stays at b.
+    x = np.array([[1, 2, 1, 2]] * 100 + [[3, 4, 3, 4]] * 300, np.float32)
+    seed = rows_for([False, True, True], 400, 100, 3)
+    got = kmeans_sub_spaces(x[None], 3, 3, seed=seed)[0]
+    np.testing.assert_array_equal(got, [[1, 2, 1, 2], [3, 4, 3, 4], [3, 4, 3, 4]])
 
 
 def test_seed_decides_the_result_and_batching_does_not():
