@@ -229,12 +229,19 @@ def train_sub_spaces(
     columns: tuple[int, int], m: int, *, seed: int, signatures: list[np.ndarray]
 ) -> np.ndarray:
     """Codebook (m, 256, dsub) of the ``m`` consecutive sub-spaces in ``columns`` of the sampled
-    ``signatures`` (one array a partition), trained on those columns alone (runs on a worker,
-    on its one thread)."""
-    with warnings.catch_warnings():  # the client warned of a small sample already
-        warnings.simplefilter("ignore")
-        rows = np.concatenate([part[:, columns[0] : columns[1]] for part in signatures])
-        return PQCodec.train(rows, m, seed=seed).codebook
+    ``signatures`` (one array a partition), trained on those columns alone (runs on a worker;
+    faiss on one thread, as the worker has one core)."""
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        with warnings.catch_warnings():  # the client warned of a small sample already
+            warnings.simplefilter("ignore")
+            rows = np.concatenate([part[:, columns[0] : columns[1]] for part in signatures])
+            return PQCodec.train(rows, m, seed=seed).codebook
+    finally:
+        faiss.omp_set_num_threads(threads)
 
 
 @dataclass

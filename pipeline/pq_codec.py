@@ -6,10 +6,9 @@ instead of 4·D (paper 002 §4.1: 8-dim sub-vectors, 256 centroids, one byte per
 Douze & Schmid, "Product quantization for nearest neighbor search", PAMI 2011). An optional random
 orthogonal rotation applied first spreads variance evenly over the sub-spaces.
 
-Training is `pipeline.pq_kmeans`: one compiled Lloyd loop over all the sub-spaces (8,192 of them
-for a 64K-D descriptor), each k-means too small for a BLAS product to pay. Encoding uses faiss
-(``knn`` per sub-space: C++ with BLAS and SIMD distance kernels). Decoding is a numpy gather.
-The kernels on codes that never decode them (class sums, ADC search) are `pipeline.pq_codes`.
+Training and encoding use faiss (``ProductQuantizer`` k-means; ``knn`` per sub-space to encode):
+C++ with BLAS and SIMD distance kernels. Decoding is a numpy gather. The kernels on codes that
+never decode them (class sums, ADC search) are `pipeline.pq_codes`.
 
 A PQ store keeps the codes and this codec's arrays. The storage layer, which imports no pipeline
 module, finds this class by the ``imgscale.codecs`` entry point ``pq`` (pyproject.toml) and uses
@@ -36,8 +35,6 @@ KSUB = np.iinfo(np.uint8).max + 1
 # faiss warns below 39 training points per centroid; fewer leaves centroids poorly placed.
 MIN_TRAIN_PER_CENTROID = 39
 DEFAULT_SAMPLE = 65_536
-# Training rows used at most: 256 a centroid (faiss's ``max_points_per_centroid``).
-MAX_TRAIN_ROWS = 256 * KSUB
 
 
 @dataclass
@@ -84,14 +81,14 @@ class PQCodec:
     def train(
         cls, sample: np.ndarray, m: int, *, rotate: bool = False, seed: int = 0, niter: int = 25
     ) -> PQCodec:
-        """k-means of each of the M sub-spaces of ``sample`` (`pipeline.pq_kmeans`: ``niter``
-        Lloyd iterations, every sub-space started from the same 256 rows drawn with ``seed``).
+        """k-means (faiss, ``niter`` Lloyd iterations) of each of the M sub-spaces of ``sample``.
 
-        At most `MAX_TRAIN_ROWS` rows are used (a seeded sample of them), as faiss does: more
-        rows move 256 centroids in 8 dimensions very little and cost time in proportion.
+        Its nearest-centroid searches run by BLAS products from the first query (`_blas_search`):
+        with faiss's default settings the k-means of a few thousand rows (the sample of a 64K-D
+        codebook's 8,192 sub-quantizers) searches without BLAS and is many times slower
+        (``imgscale bench pq``: codec training per sub-space).
         """
-        # Imported here: a store opened to read or describe its rows needs no numba.
-        from imgscale.pipeline.pq_kmeans import kmeans_sub_spaces
+        import faiss
 
         sample = np.ascontiguousarray(sample, dtype=np.float32)
         n, dim = sample.shape
@@ -99,12 +96,17 @@ class PQCodec:
         check_training_rows(n, stacklevel=3)
         if not np.isfinite(sample).all():
             raise ValueError("PQ training: sample has NaN/inf values; expected finite rows")
-        if n > MAX_TRAIN_ROWS:
-            sample = sample[sample_indices(n, MAX_TRAIN_ROWS, seed)]
         rotation = random_rotation(dim, seed) if rotate else None
         if rotation is not None:
             sample = sample @ rotation
-        codebook = kmeans_sub_spaces(_sub_vectors_by_space(sample, m), KSUB, niter, seed)
+        pq = faiss.ProductQuantizer(dim, m, 8)
+        pq.cp.niter = niter
+        pq.cp.seed = seed
+        # We warned above with our threshold; faiss would print its own per sub-quantizer.
+        pq.cp.min_points_per_centroid = 1
+        with _blas_search():
+            pq.train(sample)
+        codebook = faiss.vector_to_array(pq.centroids).reshape(m, KSUB, dim // m)
         return cls(codebook, rotation)
 
     # -- encode / decode ------------------------------------------------------------------
@@ -256,8 +258,8 @@ class PQCodec:
 
 def _sub_vectors_by_space(X: np.ndarray, m: int) -> np.ndarray:
     """(M, n, D/M) copy of ``X`` (n, D): each sub-space's sub-vectors contiguous, as faiss's
-    search and the k-means want them. Copied ~2 MB of rows at a time so the strided reads stay
-    in cache, which a ``transpose`` copy of a whole chunk does not."""
+    search wants them. Copied ~2 MB of rows at a time so the strided reads stay in cache, which
+    a ``transpose`` copy of a whole chunk does not."""
     n, dim = X.shape
     block = max(1, 2**19 // dim)
     sub = np.empty((m, n, dim // m), X.dtype)
@@ -276,21 +278,37 @@ _search_saved: tuple[int, int] = (0, 0)
 
 @contextlib.contextmanager
 def _one_thread_blas_search() -> Iterator[None]:
-    """faiss searches on one thread, by BLAS products in blocks of 1,024 queries, restored after.
+    """faiss searches on one thread, by BLAS products (`_blas_search`), restored after.
 
     One thread: encode tasks run one per single-threaded Dask worker (jobs/cluster.py), and
-    OpenMP threads on top of that would oversubscribe the cores (a per-thread setting). BLAS from
-    the first query: below faiss's ``distance_compute_blas_threshold`` a search scans each query
-    directly, several times slower than by BLAS, which made short chunks slower than
-    ``compute_codes``; and the two paths round differently, so near-tied centroids must always
-    see the same one. 1,024 queries a block keep the 1,024 × 256 distance block in L2 cache
-    (faiss's default of 4,096 does not).
+    OpenMP threads on top of that would oversubscribe the cores (a per-thread setting).
+    """
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        with _blas_search():
+            yield
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def _blas_search() -> Iterator[None]:
+    """faiss searches by BLAS products from the first query, in blocks of 1,024 queries,
+    restored after.
+
+    BLAS from the first query: below faiss's ``distance_compute_blas_threshold`` a search scans
+    each query directly, several times slower than by BLAS: short chunks encoded slower than
+    ``compute_codes``, and the k-means of a few thousand rows trained many times slower. The
+    two paths also round differently, so near-tied centroids must always see the same one.
+    1,024 queries a block keep the 1,024 × 256 distance block in L2 cache (faiss's default of
+    4,096 does not).
     """
     import faiss
 
     global _search_users, _search_saved
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
     with _search_lock:
         if _search_users == 0:
             _search_saved = (
@@ -303,7 +321,6 @@ def _one_thread_blas_search() -> Iterator[None]:
     try:
         yield
     finally:
-        faiss.omp_set_num_threads(threads)
         with _search_lock:
             _search_users -= 1
             if _search_users == 0:

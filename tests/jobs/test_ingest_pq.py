@@ -99,7 +99,7 @@ def test_the_codebook_is_pq_trained_on_the_sampled_signatures(photos, vocabulari
     keys = [key for item in items for key in item.partition.keys if key in item.keys]
     assert len(keys) == 300
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # 300 rows: fewer than 39 a centroid
+        warnings.simplefilter("ignore")  # 300 rows: fewer than faiss's 39 a centroid
         expected = PQCodec.train(signatures(photos / "train", keys, vocabularies[0]), 8)
     np.testing.assert_allclose(open_store(coded).codec.codebook, expected.codebook, atol=1e-6)
 

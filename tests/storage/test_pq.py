@@ -1,7 +1,5 @@
-"""PQ codec and PQ stores: faiss is the reference for encoding/decoding and for the quality of
-training (the k-means itself is checked against a dense reference in
-tests/pipeline/test_pq_kmeans.py), and a PQ store reads back exactly the rows the codec decodes,
-chunk by chunk, through the usual store verbs."""
+"""PQ codec and PQ stores: faiss is the reference for training/encoding/decoding, and a PQ store
+reads back exactly the rows the codec decodes, chunk by chunk, through the usual store verbs."""
 
 from __future__ import annotations
 
@@ -13,13 +11,7 @@ import faiss
 import numpy as np
 import pytest
 
-from imgscale.pipeline.pq_codec import (
-    KSUB,
-    MAX_TRAIN_ROWS,
-    PQCodec,
-    random_rotation,
-    sample_indices,
-)
+from imgscale.pipeline.pq_codec import KSUB, PQCodec, random_rotation
 from imgscale.storage import StoreError, create_pq_store, open_store
 from imgscale.storage.layout import read_record
 from imgscale.storage.writer import CopyWriter, write_row_chunk
@@ -53,27 +45,26 @@ def test_encode_and_decode_match_faiss_product_quantizer(codec):
     np.testing.assert_array_equal(codec.decode(codes), pq.decode(codes))
 
 
-def test_training_reconstructs_as_well_as_faiss_product_quantizer():
-    """Same rows, M, 256 centroids and 25 iterations: the sample's reconstruction error is
-    within 1% of faiss's (both are Lloyd's k-means from different starting rows)."""
-    X = blobs(8000, seed=11, dim=32)
-    ours = PQCodec.train(X, 4, seed=0)
-    pq = faiss.ProductQuantizer(32, 4, 8)
-    pq.cp.min_points_per_centroid = 1
-    pq.train(X)
-    mse = np.mean(np.sum((ours.decode(ours.encode(X)) - X) ** 2, axis=1))
-    faiss_mse = np.mean(np.sum((pq.decode(pq.compute_codes(X)) - X) ** 2, axis=1))
-    assert mse < 1.01 * faiss_mse
-
-
-def test_training_uses_at_most_max_train_rows():
-    """Beyond MAX_TRAIN_ROWS rows, training sees the seeded sample of that many rows."""
-    X = blobs(MAX_TRAIN_ROWS + 500, seed=12)
-    kept = X[sample_indices(len(X), MAX_TRAIN_ROWS, 3)]
-    np.testing.assert_array_equal(
-        PQCodec.train(X, M, seed=3, niter=2).codebook,
-        PQCodec.train(kept, M, seed=3, niter=2).codebook,
-    )
+def test_training_is_faiss_k_means_searching_by_blas_and_leaves_faiss_settings_as_they_were():
+    X = blobs(3000, seed=11)
+    before = (faiss.cvar.distance_compute_blas_threshold, faiss.cvar.distance_compute_blas_query_bs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        codec = PQCodec.train(X, M, seed=2, niter=5)
+    after = (faiss.cvar.distance_compute_blas_threshold, faiss.cvar.distance_compute_blas_query_bs)
+    assert after == before
+    pq = faiss.ProductQuantizer(DIM, M, 8)
+    pq.cp.niter, pq.cp.seed, pq.cp.min_points_per_centroid = 5, 2, 1
+    faiss.cvar.distance_compute_blas_threshold = 1
+    faiss.cvar.distance_compute_blas_query_bs = 1024
+    try:
+        pq.train(X)
+    finally:
+        faiss.cvar.distance_compute_blas_threshold, faiss.cvar.distance_compute_blas_query_bs = (
+            before
+        )
+    expected = faiss.vector_to_array(pq.centroids).reshape(M, KSUB, DIM // M)
+    np.testing.assert_array_equal(codec.codebook, expected)
 
 
 def test_encode_picks_the_nearest_centroid_of_each_sub_vector(codec):
