@@ -51,6 +51,8 @@ TASKS = {
 }
 QUERIES_PER_LABEL = 50
 PCA_DIM = 100
+# Local+ML's metric steps at tiny scale (the default is 1,000): the toy run exercises the path.
+TINY_METRIC_ITER = 20
 GLOBAL_B_DRAWS = 10
 RECOVERY_INSTANCES = 20
 PAPER_COMPRESSION = 0.15
@@ -203,7 +205,7 @@ def run_task(dataset, task, X_all, y_digits, params, max_rows, client, log, seed
     offline = time.perf_counter() - started
     # The paper's §3.2 on the same target neighbourhoods: indicators compressed to D = 15% of M.
     compressed = copy.deepcopy(ours).set_params(compression=PAPER_COMPRESSION).fit_regression()
-    fixed = {k: v for k, v in params.items() if k in ("sizes", "alpha")}
+    fixed = {k: v for k, v in params.items() if k in ("sizes", "alpha", "metric_max_iter")}
     local_b = PredictedNeighbourhoodClassifier(neighbourhood="nearest", **fixed).fit(X, y)
     local_u = PredictedNeighbourhoodClassifier(
         neighbourhood="nearest", balanced=False, **fixed
@@ -286,7 +288,8 @@ def suite(ctx: Context) -> list[dict]:
     # tiny: one task and no 1 -> 2 worker fits, so the whole suite's toy run stays in minutes.
     datasets, max_rows, params, tasks, scaling = ctx.pick(
         tiny=(("digits",), 2000,
-              {"n_neighbourhoods": 100, "sizes": (20, 40), "n_samples": 2}, 1, False),
+              {"n_neighbourhoods": 100, "sizes": (20, 40), "n_samples": 2,
+               "metric_max_iter": TINY_METRIC_ITER}, 1, False),
         small=(("usps",), 10_000,
                {"n_neighbourhoods": 500, "sizes": (50, 100, 200, 400), "n_samples": 5}, 2, True),
         medium=(("mnist", "usps", "20news"), 10_000,

@@ -207,8 +207,8 @@ def suite(ctx: Context) -> list[dict]:
         medium=(45_000, VAL_ROWS, 64, 4_000, 1_000, 4_000),
         large=(45_000, VAL_ROWS, 64, 4_000, 1_000, 4_000),
     )  # fmt: skip
-    # Tiny is the CI run: every command runs as a process, so it runs the fewest that cover
-    # each part (no kNN, no ridge; classes added to the learned metric only).
+    # Tiny is the CI run: it runs the fewest commands that cover each part (no kNN, no ridge;
+    # classes added to the learned metric only).
     chosen, adding = ctx.pick(
         tiny=(("ncm", "ncm-metric"), ("ncm-metric",)),
         small=(None, ("ncm", "ncm-metric")),

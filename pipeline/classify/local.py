@@ -257,6 +257,8 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         Distances for the candidate sampling and for "nearest": "learned" is those of a
         `MetricKNeighborsClassifier` fitted on the training rows (Local+ML of §4).
     metric_dim : int, default=64
+    metric_max_iter : int, default=1000
+        Minibatch steps of the learned metric (`MetricKNeighborsClassifier`'s ``max_iter``).
     recovery : {"omp", "correlation"}, default="correlation"
         Sparse recovery of a query's confidences from compressed indicators (`recover`).
     embedding_dim : int or None, default=None
@@ -310,6 +312,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         "neighbourhood": (Options(NEIGHBOURHOODS),),
         "metric": (Options(METRICS),),
         "metric_dim": (Interval(int, 1, None),),
+        "metric_max_iter": (Interval(int, 1, None),),
         "recovery": (Options(RECOVERIES),),
         "embedding_dim": (Interval(int, 1, None), None),
         "alpha": (Interval(float, 0, None, closed="neither"),),
@@ -325,6 +328,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         balanced: bool = True,
         metric: str = "euclidean",
         metric_dim: int = 64,
+        metric_max_iter: int = 1000,
         recovery: str = "correlation",
         embedding_dim: int | None = None,
         alpha: float = 1.0,
@@ -338,6 +342,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         self.balanced = balanced
         self.metric = metric
         self.metric_dim = metric_dim
+        self.metric_max_iter = metric_max_iter
         self.recovery = recovery
         self.embedding_dim = embedding_dim
         self.alpha = alpha
@@ -366,7 +371,9 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         seed = check_random_state(self.random_state).randint(2**31)
         self.components_ = self.embedding_weights_ = self.embedding_offset_ = None
         if self.metric == "learned":
-            knn = MetricKNeighborsClassifier(n_components=self.metric_dim, random_state=seed)
+            knn = MetricKNeighborsClassifier(
+                n_components=self.metric_dim, max_iter=self.metric_max_iter, random_state=seed
+            )
             self.components_ = knn.fit(X, y_index).components_
         if self.neighbourhood == "predicted":
             self._fit_predicted(X, y_index, sizes, seed, mapper or run_in_process)
