@@ -50,3 +50,25 @@ def principal_axes(
     biggest = np.argmax(np.abs(vectors), axis=1)
     vectors *= np.sign(vectors[np.arange(k), biggest])[:, None]
     return mean, variances, vectors
+
+
+def principal_axes_of_rows(X: np.ndarray, n_components: int) -> np.ndarray:
+    """Top ``n_components`` principal axes (k, D) of the rows of X (n, D) held in memory,
+    float64, by decreasing variance, signs as `principal_axes`.
+
+    From the D × D covariance (`principal_axes`) when D ≤ n; from the n × n Gram of the centred
+    rows when the rows are wider than they are many (and more than ``n_components``): with its
+    top eigenvectors U the axes are the columns of X̃ᵀU normalised, the same axes without a
+    D × D matrix (32 GiB at 64K-D).
+    """
+    n, n_features = X.shape
+    if n_features <= n or n_components >= n:
+        return principal_axes(covariance_stats(X), n_components)[2]
+    centred = np.asarray(X, np.float64)
+    centred = centred - centred.mean(axis=0)
+    _, vectors = scipy.linalg.eigh(centred @ centred.T, subset_by_index=(n - n_components, n - 1))
+    axes = (centred.T @ vectors[:, ::-1]).T
+    axes /= np.linalg.norm(axes, axis=1, keepdims=True)
+    biggest = np.argmax(np.abs(axes), axis=1)
+    axes *= np.sign(axes[np.arange(n_components), biggest])[:, None]
+    return axes

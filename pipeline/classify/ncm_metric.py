@@ -23,12 +23,18 @@ from imgscale.pipeline.classify.ncm import NearestClassMean
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.params import Interval
-from imgscale.pipeline.principal_axes import covariance_stats, principal_axes
+from imgscale.pipeline.principal_axes import principal_axes_of_rows
 from imgscale.pipeline.reductions import RowStats
 
 # Query rows scored per GEMM: the rows × classes float32 block (40 MiB at 10,000 classes)
 # stays close to the L3 cache for the top-k scan that reads it right after.
 SCORE_ROWS = 1024
+# Bytes of float64 rows the initial PCA of rows wider than they are many works on: 2,048 rows
+# of a 64K-D signature.
+AXES_BYTES = 2**30
+# Rows drawn to start W: five a dimension, at least 2,000, at most 20,000 and at most 2 GiB of
+# float32 rows (8,192 rows of a 64K-D signature).
+SAMPLE_BYTES = 2**31
 
 
 def ncm_objective(
@@ -304,7 +310,9 @@ class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
         else:
             X_val, val_index = sampler.hold_out(self.n_validation)
         means = self.means_
-        sample, sample_index = sampler.sample(min(20_000, max(5 * self.n_features_in_, 2000)))
+        dim = self.n_features_in_
+        rows = min(20_000, max(5 * dim, 2000), max(2000, SAMPLE_BYTES // (4 * dim)))
+        sample, sample_index = sampler.sample(rows)
         W = initial_projection(sample, sample_index, means, int(self.n_components))
         spread = float(np.mean(np.sum((sample - means[sample_index]) ** 2, axis=1)))
         step = float(self.learning_rate) / max(spread, np.finfo(np.float32).tiny)
@@ -365,8 +373,10 @@ def initial_projection(
     """Top PCA components of X (d, D) scaled to a mean squared distance of 1 to class means."""
     if not 1 <= n_components <= X.shape[1]:
         raise ValueError(f"n_components must be in [1, {X.shape[1]}], got {n_components}")
-    _, _, axes = principal_axes(covariance_stats(X), n_components)
-    W = axes.astype(np.float32)
+    # Wide rows (64K-D Fisher vectors): the axes of the first `wide_rows` of the sample, from
+    # their Gram (rows are drawn at random, so the first of them are a random subsample).
+    wide_rows = max(n_components + 1, AXES_BYTES // (8 * X.shape[1]))
+    W = principal_axes_of_rows(X[:wide_rows], n_components).astype(np.float32)
     projected = (X - means[y_index]) @ W.T
     spread = float(np.mean(np.sum(projected.astype(np.float64) ** 2, axis=1)))
     return W / np.float32(np.sqrt(max(spread, np.finfo(np.float32).tiny)))
