@@ -241,7 +241,8 @@ PURPOSES = (
     Purpose("natural-ncm", r".*: train, wall", _COST),
     Purpose(
         "describe-speed",
-        r"(dense SIFT, OpenCV loop|EM iteration, scikit-learn GaussianMixture) \(1 process\)",
+        r"(dense SIFT, OpenCV loop( on 1 thread)?|EM iteration, scikit-learn GaussianMixture) "
+        r"\(1 process\)",
         "the peer of the worker figures below, in its own unit",
     ),
     Purpose("natural-hope", r"full-D \d+-NN error", "the peer of the 2-D en-HOPE error"),
