@@ -658,7 +658,7 @@ def suite(ctx: Context) -> list[dict]:
             "it compares LocalClusters of 1 and 2 workers of its own; run it without --scheduler"
         )
     n, n_few, n_peer_tiny, n_peer = ctx.pick(
-        tiny=(300, 60, 10, 2),
+        tiny=(120, 24, 10, 2),
         small=(10_000, 1_000, 200, 40),
         medium=(50_000, 2_000, 400, 60),
         large=(60_000, 5_000, 400, 60),

@@ -59,7 +59,7 @@ def test_ingest_runs_on_one_and_two_workers_with_the_peer_and_the_speed_up(tiny_
                     f"{kind}: imgscale ingest --features {feature}, {workers} worker(s)"
                 ]
                 assert run["value"] > 0 and run["peer_value"] > 0 and run["workers"] == workers
-                assert run["images"] == (60 if feature == "gist" else 300)
+                assert run["images"] == (24 if feature == "gist" else 120)
                 assert 0 <= run["load_1min"]
             speedup = tiny_records[f"{kind}: ingest --features {feature}, speed-up 1 → 2 workers"]
             assert speedup["value"] > 0 and speedup["peer_value"] > 0
@@ -68,8 +68,8 @@ def test_ingest_runs_on_one_and_two_workers_with_the_peer_and_the_speed_up(tiny_
 def test_peak_rss_of_client_and_workers_is_measured_at_two_sizes(tiny_records):
     for kind in KINDS:
         for who in ("client", "largest worker"):
-            name = f"{kind}: ingest gist-tiny, 2 workers, peak RSS of the {who} at 300 images"
+            name = f"{kind}: ingest gist-tiny, 2 workers, peak RSS of the {who} at 120 images"
             rss = tiny_records[name]
             # A Python process with numpy, Dask and Pillow loaded holds at least 50 MiB.
             assert 0.05 < rss["value"] < 8 and 0.05 < rss["peer_value"] < 8
-            assert "60 images" in rss["peer"]
+            assert "24 images" in rss["peer"]
