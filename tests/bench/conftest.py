@@ -56,6 +56,10 @@ class TinyRun:
         env = {k: v for k, v in os.environ.items()
                if k not in ("IMGSCALE_DATA", "DASK_SCHEDULER_ADDRESS")}  # fmt: skip
         env["IMGSCALE_LEDGER"] = str(self.root / "ledger.sqlite")  # not the user's ledger
+        # One BLAS (and OpenMP) thread a process: the run shares the cores with the rest of the
+        # suite, and OpenBLAS threads waiting for busy cores make small eigh calls tens of times
+        # slower (AddKPCA's fit, 320 of 128 x 128, on a loaded machine).
+        env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = "1"
         self.started = time.monotonic()
         launched = subprocess.run(
             [sys.executable, "-c", _LAUNCH, str(self.root), sys.executable, "-m", "imgscale",
