@@ -279,6 +279,8 @@ def fv_rates(local: np.ndarray, gmm: Any) -> tuple[float, float]:
             fisher_vector(descriptors, sk, improved=True)
         return len(local)
 
+    fisher_vectors(local[:FV_SLICE], gmm.weights, gmm.means, gmm.variances)  # compiles (numba)
+    fisher_vector(local[0], sk, improved=True)
     return _timed(ours)[0], _timed(theirs)[0]
 
 
