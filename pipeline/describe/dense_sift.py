@@ -9,6 +9,8 @@ the base image (tests/pipeline/describe/test_dense_sift.py measures it).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import cv2
@@ -20,6 +22,22 @@ from imgscale.pipeline.describe._images import check_image_size
 
 # OpenCV's descriptor is unit-L2 scaled by SIFT_INT_DESCR_FCTR = 512 (then clipped to 255).
 _OPENCV_SCALE = np.float32(1 / 512)
+
+
+@contextmanager
+def _one_opencv_thread() -> Iterator[None]:
+    """OpenCV on one thread meanwhile (as ``threadpool_limits`` does for BLAS).
+
+    Images are spread over the cores by the tasks that describe them; OpenCV's own pool (a
+    thread per core in every worker process, which Dask's OMP_NUM_THREADS=1 does not reach)
+    would spread each image's keypoints over the same cores again.
+    """
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(threads)
 
 
 def patch_grid(height: int, width: int, patch_sizes: tuple[int, ...], step: int) -> np.ndarray:
@@ -124,11 +142,12 @@ class DenseSift(TransformerMixin, BaseEstimator):
         ]
         sift = cv2.SIFT_create()
         out = np.empty((len(images), len(grid), 128), np.float32)
-        for i, image in enumerate(images):
-            found, descriptors = sift.compute(image, keypoints)
-            if len(found) != len(keypoints):  # OpenCV keeps them all; a change would misalign
-                raise RuntimeError(f"OpenCV described {len(found)} of {len(keypoints)} patches")
-            out[i] = descriptors
+        with _one_opencv_thread():
+            for i, image in enumerate(images):
+                found, descriptors = sift.compute(image, keypoints)
+                if len(found) != len(keypoints):  # OpenCV keeps them all; else misaligned
+                    raise RuntimeError(f"OpenCV described {len(found)} of {len(keypoints)} patches")
+                out[i] = descriptors
         if self.root:
             out /= np.maximum(out.sum(axis=2, keepdims=True), np.float32(1e-12))
             np.sqrt(out, out=out)

@@ -80,3 +80,27 @@ def test_colour_images_and_bad_parameters_are_refused():
         DenseSift(patch_sizes=(2,)).fit()
     with pytest.raises(ValueError, match="step"):
         DenseSift(step=0).fit()
+
+
+def test_opencv_describes_on_one_thread_and_its_setting_is_restored(monkeypatch):
+    # Every worker process has OpenCV's pool of a thread per core; the tasks already use them.
+    threads_seen = []
+    create = cv2.SIFT_create
+
+    class Recording:
+        def __init__(self):
+            self.sift = create()
+
+        def compute(self, image, keypoints):
+            threads_seen.append(cv2.getNumThreads())
+            return self.sift.compute(image, keypoints)
+
+    monkeypatch.setattr(cv2, "SIFT_create", Recording)
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(2)
+    try:
+        DenseSift().fit().transform(photos(32, grey=True))
+        assert threads_seen == [1, 1]  # two photos
+        assert cv2.getNumThreads() == 2
+    finally:
+        cv2.setNumThreads(before)
