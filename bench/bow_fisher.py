@@ -178,7 +178,8 @@ def suite(ctx: Context) -> list[dict]:
     if pq_gaussians != gaussians:
         fisher_model = scratch / "fisher-pq.model"
         out += _fit(run, splits["train"], fisher_model, "fisher", "--gaussians", pq_gaussians,
-                    "--components", components, "--sample", sample, patches=pq_patches)  # fmt: skip
+                    "--components", components, "--sample", sample, patches=pq_patches,
+                    label=f"fisher {pq_gaussians} Gaussians")  # fmt: skip
     pq_methods = {m: FISHER_METHODS[m] for m in PQ_METHODS if m in fisher_methods}
     out += fisher_pq_arm(run, splits, fisher_model, 2 * 2 * pq_gaussians * components,
                          pq_methods, float_rates, pq_peer)  # fmt: skip
@@ -216,14 +217,22 @@ def fisher_pq_arm(
 
 
 def _fit(
-    run: CommandRunner, source: Path, model: Path, kind: str, *options, patches=PATCHES
+    run: CommandRunner,
+    source: Path,
+    model: Path,
+    kind: str,
+    *options,
+    patches=PATCHES,
+    label: str | None = None,
 ) -> list[dict]:
-    """`imgscale fit-features SOURCE MODEL --features KIND` on the benchmark's cluster."""
+    """`imgscale fit-features SOURCE MODEL --features KIND` on the benchmark's cluster; its wall
+    time named by ``label`` (default: the kind) and the grid."""
     shutil.rmtree(model, ignore_errors=True)
     seconds = run.plain("fit-features", source, model, "--features", kind, *patches, *options)
     step = patches[patches.index("--step") + 1]
-    label = kind if patches is PATCHES else f"{kind} every {step} px"
-    return [record(f"{label} vocabulary fit, wall", seconds, "s", load_1min=run.last_load)]
+    name = label or kind
+    name = name if patches is PATCHES else f"{name} every {step} px"
+    return [record(f"{name} vocabulary fit, wall", seconds, "s", load_1min=run.last_load)]
 
 
 def _ingest(
