@@ -42,6 +42,7 @@ def add_class(
     """
     started = time.perf_counter()
     model, provenance = models.load(model_path)
+    models.check_store_features(provenance, store, model_path)
     changes = models.store_changes(provenance, store, model_path)
     *embeddings, classifier = models.model_steps(model)
     if not isinstance(classifier, NearestClassMean):

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from imgscale.jobs.feature_records import described_by, same_features, spelling
 from imgscale.pipeline.describe import DESCRIPTORS, OnnxFeatures
 from imgscale.storage import ImageRequest, StoreError
 
@@ -48,7 +49,7 @@ class Features:
 
     @property
     def label(self) -> str:
-        return ",".join(_spelling(entry) for entry in self.record["features"])
+        return ",".join(spelling(entry) for entry in self.record["features"])
 
     def describe(self, images: list[list[np.ndarray]]) -> np.ndarray:
         """Rows for decoded images: ``images[i]`` holds image i as each step requested it."""
@@ -101,12 +102,12 @@ def features_of_store(record: dict[str, Any], store: str) -> Features:
     for entry in record["features"]:
         kind = entry["name"]
         if kind in MODEL_KINDS:
-            spelling = f"{kind}:{entry['model']}"
+            spelled = f"{kind}:{entry['model']}"
             if kind == ONNX:
-                step, found = _onnx_step(entry["model"], spelling)
+                step, found = _onnx_step(entry["model"], spelled)
                 step.fit()
             else:
-                step, found = _vocabulary_step(kind, entry["model"], spelling)
+                step, found = _vocabulary_step(kind, entry["model"], spelled)
             if found["model_sha256"] != entry["model_sha256"]:
                 raise StoreError(
                     f"store {store}: its rows were described by {entry['model']} with sha256 "
@@ -127,11 +128,11 @@ def check_same_features(stored: dict[str, Any] | None, features: Features, store
             f"store {store}: holds vectors ingested from files, not image descriptors; "
             "ingest images into a store of their own"
         )
-    if _comparable(stored) != _comparable(features.record):
+    if not same_features(stored, features.record):
         raise StoreError(
             f"store {store}: its rows are described by "
-            f"{_identity(stored) if stored.get('features') else stored}; "
-            f"refusing rows described by {_identity(features.record)} (use another store)"
+            f"{described_by(stored) if stored.get('features') else stored}; "
+            f"refusing rows described by {described_by(features.record)} (use another store)"
         )
 
 
@@ -205,25 +206,3 @@ def _resolved(path: str) -> str:
 def _json(params: dict[str, Any]) -> dict[str, Any]:
     """Parameters as a JSON round trip gives them back (tuples become lists)."""
     return json.loads(json.dumps(params))
-
-
-def _comparable(record: dict[str, Any]) -> list[tuple]:
-    """What must match between batches: names, parameters, widths and model bytes, not the
-    path a model was read from."""
-    return [
-        (e["name"], json.dumps(e.get("params"), sort_keys=True), e["dim"], e.get("model_sha256"))
-        for e in record.get("features", [])
-    ]
-
-
-def _identity(record: dict[str, Any]) -> str:
-    """The descriptors' spelling, a model's with the start of its sha256 (a vocabulary fitted
-    again at the same path is another vocabulary)."""
-    return ",".join(
-        _spelling(e) + (f" (sha256 {e['model_sha256'][:12]}…)" if "model_sha256" in e else "")
-        for e in record["features"]
-    )
-
-
-def _spelling(entry: dict[str, Any]) -> str:
-    return f"{entry['name']}:{entry['model']}" if entry["name"] in MODEL_KINDS else entry["name"]

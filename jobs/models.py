@@ -20,6 +20,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
+from imgscale.jobs.feature_records import described_by, same_features
 from imgscale.jobs.methods import estimator_class, model_classes
 from imgscale.pipeline.fitted import check_fitted_shapes, fitted_shapes
 from imgscale.storage import FeatureStore, SavedStep, StoreError, load_model, save_model
@@ -72,10 +73,12 @@ def save(
 def store_provenance(store: FeatureStore) -> dict:
     """What a model records of the store it is trained on: the store's creation stamp and its
     live batches (id and content digest), so `store_changes` can tell later which of them the
-    store no longer holds as they were."""
+    store no longer holds as they were, and what described its rows (None for vectors), so
+    `imgscale.jobs.features.check_model_features` can refuse a store described otherwise."""
     return {
         "store_created": store.created,
         "store_batches": [[b["batch_id"], b["digest"]] for b in store.batches()],
+        "store_descriptor": store.descriptor,
     }
 
 
@@ -107,6 +110,22 @@ def store_changes(provenance: dict, store: FeatureStore, path: str | os.PathLike
         f"model {path} was trained when store {store.path} held batches it no longer holds as "
         f"they were ({'; '.join(what)}); train it again to learn from the store as it is"
     )
+
+
+def check_store_features(provenance: dict, store: FeatureStore, path: str | os.PathLike) -> None:
+    """Refuse to apply the model at ``path`` to a store of images described otherwise than the
+    rows it learned from (another vocabulary, descriptor or parameters): its scores would be
+    numbers about nothing. A store of vectors on either side, or a model saved before models
+    recorded the descriptor, cannot be compared and is not."""
+    trained, now = provenance.get("store_descriptor"), store.descriptor
+    if not (trained and now):
+        return
+    if not same_features(trained, now):
+        raise StoreError(
+            f"model {path} learned from rows described by {described_by(trained)}; store "
+            f"{store.path} holds rows described by {described_by(now)}: use a store of the "
+            "same features, or train a model on this one"
+        )
 
 
 def _names(batches: list[str]) -> str:

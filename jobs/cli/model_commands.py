@@ -198,6 +198,7 @@ def predict(model, store, out, split, top_k, new_rows, scheduler, as_json) -> No
         check_new_path(out, "OUT")
     fitted, provenance = models.load(model)
     with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
+        models.check_store_features(provenance, feature_store, model)
         warn(models.store_changes(provenance, feature_store, model))
         names = model_class_names(provenance, feature_store)
         if new_rows:
@@ -230,6 +231,7 @@ def evaluate(model, store, split, scheduler, as_json) -> None:
 
     fitted, provenance = models.load(model)
     with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
+        models.check_store_features(provenance, feature_store, model)
         warn(models.store_changes(provenance, feature_store, model))
         names = model_class_names(provenance, feature_store)
         result = evaluate_model(fitted, feature_store, split, names)
@@ -258,8 +260,9 @@ def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
 
     check_new_path(out, "OUT", local_only=True)
     require_pyplot()  # matplotlib is checked before any cluster starts
-    fitted, _ = models.load(model)
+    fitted, provenance = models.load(model)
     with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
+        models.check_store_features(provenance, feature_store, model)
         drawn = plot_embedding(fitted, feature_store, out, split=split, max_points=max_points)
     message = (
         f"{out}: {drawn['points']} rows of {drawn['classes']} classes, "
@@ -321,8 +324,9 @@ def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> 
     from imgscale.jobs.cluster import shared_path
     from imgscale.jobs.embed import embed_new_rows
 
-    fitted, _ = models.load(model)
+    fitted, provenance = models.load(model)
     with store_on_cluster(src, scheduler, quiet=as_json) as source:
+        models.check_store_features(provenance, source, model)
         summary = embed_new_rows(
             fitted,
             source,

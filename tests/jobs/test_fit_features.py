@@ -121,6 +121,29 @@ def test_a_store_made_with_another_vocabulary_is_refused_in_one_line(
     assert "refusing rows described by" in message
 
 
+def test_a_model_is_refused_on_a_store_made_with_another_vocabulary(
+    photos, tmp_path, scheduler_address
+):
+    # Same descriptor, same width: only the record of the vocabulary tells the rows apart.
+    for seed in ("1", "2"):
+        fit(photos, tmp_path / f"v{seed}.model", scheduler_address,
+            "--features", "bow", "--words", "8", "--seed", seed)  # fmt: skip
+        run("ingest", str(photos), str(tmp_path / f"s{seed}.zarr"), "--features",
+            f"bow:{tmp_path / f'v{seed}.model'}", "--scheduler", scheduler_address)  # fmt: skip
+    model = str(tmp_path / "ncm.model")
+    run("train", str(tmp_path / "s1.zarr"), model, "--method", "ncm",
+        "--scheduler", scheduler_address)  # fmt: skip
+    assert run("evaluate", model, str(tmp_path / "s1.zarr"), "--split", "train",
+               "--scheduler", scheduler_address)["rows"] == 16  # fmt: skip
+    for command in (["evaluate", "--split", "train"], ["predict", "--split", "train"]):
+        extra = [str(tmp_path / "p.parquet")] if command[0] == "predict" else []
+        message = refused(command[0], model, str(tmp_path / "s2.zarr"), *extra, *command[1:],
+                          "--scheduler", scheduler_address)  # fmt: skip
+        assert "\n" not in message and "v1.model" in message and "v2.model" in message
+        assert "learned from rows described by" in message
+    assert not (tmp_path / "p.parquet").exists()
+
+
 def test_a_vocabulary_of_another_kind_or_no_vocabulary_is_refused_in_one_line(
     photos, tmp_path, scheduler_address
 ):
