@@ -1,13 +1,34 @@
-"""Helpers shared by the tests that kill a child process at a point it reports, and the test
-session's own run ledger."""
+"""Helpers shared by the tests that kill a child process at a point it reports, the test
+session's own run ledger, and the folder of its tiny benchmark run (tests/bench/tiny_run.py)."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+from .bench import tiny_run
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the session's process, not one of xdist's workers
+        tiny_run.make_root()
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        tiny_run.stop()
+
+
+def sigint_as_from_a_shell() -> None:
+    """``preexec_fn`` of a child a test interrupts with SIGINT: its default action, as a command
+    started from an interactive shell has it. A test session started in the background of a
+    non-interactive shell (``pytest &``) inherits SIGINT ignored and would pass that on; Python
+    then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_report(

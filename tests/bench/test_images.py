@@ -6,7 +6,8 @@ import pytest
 
 from imgscale.bench.images import GIST, GIST_TINY, KINDS, reference_gist
 from imgscale.pipeline.describe import DESCRIPTORS
-from tests.bench.conftest import RUN_SECONDS, benchmark_rows
+from tests.bench.conftest import benchmark_rows
+from tests.bench.tiny_run import RUN_SECONDS
 
 # The tiny run of every benchmark is made by whichever test asks for it first.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_SECONDS + 60)]

@@ -10,7 +10,7 @@ import pytest
 
 from imgscale.bench.registry import benchmarks
 from imgscale.bench.results import SCHEMA
-from tests.bench.conftest import RUN_SECONDS
+from tests.bench.tiny_run import RUN_SECONDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_SECONDS + 60)]
 

@@ -103,19 +103,26 @@ def test_tls_options_are_set_for_the_command_only(tmp_path, closed_port):
     assert dask.config.get(TLS_KEYS["tls_ca_file"], None) is None
 
 
+def _listening() -> set:
+    """(pid, address) of every socket this process and its children listen on."""
+    me = psutil.Process()
+    return {
+        (process.pid, c.laddr)
+        for process in [me, *me.children(recursive=True)]
+        for c in process.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
 @pytest.mark.slow
 def test_local_cluster_listens_on_loopback_only():
+    # Only what the cluster opens: other tests' clusters may share this test process.
+    before = _listening()
     with connect(quiet=True, n_workers=1) as client:
         assert client.dashboard_link.startswith("http://127.0.0.1:")
-        me = psutil.Process()
-        listening = [
-            c.laddr
-            for process in [me, *me.children(recursive=True)]
-            for c in process.net_connections(kind="inet")
-            if c.status == psutil.CONN_LISTEN
-        ]
-    assert len(listening) >= 3  # scheduler, dashboard, worker (and its nanny)
-    assert {address.ip for address in listening} == {"127.0.0.1"}, listening
+        opened = _listening() - before
+    assert len(opened) >= 3  # scheduler, dashboard, worker (and its nanny)
+    assert {address.ip for _, address in opened} == {"127.0.0.1"}, opened
 
 
 @pytest.mark.slow

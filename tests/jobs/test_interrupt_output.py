@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+from tests.conftest import sigint_as_from_a_shell
+
 SCRIPT = textwrap.dedent(
     """
     import os, signal, time
@@ -29,7 +31,11 @@ SCRIPT = textwrap.dedent(
 
 def test_gathers_cancelled_by_ctrl_c_print_no_traceback():
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=sigint_as_from_a_shell,
     )
     assert done.stdout.strip() == "interrupted", done.stderr
     assert "AllExit" not in done.stderr and "never retrieved" not in done.stderr, done.stderr

@@ -11,7 +11,7 @@ from imgscale.jobs.methods import METHODS, estimator_class
 from imgscale.storage import create_store
 
 
-@pytest.mark.parametrize("method", [m for m in METHODS.values() if m.options], ids=str)
+@pytest.mark.parametrize("method", [m for m in METHODS.values() if m.options], ids=lambda m: m.name)
 def test_every_option_of_a_method_names_a_parameter_its_estimator_checks(method):
     checked = set()
     for reference in method.estimators:

@@ -22,6 +22,7 @@ from imgscale.jobs.predict import predict_to_parquet
 from imgscale.pipeline.classify import NearestClassMean
 from imgscale.pipeline.compute import compute
 from imgscale.storage import Ledger, create_store, open_store
+from tests.conftest import sigint_as_from_a_shell
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
 
@@ -121,6 +122,7 @@ def _start_and_wait_for_progress(store, big, ledger: Path) -> tuple[subprocess.P
         stdout=subprocess.DEVNULL,
         text=True,
         env=env,
+        preexec_fn=sigint_as_from_a_shell,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
