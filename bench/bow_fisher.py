@@ -142,37 +142,19 @@ def suite(ctx: Context) -> list[dict]:
             linear = rates["per_class_rate"] if method == "linear" else linear
             out += records
 
-    fisher_model = scratch / "fisher.model"
-    out += _fit(run, splits["train"], fisher_model, "fisher", "--gaussians", gaussians,
-                "--components", components, "--sample", sample)  # fmt: skip
-    fisher = scratch / "fisher.zarr"
-    out += _ingest(run, f"fisher:{fisher_model}", fisher, splits)
     name = f"FV-{gaussians}"
-    float_rates = {}
-    for method, options in fisher_methods.items():
-        rates, records = _train(
-            run, fisher, f"{name} {method}", options, "all", range(1), gist_rff,
-            peer="GIST RFF-4000, same splits",
-        )  # fmt: skip
-        float_rates[method] = rates["per_class_rate"]
-        out += records
-
+    fit_options = ("--gaussians", gaussians, "--components", components, "--sample", sample)
+    fisher_model, records, float_rates = fisher_float_arm(
+        run, splits, scratch / "fisher", name, fit_options, fisher_methods, gist_rff
+    )
+    out += records
     pq_patches, pq_peer = PATCHES, f"{name}, float"
     if gist_rff is not None:
-        dense_model = scratch / "fisher-dense.model"
-        out += _fit(
-            run, splits["train"], dense_model, "fisher", "--gaussians", gaussians,
-            "--components", components, "--sample", sample, patches=DENSE_PATCHES,
+        _, records, float_rates = fisher_float_arm(
+            run, splits, scratch / "fisher-dense", f"{name} every 4 px", fit_options,
+            fisher_methods, gist_rff, patches=DENSE_PATCHES, label="fisher every 4 px",
         )  # fmt: skip
-        dense = scratch / "fisher-dense.zarr"
-        out += _ingest(run, f"fisher:{dense_model}", dense, splits, label="fisher every 4 px")
-        for method, options in fisher_methods.items():
-            rates, records = _train(
-                run, dense, f"{name} every 4 px {method}", options, "all", range(1), gist_rff,
-                peer="GIST RFF-4000, same splits",
-            )  # fmt: skip
-            float_rates[method] = rates["per_class_rate"]
-            out += records
+        out += records
         pq_patches, pq_peer = DENSE_PATCHES, f"{name} every 4 px, float"
 
     if pq_gaussians != gaussians:
@@ -184,6 +166,37 @@ def suite(ctx: Context) -> list[dict]:
     out += fisher_pq_arm(run, splits, fisher_model, 2 * 2 * pq_gaussians * components,
                          pq_methods, float_rates, pq_peer)  # fmt: skip
     return out
+
+
+def fisher_float_arm(
+    run: CommandRunner,
+    splits: dict[str, Path],
+    stem: Path,
+    name: str,
+    fit_options: tuple,
+    methods: dict[str, list[str]],
+    gist_rff: float | None,
+    *,
+    patches: list[str] = PATCHES,
+    label: str | None = None,
+) -> tuple[Path, list[dict], dict[str, float]]:
+    """A Fisher vector vocabulary fitted on the train split (``stem``.model), every split
+    ingested as float signatures (``stem``.zarr, wall times named by ``label``), and ``methods``
+    trained on every train row beside GIST + RFF-4000: the model, the records, and each
+    method's per-class rate."""
+    model = stem.with_suffix(".model")
+    out = _fit(run, splits["train"], model, "fisher", *fit_options, patches=patches)
+    store = stem.with_suffix(".zarr")
+    out += _ingest(run, f"fisher:{model}", store, splits, label=label)
+    rates = {}
+    for method, options in methods.items():
+        mean, records = _train(
+            run, store, f"{name} {method}", options, "all", range(1), gist_rff,
+            peer="GIST RFF-4000, same splits",
+        )  # fmt: skip
+        rates[method] = mean["per_class_rate"]
+        out += records
+    return model, out, rates
 
 
 def fisher_pq_arm(
