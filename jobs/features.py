@@ -102,12 +102,11 @@ def features_of_store(record: dict[str, Any], store: str) -> Features:
     for entry in record["features"]:
         kind = entry["name"]
         if kind in MODEL_KINDS:
-            spelled = f"{kind}:{entry['model']}"
             if kind == ONNX:
-                step, found = _onnx_step(entry["model"], spelled)
+                step, found = _onnx_step(entry["model"], spelling(entry))
                 step.fit()
             else:
-                step, found = _vocabulary_step(kind, entry["model"], spelled)
+                step, found = _vocabulary_step(kind, entry["model"], spelling(entry))
             if found["model_sha256"] != entry["model_sha256"]:
                 raise StoreError(
                     f"store {store}: its rows were described by {entry['model']} with sha256 "

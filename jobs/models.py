@@ -74,7 +74,7 @@ def store_provenance(store: FeatureStore) -> dict:
     """What a model records of the store it is trained on: the store's creation stamp and its
     live batches (id and content digest), so `store_changes` can tell later which of them the
     store no longer holds as they were, and what described its rows (None for vectors), so
-    `imgscale.jobs.features.check_model_features` can refuse a store described otherwise."""
+    `check_store_features` can refuse a store described otherwise."""
     return {
         "store_created": store.created,
         "store_batches": [[b["batch_id"], b["digest"]] for b in store.batches()],
