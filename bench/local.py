@@ -20,12 +20,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from distributed import Client, LocalCluster
+from distributed import Client
 from sklearn.decomposition import PCA
 
 from imgscale.bench.accuracy import NEWSGROUPS_FILE, newsgroups_histograms
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
+from imgscale.jobs.cluster import connect
 from imgscale.jobs.fanout import cluster_mapper
 from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier, RidgeClassifier
 from imgscale.pipeline.classify.local import (
@@ -261,12 +262,7 @@ def offline_scaling(X, y, params, seed, name: str) -> list[dict]:
     """The offline fit (N × K × S local classifiers) on a fresh 1-worker and 2-worker cluster."""
     seconds = {}
     for workers in (1, 2):
-        with (
-            LocalCluster(
-                n_workers=workers, threads_per_worker=1, dashboard_address=":0"
-            ) as cluster,
-            Client(cluster) as client,
-        ):
+        with connect(n_workers=workers, quiet=True) as client:
             started = time.perf_counter()
             PredictedNeighbourhoodClassifier(**params, random_state=seed).fit(
                 X, y, cluster_mapper(client)
