@@ -12,7 +12,9 @@ The images are 64×64 crops of scikit-learn's two sample photos (no data folder)
   ``cv2.SIFT_create().compute`` called on each crop in a loop in this process (OpenCV's own
   threads as it sets them, recorded); descriptors a second. Target: ≥ 1.8× on 2 workers. The
   same loop on one OpenCV thread is a second peer: OpenCV spreads one image's keypoints over
-  its threads, so its default loop already uses both cores.
+  its threads, so its default loop already uses both cores. The machine's limit is a third:
+  that one-thread loop in 2 plain processes at once, each over half the crops, which is what
+  the cores give this call with no scheduler and nothing held on workers.
 - **EM pass**: the crops' RootSIFT projected to 64-D by PCA; `fit_gmm` (one pass over the
   descriptors on the workers an iteration, ``fit-features``'s path) vs scikit-learn's E and M
   steps (what ``GaussianMixture.fit`` runs an iteration) on the same descriptors in this
@@ -79,11 +81,15 @@ def suite(ctx: Context) -> list[dict]:
     config = {"images": n_images, "image_size": SIZE, "patch": PATCH, "step": STEP}
     loop_rate, loop_seconds = _timed(lambda: opencv_loop(images))
     single_rate, single_seconds = _timed(lambda: opencv_loop(images, threads=1))
+    limit_rate, limit_seconds = opencv_processes(images, 2)
     out = [
         record("dense SIFT, OpenCV loop (1 process)", loop_rate, "descriptors/s",
                seconds=loop_seconds, opencv_threads=_opencv_threads(), **config, **_load()),
         record("dense SIFT, OpenCV loop on 1 thread (1 process)", single_rate, "descriptors/s",
                seconds=single_seconds, opencv_threads=1, **config, **_load()),
+        record("dense SIFT, OpenCV loop on 1 thread in 2 processes vs 1 process", limit_rate,
+               "descriptors/s", loop_rate, peer="cv2 SIFT compute in a loop, 1 process",
+               seconds=limit_seconds, processes=2, opencv_threads=1, **config, **_load()),
     ]  # fmt: skip
 
     descriptors = DenseSift((PATCH,), STEP, root=True).fit().transform(images).reshape(-1, 128)
@@ -112,8 +118,8 @@ def suite(ctx: Context) -> list[dict]:
         with Client(ctx.scheduler) as client:
             workers = len(client.scheduler_info(n_workers=-1)["workers"])
             out += _on_workers(client, workers, images, chunks, projection, start, iterations,
-                               (loop_rate, single_rate), sk_seconds, sk_likelihood, config,
-                               em_config)  # fmt: skip
+                               (loop_rate, single_rate, limit_rate), sk_seconds, sk_likelihood,
+                               config, em_config)  # fmt: skip
     else:
         # One LocalCluster, grown from 1 worker to 2 (one start less at tiny scale).
         with connect(quiet=True, n_workers=1) as client:
@@ -121,7 +127,7 @@ def suite(ctx: Context) -> list[dict]:
                 client.cluster.scale(workers)
                 client.wait_for_workers(workers)
                 out += _on_workers(client, workers, images, chunks, projection, start,
-                                   iterations, (loop_rate, single_rate), sk_seconds,
+                                   iterations, (loop_rate, single_rate, limit_rate), sk_seconds,
                                    sk_likelihood, config, em_config)  # fmt: skip
 
     local = project(descriptors, projection).reshape(n_images, -1, COMPONENTS)[:fv_images]
@@ -163,6 +169,23 @@ def opencv_loop(images: np.ndarray, threads: int | None = None) -> int:
         cv2.setNumThreads(default)
 
 
+def opencv_processes(images: np.ndarray, processes: int) -> tuple[float, float]:
+    """(descriptors a second, seconds) of ``processes`` plain processes running the one-thread
+    OpenCV loop at once, each over its share of ``images``: the cores' limit for this call."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    shares = np.array_split(images, processes)
+    spawn = multiprocessing.get_context("spawn")  # no fork of this process's threads
+    with ProcessPoolExecutor(processes, mp_context=spawn) as pool:
+        list(pool.map(_one_thread_loop, [share[:1] for share in shares]))  # imports, untimed
+        return _timed(lambda: sum(pool.map(_one_thread_loop, shares)))
+
+
+def _one_thread_loop(images: np.ndarray) -> int:
+    return opencv_loop(images, threads=1)
+
+
 def _opencv_loop(images: np.ndarray) -> int:
     import cv2
 
@@ -195,7 +218,7 @@ def _on_workers(
     projection: tuple[np.ndarray, np.ndarray],
     start: Any,
     iterations: int,
-    loop_rates: tuple[float, float],
+    loop_rates: tuple[float, float, float],
     sk_seconds: float,
     sk_likelihood: float,
     config: dict,
@@ -232,6 +255,10 @@ def _on_workers(
                "descriptors/s", loop_rates[1],
                peer="cv2 SIFT compute in a loop, 1 process, 1 OpenCV thread", seconds=seconds,
                workers=workers, **config, **load),
+        record(f"dense SIFT, {workers} worker(s) vs OpenCV loop in 2 processes", rate,
+               "descriptors/s", loop_rates[2],
+               peer="cv2 SIFT compute in a loop on 1 thread, 2 processes at once (the cores' "
+               "limit)", seconds=seconds, workers=workers, **config, **load),
         record(f"EM iteration, {workers} worker(s) vs scikit-learn", 1 / per_iteration,
                "iterations/s", 1 / sk_seconds, peer="sklearn GaussianMixture E+M step",
                seconds_per_iteration=per_iteration, log_likelihood=float(gmm.log_likelihood),

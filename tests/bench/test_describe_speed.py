@@ -7,7 +7,13 @@ import numpy as np
 from skimage.feature import fisher_vector
 from sklearn.mixture import GaussianMixture
 
-from imgscale.bench.describe_speed import COMPONENTS, crops, opencv_loop, sklearn_em
+from imgscale.bench.describe_speed import (
+    COMPONENTS,
+    crops,
+    opencv_loop,
+    opencv_processes,
+    sklearn_em,
+)
 from imgscale.pipeline.describe import DenseSift
 from imgscale.pipeline.describe.fisher_vector import fisher_vectors
 from imgscale.pipeline.describe.vocabulary import (
@@ -23,6 +29,11 @@ def test_the_opencv_loop_describes_the_grid_of_every_crop():
     images = crops(5)
     assert images.shape == (5, 64, 64) and images.dtype == np.uint8
     assert opencv_loop(images) == 5 * 7 * 7
+
+
+def test_the_two_process_loop_describes_every_crop_once():
+    rate, seconds = opencv_processes(crops(7), 2)  # shares of 4 and 3 crops
+    assert round(rate * seconds) == 7 * 7 * 7
 
 
 def _mixture_start(gaussians: int = 4):
