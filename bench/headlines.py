@@ -277,6 +277,39 @@ FIGURES = (
         peer_label="reference: numpy GIST-320 + scikit-learn (data README)",
     ),
     Figure(
+        "cifar10-bow-fisher",
+        r"BoW-400 HIKE, every train row",
+        "CIFAR-10, bag of words + HIKE, every train row",
+        "Do additive kernels lift bags of dense SIFT words above linear (paper 000 §4.2)?",
+    ),
+    Figure(
+        "cifar10-bow-fisher",
+        r"BoW-400 AddKPCA, every train row",
+        "CIFAR-10, bag of words + AddKPCA, every train row",
+    ),
+    Figure(
+        "cifar10-bow-fisher",
+        r"FV-16 every 4 px ridge, every train row",
+        "CIFAR-10, 4K-D Fisher vectors + ridge",
+        "Do Fisher vectors beat GIST + RFF on CIFAR-10 (paper 002's direction)?",
+    ),
+    Figure(
+        "cifar10-bow-fisher",
+        r"FV-16 every 4 px NCM, learned metric, every train row",
+        "CIFAR-10, 4K-D Fisher vectors + learned-metric NCM",
+    ),
+    Figure(
+        "cifar10-bow-fisher",
+        r"FV-64K PQ-8192 NCM, every train row",
+        "CIFAR-10, 64K-D Fisher vectors trained as PQ codes + NCM",
+        "Do 64K-D Fisher vectors trained as PQ codes match 4K-D floats (paper 002 Table 2)?",
+    ),
+    Figure(
+        "cifar10-bow-fisher",
+        r"FV-64K PQ-8192 NCM, learned metric, every train row",
+        "CIFAR-10, 64K-D Fisher vectors trained as PQ codes + learned-metric NCM",
+    ),
+    Figure(
         "accuracy",
         r"mnist RFF-2000 all labelled/class",
         "MNIST, RFF-2000 + ridge, all labels",
