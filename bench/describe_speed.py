@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
+from imgscale.bench import opencv_peer
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
@@ -159,46 +160,21 @@ def crops(n: int, seed: int = 0) -> np.ndarray:
 def opencv_loop(images: np.ndarray, threads: int | None = None) -> int:
     """Dense SIFT of every image by OpenCV called once an image, on ``threads`` OpenCV threads
     (default: as OpenCV sets them): descriptors computed."""
-    import cv2
-
-    default = cv2.getNumThreads()
-    cv2.setNumThreads(default if threads is None else threads)
-    try:
-        return _opencv_loop(images)
-    finally:
-        cv2.setNumThreads(default)
+    return opencv_peer.opencv_loop(images, _grid_keypoints(), threads)
 
 
 def opencv_processes(images: np.ndarray, processes: int) -> tuple[float, float]:
     """(descriptors a second, seconds) of ``processes`` plain processes running the one-thread
     OpenCV loop at once, each over its share of ``images``: the cores' limit for this call."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    shares = np.array_split(images, processes)
-    spawn = multiprocessing.get_context("spawn")  # no fork of this process's threads
-    with ProcessPoolExecutor(processes, mp_context=spawn) as pool:
-        list(pool.map(_one_thread_loop, [share[:1] for share in shares]))  # imports, untimed
-        return _timed(lambda: sum(pool.map(_one_thread_loop, shares)))
+    count, seconds = opencv_peer.in_processes(images, _grid_keypoints(), processes)
+    return count / seconds, seconds
 
 
-def _one_thread_loop(images: np.ndarray) -> int:
-    return opencv_loop(images, threads=1)
-
-
-def _opencv_loop(images: np.ndarray) -> int:
-    import cv2
-
+def _grid_keypoints() -> np.ndarray:
+    """The grid's patches as OpenCV keypoints (x, y, size), sized as `DenseSift` sizes them."""
     grid = patch_grid(SIZE, SIZE, (PATCH,), STEP)
-    keypoints = [
-        cv2.KeyPoint(float(x), float(y), float(size) / 6, 0)
-        for (y, x), size in zip(patch_centres(grid), grid[:, 2], strict=True)
-    ]
-    sift = cv2.SIFT_create()
-    count = 0
-    for image in images:
-        count += len(sift.compute(image, keypoints)[1])
-    return count
+    centres = patch_centres(grid)
+    return np.column_stack([centres[:, 1], centres[:, 0], grid[:, 2] / 6])
 
 
 def _describe_sift(images: np.ndarray) -> np.ndarray:
