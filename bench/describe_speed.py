@@ -46,7 +46,7 @@ from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.fit_features import ClusterChunks
 from imgscale.pipeline.describe import DenseSift
-from imgscale.pipeline.describe.dense_sift import patch_centres, patch_grid
+from imgscale.pipeline.describe.dense_sift import grid_keypoints, patch_grid
 from imgscale.pipeline.describe.fisher_vector import fisher_vectors
 from imgscale.pipeline.describe.vocabulary import (
     InMemoryChunks,
@@ -171,10 +171,8 @@ def opencv_processes(images: np.ndarray, processes: int) -> tuple[float, float]:
 
 
 def _grid_keypoints() -> np.ndarray:
-    """The grid's patches as OpenCV keypoints (x, y, size), sized as `DenseSift` sizes them."""
-    grid = patch_grid(SIZE, SIZE, (PATCH,), STEP)
-    centres = patch_centres(grid)
-    return np.column_stack([centres[:, 1], centres[:, 0], grid[:, 2] / 6])
+    """The grid's patches as the OpenCV keypoints `DenseSift` describes."""
+    return grid_keypoints(patch_grid(SIZE, SIZE, (PATCH,), STEP))
 
 
 def _describe_sift(images: np.ndarray) -> np.ndarray:

@@ -62,6 +62,13 @@ def patch_centres(grid: np.ndarray) -> np.ndarray:
     return grid[:, :2] + (grid[:, 2:] - 1) / 2
 
 
+def grid_keypoints(grid: np.ndarray) -> np.ndarray:
+    """Each patch of `patch_grid` as the OpenCV keypoint that describes it: rows of (x, y, size),
+    size = patch / 6 (the module's note)."""
+    centres = patch_centres(grid)
+    return np.column_stack([centres[:, 1], centres[:, 0], grid[:, 2] / 6])
+
+
 def check_grid_params(
     patch_sizes: Any, step: Any, what: str, image_size: Any = None
 ) -> tuple[int, ...]:
@@ -135,10 +142,8 @@ class DenseSift(TransformerMixin, BaseEstimator):
                 f"of shape {images.shape}"
             )
         grid = patch_grid(images.shape[1], images.shape[2], tuple(self.patch_sizes), self.step)
-        centres = patch_centres(grid)
         keypoints = [
-            cv2.KeyPoint(float(x), float(y), float(size) / 6, 0)
-            for (y, x), size in zip(centres, grid[:, 2], strict=True)
+            cv2.KeyPoint(float(x), float(y), float(size), 0) for x, y, size in grid_keypoints(grid)
         ]
         sift = cv2.SIFT_create()
         out = np.empty((len(images), len(grid), 128), np.float32)
