@@ -2,10 +2,12 @@
 descriptors, learned on the cluster from a sample of a source's images.
 
 The client lists the source and draws the sample: with listed keys (a folder, a list file) N
-keys at random (seeded); without (tar shards, parquet), the first ⌈N / partitions⌉ images of
-every partition, so the sample spans the whole source. Each task reads, decodes and describes
-one partition's sampled images (`BagOfWords.local_descriptors`, `FisherVector.local_descriptors`)
-and keeps the local descriptors on its worker as the task's result: they never reach the client.
+keys at random (seeded); without, the first images of every partition, so the sample spans the
+whole source: N shared in proportion to the partitions' sizes where listing knows them (parquet
+row groups), so it holds exactly N images, else ⌈N / partitions⌉ of each (tar shards). Each
+task reads, decodes and describes one partition's sampled images
+(`BagOfWords.local_descriptors`, `FisherVector.local_descriptors`) and keeps the local
+descriptors on its worker as the task's result: they never reach the client.
 Every pass of the fit (`pipeline.describe.vocabulary`: PCA, each k-means and each EM iteration)
 then maps a statistics kernel over those results, one task per partition, and adds the small
 per-partition sums on the client. Images that cannot be decoded are counted and left out.
@@ -90,8 +92,12 @@ def sample_partitions(
     if not partitions:
         raise ValueError(f"{source}: no images to learn a vocabulary from")
     if any(p.keys is None for p in partitions):
-        limit = math.ceil(sample / len(partitions))
-        return [SampledPartition(p, None, limit) for p in partitions]
+        sizes = [p.images for p in partitions]
+        if None in sizes:
+            limit = math.ceil(sample / len(partitions))
+            return [SampledPartition(p, None, limit) for p in partitions]
+        limits = _shares(sample, sizes)
+        return [SampledPartition(p, None, n) for p, n in zip(partitions, limits, strict=True) if n]
     keys = [k for p in partitions for k in p.keys]
     rng = np.random.default_rng(seed)
     chosen = {keys[i] for i in rng.choice(len(keys), min(sample, len(keys)), replace=False)}
@@ -99,6 +105,18 @@ def sample_partitions(
         SampledPartition(p, frozenset(chosen.intersection(p.keys)), None) for p in partitions
     ]
     return [s for s in sampled if s.keys]
+
+
+def _shares(sample: int, sizes: list[int]) -> list[int]:
+    """min(sample, Σ sizes) images split over partitions of ``sizes`` in proportion to their
+    size (largest remainders take the rest), so the sample holds exactly that many."""
+    total = sum(sizes)
+    n = min(sample, total)
+    shares = [n * size // total for size in sizes]
+    by_remainder = sorted(range(len(sizes)), key=lambda i: -(n * sizes[i] % total))
+    for i in by_remainder[: n - sum(shares)]:
+        shares[i] += 1
+    return shares
 
 
 def describe_sample(vocabulary: BaseEstimator, item: SampledPartition) -> dict[str, np.ndarray]:

@@ -74,7 +74,7 @@ from imgscale.jobs.runs import RecordedCommand
 @click.option(
     "--pq-sample",
     type=click.IntRange(min=1),
-    help="--pq: images drawn from SRC (seeded) whose signatures train the codebook [4096].",
+    help="--pq: images drawn from SRC (seeded) whose signatures train the codebook [10000].",
 )
 @click.option(
     "--commit-rows",

@@ -31,9 +31,14 @@ class ParquetPartition(ImagePartition):
     file: Location
     name: str
     row_groups: tuple[int, ...]
+    rows: int
     image_column: str
     label_column: str | None
     id_column: str | None
+
+    @property
+    def images(self) -> int:
+        return self.rows
 
     def read(self, skip: Skip | None) -> Iterator[EncodedImage]:
         with _opened(self.file) as parquet:
@@ -171,6 +176,7 @@ def open_parquet_images(
                 file=file,
                 name=name,
                 row_groups=groups,
+                rows=sum(sizes[group] for group in groups),
                 image_column=image_column,
                 label_column=label,
                 id_column=key,

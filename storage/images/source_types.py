@@ -41,6 +41,11 @@ class ImagePartition:
 
     keys: tuple[str, ...] | None
 
+    @property
+    def images(self) -> int | None:
+        """How many images the partition holds, when listing knows (None for a tar shard)."""
+        return None if self.keys is None else len(self.keys)
+
     def read(self, skip: Skip | None) -> Iterator[EncodedImage]:
         """The partition's images in a stable order, those whose key ``skip`` accepts unread."""
         raise NotImplementedError

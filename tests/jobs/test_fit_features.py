@@ -169,8 +169,8 @@ def test_an_image_size_under_one_patch_and_options_of_the_other_kind_are_refused
 
 
 def test_a_source_without_listed_keys_gives_its_first_images_of_every_partition(photos, tmp_path):
-    # Parquet of image bytes: listing does not give keys, so each partition describes its
-    # first ⌈N / partitions⌉ images.
+    # Parquet of image bytes: listing gives no keys but the row groups' sizes, so the sample
+    # of 6 is shared over the 4 partitions of 4 images in proportion (2, 2, 1, 1): exactly 6.
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -178,8 +178,24 @@ def test_a_source_without_listed_keys_gives_its_first_images_of_every_partition(
     table = pa.table({"image": [p.read_bytes() for p in pngs], "id": [p.name for p in pngs]})
     pq.write_table(table, tmp_path / "images.parquet", row_group_size=4)
     items = sample_partitions(str(tmp_path / "images.parquet"), 6, 0, images_per_partition=4)
-    assert len(items) == 4 and all(item.keys is None and item.limit == 2 for item in items)
+    assert len(items) == 4 and all(item.keys is None for item in items)
+    assert sorted(item.limit for item in items) == [1, 1, 2, 2]
     vocabulary = vocabulary_of("bow", n_words=4, image_size=SIZE)
     chunks = [describe_sample(vocabulary, item) for item in items]
-    assert [int(c["images"][0]) for c in chunks] == [2, 2, 2, 2]
-    assert all(c["sift"].shape == (2 * 25, 128) for c in chunks)
+    assert sorted(int(c["images"][0]) for c in chunks) == [1, 1, 2, 2]
+    assert sum(c["sift"].shape[0] for c in chunks) == 6 * 25
+
+
+def test_a_sample_as_large_as_a_parquet_source_is_every_image(photos, tmp_path):
+    # Row groups of unequal sizes (7, 7, 2): a sample of all 16 takes each group whole, where
+    # ⌈16 / 3⌉ = 6 a partition would leave 2 images out.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pngs = sorted(photos.rglob("*.png"))[:16]
+    table = pa.table({"image": [p.read_bytes() for p in pngs]})
+    pq.write_table(table, tmp_path / "images.parquet", row_group_size=7)
+    items = sample_partitions(str(tmp_path / "images.parquet"), 16, 0, images_per_partition=7)
+    assert [item.limit for item in items] == [7, 7, 2]
+    again = sample_partitions(str(tmp_path / "images.parquet"), 100, 0, images_per_partition=7)
+    assert again == items

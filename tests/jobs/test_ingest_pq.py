@@ -16,6 +16,7 @@ from PIL import Image
 from sklearn.datasets import load_sample_images
 
 from imgscale.jobs.fit_features import sample_partitions
+from imgscale.jobs.ingest_images import DEFAULT_PQ_SAMPLE
 from imgscale.jobs.models import load
 from imgscale.pipeline.pq_codec import PQCodec
 from imgscale.storage import open_store
@@ -94,8 +95,8 @@ def test_the_codes_are_the_codebooks_encoding_of_the_signatures(photos, vocabula
 
 def test_the_codebook_is_pq_trained_on_the_sampled_signatures(photos, vocabularies, coded):
     """Trained a block of sub-spaces a task on the workers, it is the codebook PQCodec.train
-    learns from all the sample's columns at once (every image here: the sample is 4,096)."""
-    items = sample_partitions(str(photos / "train"), 4096, 0)
+    learns from all the sample's columns at once (every image here: the sample is 10,000)."""
+    items = sample_partitions(str(photos / "train"), DEFAULT_PQ_SAMPLE, 0)
     keys = [key for item in items for key in item.partition.keys if key in item.keys]
     assert len(keys) == 300
     with warnings.catch_warnings():
@@ -167,3 +168,16 @@ def test_pq_into_a_store_of_float_rows_is_refused(
     message = refused("ingest", str(photos / "more" / "flower"), str(store), "--features",
                       features, "--pq", "8")  # fmt: skip
     assert "holds float rows" in message and "--pq 8" in message and "\n" not in message
+
+
+def test_the_help_states_the_default_codebook_sample():
+    # The CLI spells the default without importing the ingest (kept light): the two must agree,
+    # and the default must clear faiss's 39 training rows a centroid (no warning by default).
+    from click.testing import CliRunner
+
+    from imgscale.jobs.cli import cli
+    from imgscale.pipeline.pq_codec import KSUB, MIN_TRAIN_PER_CENTROID
+
+    help_text = " ".join(CliRunner().invoke(cli, ["ingest", "--help"]).output.split())
+    assert f"train the codebook [{DEFAULT_PQ_SAMPLE}]" in help_text
+    assert DEFAULT_PQ_SAMPLE >= MIN_TRAIN_PER_CENTROID * KSUB
