@@ -85,7 +85,7 @@ def test_a_models_large_arrays_reach_the_workers_once_and_answer_as_in_numpy(mon
     knn.fit(X, y)
     rff = RandomFourierFeatures(n_components=32, gamma=0.5, random_state=0).fit(X)
     X_dask = da.from_array(X, chunks=(128, 6))
-    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None):
         sizes = {}
         for limit in (10**9, 100):
             monkeypatch.setattr(compute_module, "SCATTER_BYTES", limit)

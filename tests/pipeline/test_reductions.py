@@ -314,7 +314,7 @@ def test_large_numpy_inputs_go_to_the_workers_not_into_the_graph(monkeypatch):
     X = rng.normal(size=(2000, 4)).astype(np.float32)
     y = rng.integers(-1, N_CLASSES, 2000)
     X_dask = da.from_array(X, chunks=(256, 4))
-    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None):
         sizes = {}
         for limit in (10**9, 100):
             monkeypatch.setattr(reductions, "_SCATTER_BYTES", limit)
@@ -335,7 +335,7 @@ def test_repeated_passes_over_scattered_labels_all_complete(monkeypatch):
     y = rng.integers(-1, N_CLASSES, 4000)
     expected = chunk_row_stats(X, y, N_CLASSES, False)
     with (
-        LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster,
+        LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster,
         Client(cluster),
     ):
         for _ in range(6):
@@ -354,7 +354,7 @@ def test_large_numpy_kernel_arguments_go_to_the_workers_not_into_the_graph(monke
     def projected_sum(block, w, row_start):
         return (block @ w).sum(axis=0)
 
-    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None):
         sizes = {}
         for limit in (10**9, 100):
             monkeypatch.setattr(reductions, "_SCATTER_BYTES", limit)
@@ -376,7 +376,7 @@ def test_a_finished_pass_leaves_nothing_on_the_workers(monkeypatch):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(2000, 4)).astype(np.float32)
     y = rng.integers(0, N_CLASSES, 2000)
-    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=":0") as c:
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c:
         gc.disable()
         try:
             row_stats(da.from_array(X, chunks=(500, 4)), y, N_CLASSES, gram=False)
