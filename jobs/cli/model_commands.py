@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
@@ -162,11 +163,21 @@ def train(
     }
     detail = f", rho={classifier.rho_:g}" if hasattr(classifier, "rho_") else ""
     if hasattr(classifier, "best_iteration_"):
-        detail += f", d={classifier.n_components}, best W at iteration {classifier.best_iteration_}"
+        detail += f", d={classifier.n_components}, {best_iteration_text(classifier)}"
     if embedding is not None:
         detail += f", {embedding} embedding to {steps[0].n_components_} dims"
     message = f"{model}: {method}{detail} ({time.perf_counter() - started:.1f} s)"
     print_summary(summary, as_json, message)
+
+
+def best_iteration_text(classifier: Any) -> str:
+    """Where SGD's validation chose W, and whether it was the last validation: the validation
+    error still falling when the iterations ran out, so more of them may score higher."""
+    best, last = classifier.best_iteration_, classifier.n_iter_
+    text = f"best W at iteration {best}"
+    if 0 < best == last:
+        text += f" of {last} (the last: still improving; a larger --max-iter may score higher)"
+    return text
 
 
 @click.command(cls=RecordedCommand)

@@ -128,3 +128,19 @@ def test_knn_trains_saves_and_predicts_the_brute_force_vote_from_the_cli(
     np.testing.assert_array_equal(predicted[clear], expected[clear])
     report = _evaluate(path, raw_store, scheduler_address)
     assert report["top1_error"] == pytest.approx(np.mean(np.searchsorted(NAMES, predicted) != yt))
+
+
+def test_the_summary_says_when_sgd_ran_out_of_iterations_still_improving():
+    from types import SimpleNamespace
+
+    from imgscale.jobs.cli.model_commands import best_iteration_text
+
+    def text(best, last):
+        return best_iteration_text(SimpleNamespace(best_iteration_=best, n_iter_=last))
+
+    assert text(2000, 2000) == (
+        "best W at iteration 2000 of 2000 (the last: still improving; a larger --max-iter may "
+        "score higher)"
+    )
+    assert text(1200, 2000) == "best W at iteration 1200"
+    assert text(0, 0) == "best W at iteration 0"
