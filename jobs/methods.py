@@ -90,7 +90,9 @@ RHO = Option(
     "rho", float, None, "fixed regulariser (ssl: λ = 1/ρ; default: chosen on --val-split)."
 )
 METRIC_DIM = Option("metric_dim", int, 64, "rows of the learned metric W (paper 002 §3).")
-MAX_ITER = Option("max_iter", int, None, "SGD iterations at most.")
+MAX_ITER = Option(
+    "max_iter", int, None, "SGD iterations at most (default: ncm-metric 2000, knn 1000, hope 4000)."
+)
 # Choices spelled out rather than read from the estimators, whose modules `--help` must not
 # import; tests/jobs/test_methods.py checks they are the estimators' own.
 GRAM_PRECISION = Option(

@@ -68,6 +68,22 @@ def test_option_choices_are_the_estimators_own():
         RidgeClassifier(gram_precision=value).fit(np.eye(3, dtype=np.float32), np.arange(3))
 
 
+def test_the_sgd_iteration_defaults_in_help_are_the_estimators_own():
+    from imgscale.pipeline.classify import (
+        ExemplarHOPE,
+        MetricKNeighborsClassifier,
+        MetricNearestClassMean,
+    )
+
+    defaults = {
+        "ncm-metric": MetricNearestClassMean().max_iter,
+        "knn": MetricKNeighborsClassifier().max_iter,
+        "hope": ExemplarHOPE().max_iter,
+    }
+    spelled = ", ".join(f"{name} {iterations}" for name, iterations in defaults.items())
+    assert f"(default: {spelled})" in methods.MAX_ITER.help
+
+
 def test_an_option_of_another_method_is_refused_naming_the_methods_that_take_it(
     digits_store, tmp_path
 ):
