@@ -38,8 +38,7 @@ Protocol (the splits of ``imgscale bench cifar10-gist``: the train parquet's fir
   test images as float signatures of the same vocabulary. NCM, learned-metric NCM and kNN are
   trained on the codes and scored on the test signatures, each beside the same classifier on
   the 4K-D float signatures of the same grid (paper 002 Table 2: 64K-D PQ at least as good as
-  4K-D float). No ridge: its 65,536²
-  Gram matrix is 32 GiB.
+  4K-D float). No ridge: its 65,536² Gram matrix is 32 GiB.
 - **GIST**: gist-tiny (320-D at 32×32) with linear ridge and RFF-4000 on every train row, the
   figure the Fisher vectors stand beside (`imgscale bench cifar10-gist` runs it by size).
 
