@@ -17,6 +17,7 @@ import click
 from imgscale.jobs.runs import report, report_progress
 
 if TYPE_CHECKING:
+    from imgscale.pipeline.classify import Validation
     from imgscale.storage import FeatureStore
 
 
@@ -179,55 +180,80 @@ def end_progress_line() -> None:
         _line_open[0] = False
 
 
+class _RedrawnLine:
+    """One stderr line drawn over in place, at most twice a second until its final draw (which
+    ends the line)."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def due(self, final: bool) -> bool:
+        """Whether a draw now would be shown (callers skip building text that would not be)."""
+        return final or time.monotonic() - self.last >= 0.5
+
+    def draw(self, text: str, *, final: bool) -> None:
+        if not self.due(final):
+            return
+        self.last = time.monotonic()
+        sys.stderr.write(f"\r{text}" + ("\n" if final else ""))
+        sys.stderr.flush()
+        _line_open[0] = not final
+
+
 def progress_line(label: str, *, quiet: bool = False):
     """A progress callback that redraws one stderr line, throttled to a few updates a second
     (``quiet``: no line), and gives the run ledger the rows done of pass ``label``."""
-    last = [0.0]
+    line = _RedrawnLine()
 
     def report(done: int, total: int) -> None:
         report_progress(done, total, label)
-        if quiet:
-            return
-        now = time.monotonic()
-        if done < total and now - last[0] < 0.5:
-            return
-        last[0] = now
-        percent = 100 * done / total if total else 100
-        end = "\n" if done >= total else ""
-        sys.stderr.write(f"\r{label}: {done}/{total} rows ({percent:.0f}%){end}")
-        sys.stderr.flush()
-        _line_open[0] = not end
+        if not quiet:
+            percent = 100 * done / total if total else 100
+            line.draw(f"{label}: {done}/{total} rows ({percent:.0f}%)", final=done >= total)
 
     return report
+
+
+def validation_line(label: str, *, quiet: bool = False) -> Callable[[Validation], None]:
+    """A watcher of an iterative fit's validations (`pipeline.classify.watch_validations`) that
+    redraws one stderr line: iteration, validation error, the best so far and where."""
+    line = _RedrawnLine()
+
+    def show(v: Validation) -> None:
+        final = v.iteration >= v.max_iter
+        if quiet or not line.due(final):
+            return
+        line.draw(
+            f"{label}: iteration {v.iteration}/{v.max_iter}, validation error {v.error:.4f} "
+            f"(best {v.best_error:.4f} at {v.best_iteration})",
+            final=final,
+        )
+
+    return show
 
 
 def images_progress_line(*, quiet: bool = False):
     """A progress callback for an image ingest: images read (of the total, when listing gave
     it), images a second, ETA, rows added and images refused, redrawn on one stderr line."""
     started = time.monotonic()
-    last = [0.0]
+    line = _RedrawnLine()
 
     def report(done: int, total: int | None, rows: int, refused: int) -> None:
         report_progress(done, total, "ingest")
-        if quiet:
+        finished = total is not None and done >= total
+        if quiet or not line.due(finished):
             return
         now = time.monotonic()
-        finished = total is not None and done >= total
-        if not finished and now - last[0] < 0.5:
-            return
-        last[0] = now
         rate = done / (now - started) if now > started else 0.0
         of = f"/{total}" if total is not None else ""
         eta = ""
         if total is not None and rate > 0 and not finished:
             left = int((total - done) / rate)
             eta = f", ETA {left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}"
-        sys.stderr.write(
-            f"\ringest: {done}{of} images, {rate:,.0f} images/s{eta}, {rows} rows, "
-            f"{refused} refused"
+        line.draw(
+            f"ingest: {done}{of} images, {rate:,.0f} images/s{eta}, {rows} rows, {refused} refused",
+            final=finished,
         )
-        sys.stderr.flush()
-        _line_open[0] = True
 
     return report
 

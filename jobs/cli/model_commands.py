@@ -11,11 +11,13 @@ from imgscale.jobs import methods
 from imgscale.jobs.options import (
     StorePath,
     check_new_path,
+    end_progress_line,
     json_option,
     option_given,
     print_summary,
     scheduler_option,
     store_on_cluster,
+    validation_line,
     verbose_option,
 )
 from imgscale.jobs.runs import RecordedCommand, report, report_progress
@@ -106,6 +108,7 @@ def train(
     from imgscale.jobs.cluster import shared_path
     from imgscale.jobs.train import make_embedding
     from imgscale.jobs.train import train as train_model
+    from imgscale.pipeline.classify import watch_validations
 
     check_new_path(model, "MODEL")
     given = {name: value for name, value in options.items() if option_given(ctx, name)}
@@ -135,10 +138,12 @@ def train(
                 click.echo(
                     f"{store}: no split {val_split!r}; {method} validates without it", err=True
                 )
-        fitted = train_model(
-            feature_store, method, split=split, val_split=val_split, embedding=embedder,
-            per_class=per_class, seed=seed, **given,
-        )  # fmt: skip
+        with watch_validations(validation_line("train", quiet=as_json)):
+            fitted = train_model(
+                feature_store, method, split=split, val_split=val_split, embedding=embedder,
+                per_class=per_class, seed=seed, **given,
+            )  # fmt: skip
+        end_progress_line()  # early stopping leaves the validation line unfinished
         models.save(
             fitted,
             model,

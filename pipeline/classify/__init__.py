@@ -9,6 +9,8 @@ from imgscale.exports import lazy_exports
 # Exported name → the module of this package defining it.
 _EXPORTS = {
     "top_k_columns": "_base",
+    "Validation": "_optimisers",
+    "watch_validations": "_optimisers",
     "ExemplarHOPE": "hope",
     "MetricKNeighborsClassifier": "knn",
     "PredictedNeighbourhoodClassifier": "local",

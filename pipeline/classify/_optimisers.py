@@ -4,12 +4,18 @@
 both hand their iterates to a `ValidationTrace`, which measures the validation error, keeps the
 best θ and says when to stop (early stopping on the validation rows, as the papers choose their
 iteration). The SGD of the metric learners (`knn`, `ncm_metric`) validates through it too.
+
+A fit of thousands of iterations can run for an hour: `watch_validations` lets a caller (the
+jobs layer's progress line) see each `Validation` as it is recorded.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import NamedTuple
 
 import numpy as np
 import scipy.optimize
@@ -18,11 +24,36 @@ Objective = Callable[[np.ndarray], tuple[float, np.ndarray]]
 """θ → (loss, ∂loss/∂θ)."""
 
 
+class Validation(NamedTuple):
+    """One validation of an iterative fit: its iteration of at most ``max_iter``, its validation
+    error, and the lowest error so far with the iteration that reached it."""
+
+    iteration: int
+    max_iter: int
+    error: float
+    best_error: float
+    best_iteration: int
+
+
+_watcher: ContextVar[Callable[[Validation], None] | None] = ContextVar("watcher", default=None)
+
+
+@contextmanager
+def watch_validations(watcher: Callable[[Validation], None]) -> Iterator[None]:
+    """Call ``watcher`` with every `Validation` an iterative fit records in this context."""
+    token = _watcher.set(watcher)
+    try:
+        yield
+    finally:
+        _watcher.reset(token)
+
+
 class ValidationTrace:
     """Validation history with early stopping: the θ of the lowest validation error is kept.
 
     ``validation_error(θ)`` measures an iterate; after ``patience`` validations in a row without
-    a lower error, `record` says stop (never, with ``patience`` None).
+    a lower error, `record` says stop (never, with ``patience`` None). ``max_iter`` is the fit's
+    last iteration, for the watchers of `watch_validations`.
     """
 
     def __init__(
@@ -30,8 +61,10 @@ class ValidationTrace:
         validation_error: Callable[[np.ndarray], float],
         theta: np.ndarray,
         patience: int | None,
+        max_iter: int,
     ):
         self.validation_error, self.patience = validation_error, patience
+        self.max_iter = int(max_iter)
         self.iterations: list[int] = []
         self.objective: list[float] = []
         self.errors: list[float] = []
@@ -53,6 +86,11 @@ class ValidationTrace:
             self.stale = 0
         else:
             self.stale += 1
+        watcher = _watcher.get()
+        if watcher is not None:
+            watcher(
+                Validation(iteration, self.max_iter, error, self.best_error, self.best_iteration)
+            )
         return self.patience is not None and self.stale >= self.patience
 
 

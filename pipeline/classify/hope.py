@@ -278,7 +278,7 @@ class ExemplarHOPE(RowTransformerMixin, RowClassifierMixin, BaseEstimator):
         self.n_components_ = int(self.n_components)
         self._problem, self.exemplar_labels_ = problem, classes[exemplar_index]
         self._validation = (X_val, val_index)
-        trace = ValidationTrace(self._validation_error, theta, self.n_iter_no_change)
+        trace = ValidationTrace(self._validation_error, theta, self.n_iter_no_change, self.max_iter)
         if self.solver == "adam":
             self._fit_adam(
                 problem, sampler, theta, trace, np.random.default_rng(rng.randint(2**31))

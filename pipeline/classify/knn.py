@@ -276,7 +276,7 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
             ids, _ = knn_search(X_val @ W.T, pool @ W.T, 1)
             return float(np.mean(pool_index[ids[:, 0]] != val_index))
 
-        trace = ValidationTrace(error_of, W, patience=None)
+        trace = ValidationTrace(error_of, W, patience=None, max_iter=self.max_iter)
         trace.record(0, W, np.nan)
         targets = None
         for n_iter in range(1, int(self.max_iter) + 1):

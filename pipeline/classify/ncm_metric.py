@@ -320,6 +320,7 @@ class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
             lambda W: _top_k_error(W, means, X_val, val_index, self.validation_k),
             W,
             self.n_iter_no_change,
+            self.max_iter,
         )
         trace.record(0, W, np.nan)
         for n_iter in range(1, int(self.max_iter) + 1):

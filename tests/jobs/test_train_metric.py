@@ -144,3 +144,27 @@ def test_the_summary_says_when_sgd_ran_out_of_iterations_still_improving():
     )
     assert text(1200, 2000) == "best W at iteration 1200"
     assert text(0, 0) == "best W at iteration 0"
+
+
+def test_train_redraws_one_line_of_validations_and_json_has_none(
+    raw_store, tmp_path, scheduler_address
+):
+    def train(model, *extra):
+        result = CliRunner().invoke(cli, [
+            "train", str(raw_store.path), str(model), "--method", "ncm-metric", "--metric-dim",
+            "4", "--max-iter", "40", "--scheduler", scheduler_address, *extra,
+        ])  # fmt: skip
+        assert result.exit_code == 0, result.output
+        return result.stderr
+
+    stderr = train(tmp_path / "ncm.zarr")
+    model = models.load(tmp_path / "ncm.zarr")[0]
+    errors = model.validation_error_
+    assert list(model.validation_iterations_) == [0, 40]
+    first = f"\rtrain: iteration 0/40, validation error {errors[0]:.4f} (best {errors[0]:.4f} at 0)"
+    last = (
+        f"\rtrain: iteration 40/40, validation error {errors[1]:.4f} "
+        f"(best {errors.min():.4f} at {model.best_iteration_})\n"
+    )
+    assert first + last + f"{tmp_path / 'ncm.zarr'}: ncm-metric" in stderr
+    assert "iteration" not in train(tmp_path / "quiet.zarr", "--json")
