@@ -22,7 +22,7 @@ from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.params import Each, Interval
 from imgscale.pipeline.pq_codes import TopK
-from imgscale.pipeline.reductions import reduce_rows
+from imgscale.pipeline.reductions import reduce_rows, row_stats
 
 _QUERY_ROWS = 4096
 
@@ -93,6 +93,18 @@ def triplet_objective(
     grad -= (projected_negative * negative_weight).T @ negative_delta
     grad *= 2 / n_triplets
     return loss, grad
+
+
+def _mean_squared_distance(
+    X: np.ndarray, centres: np.ndarray, index: np.ndarray, block_rows: int = 256
+) -> float:
+    """Mean of ‖x_i − centres[index_i]‖², summed in float64 a block of rows at a time: no
+    copy of X (a pool of wide rows is gigabytes)."""
+    total = 0.0
+    for start in range(0, len(X), block_rows):
+        block = X[start : start + block_rows] - centres[index[start : start + block_rows]]
+        total += float(np.einsum("nd,nd->", block, block, dtype=np.float64))
+    return total / len(X)
 
 
 def dynamic_targets(Z: np.ndarray, y_index: np.ndarray, k: int) -> np.ndarray:
@@ -245,10 +257,10 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
         else:
             X_val, val_index = sampler.hold_out(self.n_validation)
         pool, pool_index = sampler.sample(self.pool_rows)
-        sums = np.zeros((len(self.classes_), pool.shape[1]))
-        np.add.at(sums, pool_index, pool)
-        counts = np.bincount(pool_index, minlength=len(sums))
-        pool_means = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
+        # One compiled sweep of the pool (20,000 rows of 64K-D Fisher vectors are 5 GiB).
+        stats = row_stats(pool, pool_index, len(self.classes_), gram=False)
+        counts = np.maximum(stats.class_counts, 1)[:, None]
+        pool_means = (stats.class_sums / counts).astype(np.float32)
         if self.n_components is None:
             W = np.eye(pool.shape[1], dtype=np.float32)
         else:
@@ -267,8 +279,7 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
         return self
 
     def _learn(self, W, pool, pool_index, pool_means, X_val, val_index, rng) -> np.ndarray:
-        centred = (pool - pool_means[pool_index]).astype(np.float64)
-        spread = float(np.mean(np.sum(centred**2, axis=1)))
+        spread = _mean_squared_distance(pool, pool_means, pool_index)
         step = float(self.learning_rate) / max(spread, np.finfo(np.float32).tiny)
 
         def error_of(W: np.ndarray) -> float:

@@ -378,7 +378,8 @@ def initial_projection(
     # their Gram (rows are drawn at random, so the first of them are a random subsample).
     wide_rows = max(n_components + 1, AXES_BYTES // (8 * X.shape[1]))
     W = principal_axes_of_rows(X[:wide_rows], n_components).astype(np.float32)
-    projected = (X - means[y_index]) @ W.T
+    # W(x − μ) as Wx − Wμ: no n × D copy of the rows (gigabytes at 64K-D).
+    projected = X @ W.T - (means @ W.T)[y_index]
     spread = float(np.mean(np.sum(projected.astype(np.float64) ** 2, axis=1)))
     return W / np.float32(np.sqrt(max(spread, np.finfo(np.float32).tiny)))
 

@@ -1,10 +1,14 @@
 """MetricKNeighborsClassifier (paper 002 §3.1) against brute force and finite differences."""
 
+import tracemalloc
+
 import dask
 import numpy as np
+import pytest
 
 from imgscale.pipeline.classify.knn import (
     MetricKNeighborsClassifier,
+    _mean_squared_distance,
     _vote_scores,
     dynamic_targets,
     knn_search,
@@ -97,3 +101,20 @@ def test_knn_fitted_on_dask_holds_numpy_references_and_equals_brute_force():
         np.testing.assert_array_equal(top, model.classes_[stable_top_k(expected, 3)])
         predicted = np.asarray(dask.compute(model.predict(queries))[0])
         np.testing.assert_array_equal(predicted, model.classes_[expected.argmax(axis=1)])
+
+
+def test_the_pools_spread_is_exact_without_a_copy_of_the_pool():
+    """The SGD step is scaled by the pool's mean squared distance to its class means; a pool of
+    64K-D rows is gigabytes, so that mean must not copy it (it once made two float64 copies)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(4096, 2048)).astype(np.float32)
+    centres, index = rng.normal(size=(7, 2048)).astype(np.float32), rng.integers(0, 7, 4096)
+    expected = np.mean(np.sum((X - centres[index]).astype(np.float64) ** 2, axis=1))
+    tracemalloc.start()
+    try:
+        value = _mean_squared_distance(X, centres, index)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert value == pytest.approx(expected, rel=1e-12)
+    assert peak < X.nbytes / 4
