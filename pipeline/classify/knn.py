@@ -64,33 +64,43 @@ def knn_search(queries: Any, references: Any, k: int) -> tuple[np.ndarray, np.nd
 
 
 def triplet_objective(
-    W: np.ndarray, X: np.ndarray, targets: np.ndarray, negatives: np.ndarray
+    W: np.ndarray,
+    rows: np.ndarray,
+    queries: np.ndarray,
+    targets: np.ndarray,
+    negatives: np.ndarray,
 ) -> tuple[float, np.ndarray]:
     """Mean hinge loss (eq. 2) and its sub-gradient (eq. 5) over a minibatch's triplets.
 
-    Row q of ``X`` (m, D) is a query, ``targets`` (m, k, D) its target neighbours (same class)
-    and ``negatives`` (m, r, D) rows of other classes; every (q, p, n) is a triplet. The triplet
-    sum reduces to pair sums weighted by how many active triplets each pair is in:
-    Σ c_qp W Δ_qp Δ_qpᵀ − Σ c_qn W Δ_qn Δ_qnᵀ, two GEMMs.
+    ``rows`` (u, D) holds each row the minibatch uses once; ``queries`` (m,) indexes its query
+    rows, ``targets`` (m, k) each query's target neighbours (same class) and ``negatives``
+    (m, r) rows of other classes; every (q, p, n) is a triplet. The triplet sum reduces to pair
+    sums weighted by how many active triplets each pair is in, Σ c_qp W Δ_qp Δ_qpᵀ −
+    Σ c_qn W Δ_qn Δ_qnᵀ, and with Δ_qp = x_q − x_p to Gᵀ rows, where G gathers each pair's
+    c W Δ on its two rows. So the D-dimensional work is two GEMMs on the distinct rows (Z =
+    rows Wᵀ, then Gᵀ rows), with no pair differences in D dimensions (at 64K-D those were
+    gigabytes a step).
     """
     dtype = W.dtype
-    X = X.astype(dtype, copy=False)
-    m, k, _ = targets.shape
+    rows = rows.astype(dtype, copy=False)
+    m, k = targets.shape
     r = negatives.shape[1]
-    target_delta = (X[:, None, :] - targets.astype(dtype, copy=False)).reshape(m * k, -1)
-    negative_delta = (X[:, None, :] - negatives.astype(dtype, copy=False)).reshape(m * r, -1)
-    projected_target = target_delta @ W.T
-    projected_negative = negative_delta @ W.T
-    target_distance = np.einsum("ij,ij->i", projected_target, projected_target).reshape(m, k)
-    negative_distance = np.einsum("ij,ij->i", projected_negative, projected_negative)
-    hinge = 1 + target_distance[:, :, None] - negative_distance.reshape(m, 1, r)
+    Z = rows @ W.T
+    projected_target = Z[queries][:, None, :] - Z[targets]  # W Δ_qp, (m, k, d)
+    projected_negative = Z[queries][:, None, :] - Z[negatives]  # W Δ_qn, (m, r, d)
+    target_distance = np.einsum("mkd,mkd->mk", projected_target, projected_target)
+    negative_distance = np.einsum("mrd,mrd->mr", projected_negative, projected_negative)
+    hinge = 1 + target_distance[:, :, None] - negative_distance[:, None, :]
     active = hinge > 0
     n_triplets = m * k * r
     loss = float(np.where(active, hinge, 0).sum()) / n_triplets
-    target_weight = active.sum(axis=2).astype(dtype).reshape(-1, 1)
-    negative_weight = active.sum(axis=1).astype(dtype).reshape(-1, 1)
-    grad = (projected_target * target_weight).T @ target_delta
-    grad -= (projected_negative * negative_weight).T @ negative_delta
+    target_pull = projected_target * active.sum(axis=2, dtype=dtype)[:, :, None]
+    negative_push = projected_negative * active.sum(axis=1, dtype=dtype)[:, :, None]
+    G = np.zeros_like(Z)
+    np.add.at(G, queries, target_pull.sum(axis=1) - negative_push.sum(axis=1))
+    np.add.at(G, targets.ravel(), -target_pull.reshape(m * k, -1))
+    np.add.at(G, negatives.ravel(), negative_push.reshape(m * r, -1))
+    grad = G.T @ rows
     grad *= 2 / n_triplets
     return loss, grad
 
@@ -296,8 +306,16 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
                 targets = dynamic_targets(projected, pool_index, int(self.n_targets))
                 negatives = dynamic_negatives(projected, pool_index, int(self.n_negatives))
             batch = rng.choice(len(pool), min(int(self.batch_size), len(pool)), replace=False)
+            # The pool rows the minibatch's triplets use, each once (queries share neighbours).
+            used = np.concatenate([batch, targets[batch].ravel(), negatives[batch].ravel()])
+            used, position = np.unique(used, return_inverse=True)
+            m, k = targets[batch].shape
             loss, grad = triplet_objective(
-                W, pool[batch], pool[targets[batch]], pool[negatives[batch]]
+                W,
+                pool[used],
+                position[:m],
+                position[m : m + m * k].reshape(m, k),
+                position[m + m * k :].reshape(m, -1),
             )
             W -= step * grad
             if n_iter % int(self.validate_every) and n_iter != int(self.max_iter):

@@ -35,19 +35,34 @@ def test_knn_search_equals_brute_force_on_numpy_and_dask():
     assert np.all(np.diff(distances, axis=1) >= 0)
 
 
-def test_triplet_gradient_matches_finite_differences():
+def test_triplet_objective_is_eq2_summed_triplet_by_triplet_with_its_gradient():
+    """Rows shared between queries, targets and negatives (as in a minibatch) included."""
     rng = np.random.default_rng(1)
-    X, targets, negatives = (rng.normal(size=s) for s in [(12, 5), (12, 2, 5), (12, 3, 5)])
+    rows = rng.normal(size=(20, 5))
+    queries = rng.choice(20, 12, replace=False)
+    targets, negatives = rng.integers(0, 20, (12, 2)), rng.integers(0, 20, (12, 3))
     W = rng.normal(size=(3, 5)) * 0.4
-    _, grad = triplet_objective(W, X, targets, negatives)
+
+    def objective(W):
+        return triplet_objective(W, rows, queries, targets, negatives)
+
+    expected_loss, expected_grad = 0.0, np.zeros_like(W)
+    for q, row_targets, row_negatives in zip(queries, targets, negatives, strict=True):
+        for p in row_targets:
+            for n in row_negatives:
+                near, far = rows[q] - rows[p], rows[q] - rows[n]
+                hinge = 1 + np.sum((W @ near) ** 2) - np.sum((W @ far) ** 2)
+                if hinge > 0:
+                    expected_loss += hinge
+                    expected_grad += 2 * (np.outer(W @ near, near) - np.outer(W @ far, far))
+    loss, grad = objective(W)
+    assert loss == pytest.approx(expected_loss / 72, rel=1e-12)
+    np.testing.assert_allclose(grad, expected_grad / 72, rtol=1e-10, atol=1e-12)
     numeric = np.zeros_like(W)
     for index in np.ndindex(W.shape):
         step = np.zeros_like(W)
         step[index] = 1e-7
-        numeric[index] = (
-            triplet_objective(W + step, X, targets, negatives)[0]
-            - triplet_objective(W - step, X, targets, negatives)[0]
-        ) / 2e-7
+        numeric[index] = (objective(W + step)[0] - objective(W - step)[0]) / 2e-7
     np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-6)
 
 
