@@ -31,9 +31,13 @@ SPLITS = {"train": _rows(1, 500), "val": _rows(2, 150), "test": _rows(3, 200)}
 
 
 def _invoke(*args) -> str:
+    return _run(*args).stdout
+
+
+def _run(*args):
     result = CliRunner().invoke(cli, [str(a) for a in args])
     assert result.exit_code == 0, result.output
-    return result.stdout
+    return result
 
 
 @pytest.fixture
@@ -61,12 +65,13 @@ def _brute_force_knn(model, X_train, y_train, X) -> np.ndarray:
     return votes, neighbours[:, 0]
 
 
-def _train(store, model, method, scheduler_address):
-    _invoke(
+def _train(store, model, method, scheduler_address) -> tuple:
+    """The model trained by 40 SGD steps from the CLI, and what the command wrote on stderr."""
+    result = _run(
         "train", store.path, model, "--method", method, "--metric-dim", 4, "--max-iter", 40,
         "--scheduler", scheduler_address,
     )  # fmt: skip
-    return models.load(model)[0]
+    return models.load(model)[0], result.stderr
 
 
 def _evaluate(model, store, scheduler_address) -> dict:
@@ -79,7 +84,16 @@ def test_ncm_metric_trains_saves_and_scores_by_eq9_from_the_cli(
     raw_store, tmp_path, scheduler_address
 ):
     path = tmp_path / "ncm.zarr"
-    model = _train(raw_store, path, "ncm-metric", scheduler_address)
+    model, stderr = _train(raw_store, path, "ncm-metric", scheduler_address)
+    # SGD's validations (at 0 and 40) redraw one line, ended before the summary.
+    errors = model.validation_error_
+    assert list(model.validation_iterations_) == [0, 40]
+    first = f"\rtrain: iteration 0/40, validation error {errors[0]:.4f} (best {errors[0]:.4f} at 0)"
+    last = (
+        f"\rtrain: iteration 40/40, validation error {errors[1]:.4f} "
+        f"(best {errors.min():.4f} at {model.best_iteration_})\n"
+    )
+    assert first + last + f"{path}: ncm-metric" in stderr
     X, y = SPLITS["train"]
     expected_means = np.stack([X[y == c].astype(np.float64).mean(axis=0) for c in range(5)])
     np.testing.assert_allclose(model.means_, expected_means, rtol=1e-5, atol=1e-5)
@@ -103,7 +117,7 @@ def test_ncm_metric_on_a_pq_store_takes_means_from_codes(tmp_path, scheduler_add
     store = create_pq_store(tmp_path / "pq.zarr", codec, class_names=NAMES, rows_per_chunk=128)
     for split, (Xs, ys) in SPLITS.items():
         store.append(split, codec.encode(Xs), ys, split=split)
-    model = _train(store, tmp_path / "ncm.zarr", "ncm-metric", scheduler_address)
+    model, _ = _train(store, tmp_path / "ncm.zarr", "ncm-metric", scheduler_address)
     decoded = codec.decode(codec.encode(X)).astype(np.float64)
     expected = np.stack([decoded[y == c].mean(axis=0) for c in range(N_CLASSES)])
     np.testing.assert_allclose(model.means_, expected, rtol=1e-4, atol=1e-4)
@@ -113,7 +127,7 @@ def test_knn_trains_saves_and_predicts_the_brute_force_vote_from_the_cli(
     raw_store, tmp_path, scheduler_address
 ):
     path = tmp_path / "knn.zarr"
-    model = _train(raw_store, path, "knn", scheduler_address)
+    model, _ = _train(raw_store, path, "knn", scheduler_address)
     X, y = SPLITS["train"]
     np.testing.assert_allclose(model.reference_, X @ model.components_.T, rtol=1e-5, atol=1e-4)
     Xt, yt = SPLITS["test"]
@@ -146,25 +160,23 @@ def test_the_summary_says_when_sgd_ran_out_of_iterations_still_improving():
     assert text(0, 0) == "best W at iteration 0"
 
 
-def test_train_redraws_one_line_of_validations_and_json_has_none(
-    raw_store, tmp_path, scheduler_address
+def test_the_validation_line_redraws_twice_a_second_ends_at_the_last_and_is_quiet_with_json(
+    capsys, monkeypatch
 ):
-    def train(model, *extra):
-        result = CliRunner().invoke(cli, [
-            "train", str(raw_store.path), str(model), "--method", "ncm-metric", "--metric-dim",
-            "4", "--max-iter", "40", "--scheduler", scheduler_address, *extra,
-        ])  # fmt: skip
-        assert result.exit_code == 0, result.output
-        return result.stderr
+    from imgscale.jobs import options
+    from imgscale.pipeline.classify import Validation
 
-    stderr = train(tmp_path / "ncm.zarr")
-    model = models.load(tmp_path / "ncm.zarr")[0]
-    errors = model.validation_error_
-    assert list(model.validation_iterations_) == [0, 40]
-    first = f"\rtrain: iteration 0/40, validation error {errors[0]:.4f} (best {errors[0]:.4f} at 0)"
-    last = (
-        f"\rtrain: iteration 40/40, validation error {errors[1]:.4f} "
-        f"(best {errors.min():.4f} at {model.best_iteration_})\n"
+    clock = [100.0]
+    monkeypatch.setattr(options.time, "monotonic", lambda: clock[0])
+    options.validation_line("train", quiet=True)(Validation(40, 40, 0.5, 0.4, 20))
+    assert capsys.readouterr().err == ""
+    show = options.validation_line("train")
+    show(Validation(0, 40, 0.6, 0.6, 0))
+    clock[0] += 0.2
+    show(Validation(20, 40, 0.5, 0.5, 20))  # 0.2 s after the last draw: not drawn
+    clock[0] += 0.2
+    show(Validation(40, 40, 0.55, 0.5, 20))  # the last iteration is always drawn
+    assert capsys.readouterr().err == (
+        "\rtrain: iteration 0/40, validation error 0.6000 (best 0.6000 at 0)"
+        "\rtrain: iteration 40/40, validation error 0.5500 (best 0.5000 at 20)\n"
     )
-    assert first + last + f"{tmp_path / 'ncm.zarr'}: ncm-metric" in stderr
-    assert "iteration" not in train(tmp_path / "quiet.zarr", "--json")
