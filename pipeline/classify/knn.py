@@ -307,15 +307,12 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
                 negatives = dynamic_negatives(projected, pool_index, int(self.n_negatives))
             batch = rng.choice(len(pool), min(int(self.batch_size), len(pool)), replace=False)
             # The pool rows the minibatch's triplets use, each once (queries share neighbours).
-            used = np.concatenate([batch, targets[batch].ravel(), negatives[batch].ravel()])
+            near, far = targets[batch], negatives[batch]
+            used = np.concatenate([batch, near.ravel(), far.ravel()])
             used, position = np.unique(used, return_inverse=True)
-            m, k = targets[batch].shape
+            queries, near_at, far_at = np.split(position, [len(batch), len(batch) + near.size])
             loss, grad = triplet_objective(
-                W,
-                pool[used],
-                position[:m],
-                position[m : m + m * k].reshape(m, k),
-                position[m + m * k :].reshape(m, -1),
+                W, pool[used], queries, near_at.reshape(near.shape), far_at.reshape(far.shape)
             )
             W -= step * grad
             if n_iter % int(self.validate_every) and n_iter != int(self.max_iter):
