@@ -216,10 +216,12 @@ def progress_line(label: str, *, quiet: bool = False):
 
 def validation_line(label: str, *, quiet: bool = False) -> Callable[[Validation], None]:
     """A watcher of an iterative fit's validations (`pipeline.classify.watch_validations`) that
-    redraws one stderr line: iteration, validation error, the best so far and where."""
+    redraws one stderr line: iteration, validation error, the best so far and where; the run
+    ledger gets the iterations done."""
     line = _RedrawnLine()
 
     def show(v: Validation) -> None:
+        report_progress(v.iteration, v.max_iter, label, unit="iterations")
         final = v.iteration >= v.max_iter
         if quiet or not line.due(final):
             return
@@ -239,7 +241,7 @@ def images_progress_line(*, quiet: bool = False):
     line = _RedrawnLine()
 
     def report(done: int, total: int | None, rows: int, refused: int) -> None:
-        report_progress(done, total, "ingest")
+        report_progress(done, total, "ingest", unit="images")
         finished = total is not None and done >= total
         if quiet or not line.due(finished):
             return

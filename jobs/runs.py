@@ -84,16 +84,19 @@ class ActiveRun:
         self.rows_done: int | None = None
         self.rows_total: int | None = None
         self.current_pass: str | None = None
+        self.unit: str | None = None
         self.figures: dict[str, Any] = {}
 
-    def progress(self, done: int, total: int | None, current_pass: str) -> None:
-        self.rows_done, self.rows_total, self.current_pass = done, total, current_pass
+    def progress(self, done: int, total: int | None, current_pass: str, unit: str) -> None:
+        self.rows_done, self.rows_total = done, total
+        self.current_pass, self.unit = current_pass, unit
 
     def beat(self) -> None:
         self.ledger.beat(
             self.run_id,
             rows_done=self.rows_done,
             rows_total=self.rows_total,
+            progress_unit=self.unit,
             **{"pass": self.current_pass},
         )
 
@@ -115,11 +118,12 @@ spec_origin: contextvars.ContextVar[SpecOrigin | None] = contextvars.ContextVar(
 )
 
 
-def report_progress(done: int, total: int | None, current_pass: str) -> None:
-    """Rows done of the current pass, shown by `imgscale runs` while the command runs."""
+def report_progress(done: int, total: int | None, current_pass: str, unit: str = "rows") -> None:
+    """Progress of the current pass, in ``unit`` (rows, images read, SGD iterations), shown by
+    `imgscale runs` while the command runs."""
     run = _current.get()
     if run is not None:
-        run.progress(done, total, current_pass)
+        run.progress(done, total, current_pass, unit)
 
 
 def report(figures: dict[str, Any]) -> None:
@@ -249,7 +253,8 @@ def _finish(run: ActiveRun, stop, heart, outcome: str, error: str | None) -> Non
     that cannot take the record (disk full, read-only) is a warning, never the job's outcome."""
     stop.set()
     heart.join()
-    rows = run.figures.get("rows", run.rows_done)
+    # Without a figure, the rows of a pass that counted rows (not images or iterations).
+    rows = run.figures.get("rows", run.rows_done if run.unit == "rows" else None)
     try:
         run.ledger.finish(
             run.run_id,
@@ -257,6 +262,7 @@ def _finish(run: ActiveRun, stop, heart, outcome: str, error: str | None) -> Non
             rows=rows if isinstance(rows, int) else None,
             rows_done=run.rows_done,
             rows_total=run.rows_total,
+            progress_unit=run.unit,
             figures=run.figures,
             error=error,
         )

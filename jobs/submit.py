@@ -90,7 +90,9 @@ def runs(ctx: click.Context, since: str | None, kind: str | None, as_json: bool,
     """List the runs in the ledger, oldest first, with the progress of running ones.
 
     With --json: a list of objects (run_id, kind, outcome, started, ended, seconds, rows,
-    rows_done, rows_total, current_pass, error). `imgscale runs show RUN_ID` shows one run.
+    rows_done, rows_total, current_pass, progress_unit, error); a running job's progress is
+    rows_done of rows_total in progress_unit (rows, images read, SGD iterations).
+    `imgscale runs show RUN_ID` shows one run.
     """
     ctx.obj = ledger
     if ctx.invoked_subcommand is not None:
@@ -115,7 +117,8 @@ def runs(ctx: click.Context, since: str | None, kind: str | None, as_json: bool,
     for r in listing:
         if r["outcome"] == "running":
             total = "?" if r["rows_total"] is None else r["rows_total"]
-            detail = f"{r['current_pass'] or 'starting'}: {r['rows_done'] or 0}/{total} rows"
+            unit = r["progress_unit"] or "rows"
+            detail = f"{r['current_pass'] or 'starting'}: {r['rows_done'] or 0}/{total} {unit}"
         else:
             rows = "" if r["rows"] is None else f"{r['rows']} rows"
             detail = f"{rows}  {r['error'] or ''}".strip()
@@ -146,7 +149,8 @@ def show(ctx: click.Context, run_id: str, as_json: bool, ledger) -> None:
         click.echo(f"{key:>12}: {record[key]}")
     if record["outcome"] == "running":
         click.echo(
-            f"{'progress':>12}: {record['pass']}: {record['rows_done']}/{record['rows_total']}"
+            f"{'progress':>12}: {record['pass']}: {record['rows_done']}/{record['rows_total']} "
+            f"{record['progress_unit'] or 'rows'}"
         )
     click.echo(f"{'host':>12}: {record['host']} (pid {record['pid']}, in {record['cwd']})")
     if record["spec_file"]:
@@ -170,6 +174,7 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
         **{k: record[k] for k in keys},
         "seconds": seconds,
         "current_pass": record["pass"],
+        "progress_unit": record["progress_unit"],
         "error": record["error"],
     }
 

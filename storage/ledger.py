@@ -26,7 +26,11 @@ import psutil
 
 from imgscale.storage.errors import StoreError
 
-LEDGER_SCHEMA_VERSION = 1
+LEDGER_SCHEMA_VERSION = 2
+# The statements that bring a ledger of each older version to the next: a writer upgrades the
+# file in its transaction, so a ledger kept across imgscale versions keeps its runs. Version 2
+# added the unit of a running job's progress (rows, images, iterations).
+_UPGRADES = {1: ("ALTER TABLE runs ADD COLUMN progress_unit TEXT",)}
 OUTCOMES = ("running", "ok", "failed", "cancelled", "lost")
 # A run whose heartbeat is older than this is lost even where its pid cannot be checked (another
 # host): the recording process beats every few seconds (jobs/runs.py).
@@ -56,6 +60,7 @@ _COLUMNS = {
     "rows_done": "INTEGER",
     "rows_total": "INTEGER",
     "pass": "TEXT",
+    "progress_unit": "TEXT",
     "rows": "INTEGER",
     "figures": "TEXT",
     "error": "TEXT",
@@ -105,8 +110,9 @@ class Ledger:
             db.close()
 
     def _check_schema(self, db: sqlite3.Connection, write: bool) -> None:
-        """Create the table in a new file; refuse another schema. A file a first writer has
-        just created, still empty, reads as a ledger without runs."""
+        """Create the table in a new file, upgrade an older schema on write (a reader sees its
+        missing columns as empty), refuse a newer one. A file a first writer has just created,
+        still empty, reads as a ledger without runs."""
         version = db.execute("PRAGMA user_version").fetchone()[0]
         columns = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS.items())
         if version == 0 and not write:
@@ -115,10 +121,16 @@ class Ledger:
             db.execute(f"CREATE TABLE runs ({columns})")
             db.execute("CREATE INDEX runs_started ON runs (started)")
             db.execute(f"PRAGMA user_version = {LEDGER_SCHEMA_VERSION}")
-        elif version != LEDGER_SCHEMA_VERSION:
+        elif version not in _UPGRADES and version != LEDGER_SCHEMA_VERSION:
             raise StoreError(
-                f"ledger {self.path}: schema version {version}; expected {LEDGER_SCHEMA_VERSION}"
+                f"ledger {self.path}: schema version {version}; expected {LEDGER_SCHEMA_VERSION} "
+                "or older"
             )
+        elif write and version != LEDGER_SCHEMA_VERSION:
+            for older in range(version, LEDGER_SCHEMA_VERSION):
+                for statement in _UPGRADES[older]:
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {LEDGER_SCHEMA_VERSION}")
 
     def start(self, record: dict[str, Any]) -> None:
         """Append a ``running`` record of this process, started now (after marking lost runs:
@@ -248,7 +260,7 @@ def _encode(name: str, value: Any) -> Any:
 
 
 def _decode(row: sqlite3.Row) -> dict[str, Any]:
-    record = dict(row)
+    record = dict.fromkeys(_COLUMNS) | dict(row)  # an older ledger read, not upgraded, lacks some
     for name in _JSON_COLUMNS:
         if record[name] is not None:
             record[name] = json.loads(record[name])

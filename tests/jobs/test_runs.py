@@ -103,6 +103,32 @@ def test_runs_lists_as_json_filtered_by_kind_and_start(digits_splits, tmp_path):
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1
 
 
+def test_a_running_fit_shows_sgd_iterations_and_an_image_ingest_images_not_rows(tmp_path):
+    from imgscale.jobs.options import images_progress_line, validation_line
+    from imgscale.jobs.runs import recorded_run
+    from imgscale.pipeline.classify import Validation
+
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+
+    def listed(run) -> str:
+        run.beat()  # what the heartbeat thread writes every few seconds
+        return CliRunner().invoke(cli, ["runs", "--ledger", str(ledger.path)]).stdout
+
+    with recorded_run("train", {}, ["imgscale", "train"], ledger) as run:
+        validation_line("train", quiet=True)(Validation(1800, 6000, 0.4, 0.35, 1600))
+        assert re.search(r"running .* train: 1800/6000 iterations$", listed(run), re.M)
+        shown = CliRunner().invoke(cli, ["runs", "--ledger", str(ledger.path), "show", run.run_id])
+        assert "progress: train: 1800/6000 iterations" in shown.stdout
+    assert ledger.get(run.run_id)["rows"] is None  # iterations are not rows trained on
+    with recorded_run("ingest", {}, ["imgscale", "ingest"], ledger) as run:
+        images_progress_line(quiet=True)(120, 500, 117, 3)
+        assert re.search(r"running .* ingest: 120/500 images$", listed(run), re.M)
+        (record,) = [r for r in json.loads(CliRunner().invoke(
+            cli, ["runs", "--json", "--ledger", str(ledger.path), "--kind", "ingest"]
+        ).stdout)]  # fmt: skip
+        assert (record["rows_done"], record["progress_unit"]) == (120, "images")
+
+
 @pytest.fixture
 def slow_ingest(tmp_path):
     """A store with one committed batch, and a file whose ingest takes many small blocks."""

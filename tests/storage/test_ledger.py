@@ -74,8 +74,42 @@ def test_a_ledger_of_another_schema_version_is_refused(tmp_path):
     path = tmp_path / "ledger.sqlite"
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA user_version = 99")
-    with pytest.raises(StoreError, match="schema version 99; expected 1"):
+    with pytest.raises(StoreError, match="schema version 99; expected 2 or older"):
         Ledger(path).runs()
+
+
+# The runs table of schema version 1, as imgscale created it before progress had a unit.
+VERSION_1_COLUMNS = (
+    "run_id TEXT PRIMARY KEY, kind TEXT NOT NULL, outcome TEXT NOT NULL, started TEXT NOT NULL, "
+    "ended TEXT, heartbeat REAL NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, "
+    "pid_started REAL, cwd TEXT, spec TEXT NOT NULL, spec_file TEXT, command TEXT NOT NULL, "
+    "scheduler TEXT, versions TEXT NOT NULL, git_commit TEXT, rows_done INTEGER, "
+    "rows_total INTEGER, pass TEXT, rows INTEGER, figures TEXT, error TEXT"
+)
+
+
+def test_a_version_1_ledger_reads_as_it_is_and_a_writer_upgrades_it_keeping_its_runs(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE runs ({VERSION_1_COLUMNS})")
+        db.execute("PRAGMA user_version = 1")
+        db.execute(
+            "INSERT INTO runs (run_id, kind, outcome, started, heartbeat, host, pid, spec, "
+            "command, versions, rows) VALUES ('old1', 'ingest', 'ok', '2026-01-01T00:00:00', "
+            "0, 'h', 1, '{}', '[]', '{}', 297)"
+        )
+    ledger = Ledger(path)
+    (old,) = ledger.runs()
+    assert (old["run_id"], old["rows"], old["progress_unit"]) == ("old1", 297, None)
+    with sqlite3.connect(path) as db:  # reading left the file as it was
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    ledger.start(_record("new2"))
+    ledger.beat("new2", rows_done=5, rows_total=9, progress_unit="iterations")
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert [r["run_id"] for r in ledger.runs()] == ["old1", "new2"]
+    assert ledger.get("old1")["rows"] == 297
+    assert ledger.get("new2")["progress_unit"] == "iterations"
 
 
 WRITER = textwrap.dedent(
