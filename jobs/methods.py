@@ -93,6 +93,13 @@ METRIC_DIM = Option("metric_dim", int, 64, "rows of the learned metric W (paper 
 MAX_ITER = Option(
     "max_iter", int, None, "SGD iterations at most (default: ncm-metric 2000, knn 1000, hope 4000)."
 )
+PATIENCE = Option(
+    "n_iter_no_change",
+    int,
+    None,
+    "stop after this many validations in a row without a lower validation error, keeping the "
+    "best (default: ncm-metric and knn run --max-iter, hope 10).",
+)
 # Choices spelled out rather than read from the estimators, whose modules `--help` must not
 # import; tests/jobs/test_methods.py checks they are the estimators' own.
 GRAM_PRECISION = Option(
@@ -246,8 +253,9 @@ def _fit_ncm(data: TrainingData, options: dict) -> BaseEstimator:
 
 def _metric_params(options: dict) -> dict:
     params = {"n_components": options["metric_dim"], "random_state": 0}
-    if options["max_iter"] is not None:
-        params["max_iter"] = options["max_iter"]
+    for name in ("max_iter", "n_iter_no_change"):
+        if options[name] is not None:
+            params[name] = options[name]
     return params
 
 
@@ -296,8 +304,9 @@ def _fit_hope(data: TrainingData, options: dict) -> BaseEstimator:
         input_dropout=options["input_dropout"],
         random_state=0,
     )
-    if options["max_iter"] is not None:
-        model.set_params(max_iter=options["max_iter"])
+    for name in ("max_iter", "n_iter_no_change"):
+        if options[name] is not None:
+            model.set_params(**{name: options[name]})
     X_val, y_val = data.validation(labelled_only=True) or (None, None)
     return model.fit(data.X, data.y, X_val, y_val)
 
@@ -357,7 +366,7 @@ METHODS: dict[str, Method] = {
             "NCM with a learned low-rank metric W (paper 002 eqs. 6-9)",
             _fit_ncm_metric,
             estimators=(f"{CLASSIFY}:MetricNearestClassMean",),
-            options=(METRIC_DIM, MAX_ITER),
+            options=(METRIC_DIM, MAX_ITER, PATIENCE),
             uses_validation=True,
             parameters={"n_components": "metric_dim"},
         ),
@@ -366,7 +375,7 @@ METHODS: dict[str, Method] = {
             "kNN with a learned metric W (paper 002 eq. 2)",
             _fit_knn,
             estimators=(f"{CLASSIFY}:MetricKNeighborsClassifier",),
-            options=(METRIC_DIM, MAX_ITER),
+            options=(METRIC_DIM, MAX_ITER, PATIENCE),
             uses_validation=True,
             parameters={"n_components": "metric_dim"},
         ),
@@ -384,6 +393,7 @@ METHODS: dict[str, Method] = {
                 HOPE_SOLVER,
                 HOPE_DROPOUT,
                 MAX_ITER,
+                PATIENCE,
             ),
             uses_validation=True,
             parameters={

@@ -179,6 +179,8 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
     n_targets, n_negatives, batch_size, max_iter, refresh_every, validate_every : int
     learning_rate : float, default=1.0
         Relative step (divided by the mean squared distance of a row to its class mean).
+    n_iter_no_change : int or None, default=None
+        Stop after this many validations without a lower 1-NN error (None: run max_iter).
     pool_rows : int, default=20000
         Training rows SGD draws its queries and targets from.
     n_validation : int, default=2000
@@ -217,6 +219,7 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
         "max_iter": (Interval(int, 0, None),),
         "refresh_every": (Interval(int, 1, None),),
         "validate_every": (Interval(int, 1, None),),
+        "n_iter_no_change": (Interval(int, 1, None), None),
         "pool_rows": (Interval(int, 1, None),),
         "n_validation": (Interval(int, 1, None),),
         "n_neighbors_grid": (Each(Interval(int, 1, None)),),
@@ -234,6 +237,7 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
         max_iter: int = 1000,
         refresh_every: int = 100,
         validate_every: int = 100,
+        n_iter_no_change: int | None = None,
         pool_rows: int = 20_000,
         n_validation: int = 2000,
         n_neighbors_grid: tuple = (1, 3, 5, 10, 20, 50, 100),
@@ -249,6 +253,7 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
         self.max_iter = max_iter
         self.refresh_every = refresh_every
         self.validate_every = validate_every
+        self.n_iter_no_change = n_iter_no_change
         self.pool_rows = pool_rows
         self.n_validation = n_validation
         self.n_neighbors_grid = n_neighbors_grid
@@ -297,7 +302,7 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
             ids, _ = knn_search(X_val @ W.T, pool @ W.T, 1)
             return float(np.mean(pool_index[ids[:, 0]] != val_index))
 
-        trace = ValidationTrace(error_of, W, patience=None, max_iter=self.max_iter)
+        trace = ValidationTrace(error_of, W, self.n_iter_no_change, self.max_iter)
         trace.record(0, W, np.nan)
         targets = None
         for n_iter in range(1, int(self.max_iter) + 1):
@@ -317,7 +322,8 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
             W -= step * grad
             if n_iter % int(self.validate_every) and n_iter != int(self.max_iter):
                 continue
-            trace.record(n_iter, W, loss)
+            if trace.record(n_iter, W, loss):
+                break
         self.best_iteration_, self.n_iter_ = int(trace.best_iteration), int(trace.iteration)
         self.validation_iterations_ = np.asarray(trace.iterations, dtype=np.int64)
         self.validation_error_ = np.asarray(trace.errors)

@@ -82,6 +82,11 @@ def test_the_sgd_iteration_defaults_in_help_are_the_estimators_own():
     }
     spelled = ", ".join(f"{name} {iterations}" for name, iterations in defaults.items())
     assert f"(default: {spelled})" in methods.MAX_ITER.help
+    # Early stopping: never by default for the metric learners, after 10 validations for hope.
+    assert MetricNearestClassMean().n_iter_no_change is None
+    assert MetricKNeighborsClassifier().n_iter_no_change is None
+    assert f"hope {ExemplarHOPE().n_iter_no_change})" in methods.PATIENCE.help
+    assert "ncm-metric and knn run --max-iter" in methods.PATIENCE.help
 
 
 def test_an_option_of_another_method_is_refused_naming_the_methods_that_take_it(

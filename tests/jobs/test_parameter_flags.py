@@ -30,6 +30,7 @@ def test_every_option_of_a_method_names_a_parameter_its_estimator_checks(method)
         (["--method", "hope", "--factors", "0"], "--factors must be positive"),
         (["--method", "hope", "--hidden-units", "0"], "--hidden-units must be positive"),
         (["--method", "knn", "--metric-dim", "0"], "--metric-dim must be positive"),
+        (["--method", "knn", "--n-iter-no-change", "0"], "--n-iter-no-change must be positive"),
         (["--method", "local", "--samples", "0"], "--samples must be positive"),
         (["--method", "hope", "--exemplars", "2"], "--exemplars is 2: need at least one"),
     ],

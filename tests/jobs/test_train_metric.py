@@ -69,7 +69,7 @@ def _train(store, model, method, scheduler_address) -> tuple:
     """The model trained by 40 SGD steps from the CLI, and what the command wrote on stderr."""
     result = _run(
         "train", store.path, model, "--method", method, "--metric-dim", 4, "--max-iter", 40,
-        "--scheduler", scheduler_address,
+        "--n-iter-no-change", 3, "--scheduler", scheduler_address,
     )  # fmt: skip
     return models.load(model)[0], result.stderr
 
@@ -98,6 +98,7 @@ def test_ncm_metric_trains_saves_and_scores_by_eq9_from_the_cli(
     expected_means = np.stack([X[y == c].astype(np.float64).mean(axis=0) for c in range(5)])
     np.testing.assert_allclose(model.means_, expected_means, rtol=1e-5, atol=1e-5)
     assert model.components_.shape == (4, DIM)
+    assert model.n_iter_no_change == 3
     Xt, yt = SPLITS["test"]
     ranking = _brute_force_ncm(model, Xt.astype(np.float64))
     report = _evaluate(path, raw_store, scheduler_address)
@@ -128,6 +129,7 @@ def test_knn_trains_saves_and_predicts_the_brute_force_vote_from_the_cli(
 ):
     path = tmp_path / "knn.zarr"
     model, _ = _train(raw_store, path, "knn", scheduler_address)
+    assert model.n_iter_no_change == 3
     X, y = SPLITS["train"]
     np.testing.assert_allclose(model.reference_, X @ model.components_.T, rtol=1e-5, atol=1e-4)
     Xt, yt = SPLITS["test"]

@@ -34,16 +34,19 @@ def test_every_validation_is_shown_with_the_best_so_far(name):
     assert seen[-1].best_iteration == first_best == model.best_iteration_
 
 
-def test_an_early_stop_is_shown_as_its_last_validation():
+@pytest.mark.parametrize("name", LEARNERS)
+def test_each_learner_stops_after_n_iter_no_change_validations_without_a_better_w(name):
     X, y = noisy_classes()
     seen = []
-    model = MetricNearestClassMean(
-        n_components=2, batch_size=64, max_iter=2000, validate_every=1, n_iter_no_change=2,
-        random_state=0,
-    )  # fmt: skip
+    patience = 2
+    model = LEARNERS[name]().set_params(max_iter=2000, validate_every=1, n_iter_no_change=patience)
     with watch_validations(seen.append):
         model.fit(X, y)
-    assert seen[-1].iteration == model.n_iter_ < 2000
+    errors = np.asarray(model.validation_error_)
+    # The best W came `patience` validations before the end and none after it was better.
+    assert int(np.argmin(errors)) == len(errors) - 1 - patience
+    assert model.best_iteration_ == seen[-1 - patience].iteration
+    assert seen[-1].iteration == model.n_iter_ < 2000  # an early stop is its last validation
 
 
 def test_nothing_is_shown_outside_the_context():
