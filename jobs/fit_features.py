@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from distributed import Client, Future, wait
+from distributed import Client, Future, as_completed
 from sklearn.base import BaseEstimator
 
 from imgscale.jobs.models import save
@@ -157,15 +157,24 @@ def fit_vocabulary(
     sample: int,
     seed: int = 0,
     source_options: dict[str, str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Fit ``vocabulary`` on a sample of SOURCE's images on ``client``'s cluster and save it at
-    ``path``; returns a summary of the fit."""
+    ``path``; returns a summary of the fit. ``progress(done, total)`` is called with the sampled
+    images read as partitions finish (the passes that follow report to
+    `pipeline.describe.watch_passes`)."""
     started = time.perf_counter()
     items = sample_partitions(source, sample, seed, source_options)
     futures = client.map(describe_sample, [vocabulary] * len(items), items, pure=False)
     try:
-        wait(futures)
-        counts = np.array(client.gather(client.map(_counts, futures, pure=False)))
+        counted = client.map(_counts, futures, pure=False)
+        total = sum(len(item.keys) if item.keys is not None else item.limit for item in items)
+        read = 0
+        for future in as_completed(counted):
+            read += sum(future.result()[:2])
+            if progress is not None:
+                progress(read, total)
+        counts = np.array(client.gather(counted))
         images, refused, descriptors = (int(n) for n in counts.sum(axis=0))
         if images == 0:
             raise ValueError(f"{source}: none of the {refused} sampled images could be decoded")

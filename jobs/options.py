@@ -18,6 +18,7 @@ from imgscale.jobs.runs import report, report_progress
 
 if TYPE_CHECKING:
     from imgscale.pipeline.classify import Validation
+    from imgscale.pipeline.describe import FitPass
     from imgscale.storage import FeatureStore
 
 
@@ -186,6 +187,7 @@ class _RedrawnLine:
 
     def __init__(self) -> None:
         self.last = 0.0
+        self.width = 0
 
     def due(self, final: bool) -> bool:
         """Whether a draw now would be shown (callers skip building text that would not be)."""
@@ -195,21 +197,23 @@ class _RedrawnLine:
         if not self.due(final):
             return
         self.last = time.monotonic()
-        sys.stderr.write(f"\r{text}" + ("\n" if final else ""))
+        # Padded over the last text drawn, so a shorter line leaves none of a longer one.
+        padded, self.width = text.ljust(self.width), len(text)
+        sys.stderr.write(f"\r{padded}" + ("\n" if final else ""))
         sys.stderr.flush()
         _line_open[0] = not final
 
 
-def progress_line(label: str, *, quiet: bool = False):
+def progress_line(label: str, *, quiet: bool = False, unit: str = "rows"):
     """A progress callback that redraws one stderr line, throttled to a few updates a second
-    (``quiet``: no line), and gives the run ledger the rows done of pass ``label``."""
+    (``quiet``: no line), and gives the run ledger the ``unit`` done of pass ``label``."""
     line = _RedrawnLine()
 
     def report(done: int, total: int) -> None:
-        report_progress(done, total, label)
+        report_progress(done, total, label, unit)
         if not quiet:
             percent = 100 * done / total if total else 100
-            line.draw(f"{label}: {done}/{total} rows ({percent:.0f}%)", final=done >= total)
+            line.draw(f"{label}: {done}/{total} {unit} ({percent:.0f}%)", final=done >= total)
 
     return report
 
@@ -230,6 +234,31 @@ def validation_line(label: str, *, quiet: bool = False) -> Callable[[Validation]
             f"(best {v.best_error:.4f} at {v.best_iteration})",
             final=final,
         )
+
+    return show
+
+
+def fit_pass_line(label: str, *, quiet: bool = False) -> Callable[[FitPass], None]:
+    """A watcher of a vocabulary fit's passes (`pipeline.describe.watch_passes`) that redraws
+    one stderr line: the channel and stage, its iteration and its measure of convergence; the
+    run ledger gets the iterations of the stage. A stage may stop before its last iteration, so
+    the caller ends the line (`end_progress_line`)."""
+    line = _RedrawnLine()
+
+    def show(p: FitPass) -> None:
+        stage = f"{p.channel} {p.stage}"
+        report_progress(p.iteration, p.max_iter, stage, unit="iterations")
+        if quiet or not line.due(False):
+            return
+        text = f"{label}: {stage}"  # PCA: one pass
+        if p.stage == "EM":
+            text += f" iteration {p.iteration}/{p.max_iter}, mean log-likelihood {p.figure:.4f}"
+        elif p.stage == "k-means":
+            text += (
+                f" iteration {p.iteration}/{p.max_iter}, largest centre move {p.figure:.2e} of "
+                "the variance"
+            )
+        line.draw(text, final=False)
 
     return show
 

@@ -11,6 +11,7 @@ from imgscale.jobs.options import (
     StorePath,
     check_new_path,
     end_progress_line,
+    fit_pass_line,
     images_progress_line,
     json_option,
     print_summary,
@@ -296,6 +297,7 @@ def fit_features(
     """
     from imgscale.jobs.cluster import connect, shared_path
     from imgscale.jobs.fit_features import fit_vocabulary, vocabulary_of
+    from imgscale.pipeline.describe import watch_passes
     from imgscale.storage import is_url
 
     for_kind = {"bow": ("--words", "--pyramid-levels"), "fisher": ("--gaussians", "--components")}
@@ -321,11 +323,16 @@ def fit_features(
         src = str(shared_path(src))
     vocabulary = shared_path(vocabulary)
     local = [Path(src)] if not is_url(src) and Path(src).exists() else []
-    with connect(scheduler, quiet=as_json, shared_paths=local) as client:
+    with (
+        connect(scheduler, quiet=as_json, shared_paths=local) as client,
+        watch_passes(fit_pass_line("fit-features", quiet=as_json)),
+    ):
         summary = fit_vocabulary(
             src, vocabulary, model, client, sample=sample, seed=seed,
             source_options={"image_column": image_column, "path_column": path_column},
+            progress=progress_line("describe", quiet=as_json, unit="images"),
         )  # fmt: skip
+    end_progress_line()  # EM stops before its last iteration, leaving its line unfinished
     print_summary(
         summary,
         as_json,

@@ -12,13 +12,14 @@ jobs layer's progress line) see each `Validation` as it is recorded.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import NamedTuple
 
 import numpy as np
 import scipy.optimize
+
+from imgscale.pipeline.watch import Watch
 
 Objective = Callable[[np.ndarray], tuple[float, np.ndarray]]
 """θ → (loss, ∂loss/∂θ)."""
@@ -35,17 +36,12 @@ class Validation(NamedTuple):
     best_iteration: int
 
 
-_watcher: ContextVar[Callable[[Validation], None] | None] = ContextVar("watcher", default=None)
+_validations: Watch[Validation] = Watch("validations")
 
 
-@contextmanager
-def watch_validations(watcher: Callable[[Validation], None]) -> Iterator[None]:
+def watch_validations(watcher: Callable[[Validation], None]) -> AbstractContextManager[None]:
     """Call ``watcher`` with every `Validation` an iterative fit records in this context."""
-    token = _watcher.set(watcher)
-    try:
-        yield
-    finally:
-        _watcher.reset(token)
+    return _validations.watching(watcher)
 
 
 class ValidationTrace:
@@ -86,11 +82,9 @@ class ValidationTrace:
             self.stale = 0
         else:
             self.stale += 1
-        watcher = _watcher.get()
-        if watcher is not None:
-            watcher(
-                Validation(iteration, self.max_iter, error, self.best_error, self.best_iteration)
-            )
+        _validations.report(
+            Validation(iteration, self.max_iter, error, self.best_error, self.best_iteration)
+        )
         return self.patience is not None and self.stale >= self.patience
 
 

@@ -12,7 +12,7 @@ JSON-able, so `get_params()` records the descriptor a store was built with.
 - `BagOfWords`, `FisherVector`: encodings of the local descriptors against a vocabulary they
   learn (k-means; PCA + diagonal GMM), by `fit` on images or `fit_chunks` over local
   descriptors held elsewhere (`InMemoryChunks`, or the cluster's chunks in
-  ``jobs.fit_features``).
+  ``jobs.fit_features``); `watch_passes` shows each pass of such a fit (a `FitPass`).
 - `DESCRIPTORS`: the named settings, ``DESCRIPTORS[name]()`` builds one.
 """
 
@@ -28,7 +28,7 @@ from imgscale.pipeline.describe.fisher_vector import FisherVector
 from imgscale.pipeline.describe.gist import Gist
 from imgscale.pipeline.describe.local_color import LocalColor
 from imgscale.pipeline.describe.onnx_features import OnnxFeatures
-from imgscale.pipeline.describe.vocabulary import InMemoryChunks
+from imgscale.pipeline.describe.vocabulary import FitPass, InMemoryChunks, watch_passes
 
 DESCRIPTORS: dict[str, Callable[[], BaseEstimator]] = {
     # LMgist's defaults: 4 scales × 8 orientations on a 4×4 grid, 512-D.
@@ -45,8 +45,10 @@ __all__ = [
     "ColorHistogram",
     "DenseSift",
     "FisherVector",
+    "FitPass",
     "Gist",
     "InMemoryChunks",
     "LocalColor",
     "OnnxFeatures",
+    "watch_passes",
 ]

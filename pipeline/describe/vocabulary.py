@@ -10,6 +10,9 @@ Sums are accumulated in float64. An EM pass computes in float32 within a chunk (
 are float32): its two products and the exponential are most of a pass and run about twice as
 fast, and the chunk's statistics differ from float64 ones by a few parts in a million.
 
+A vocabulary of a hundred EM passes over millions of descriptors runs for many minutes:
+`watch_passes` lets a caller (the jobs layer's progress line) see each `FitPass` as it ends.
+
 `DescriptorChunks` is the door: ``chunks.map(kernel, *shared)`` returns ``[kernel(chunk,
 *shared) for chunk in chunks]``, where a chunk maps a channel name ("sift", "color") to float32
 local descriptors (m, d). `InMemoryChunks` is that list in this process; ``jobs.fit_features``
@@ -19,12 +22,15 @@ keeps the chunks on the cluster.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from sklearn.cluster import kmeans_plusplus
 from sklearn.utils import check_random_state
+
+from imgscale.pipeline.watch import Watch
 
 Chunk = dict[str, np.ndarray]
 # A linear map applied to a chunk's descriptors before a kernel: (mean (d,), components (k, d)).
@@ -34,6 +40,27 @@ SEED_ROWS_PER_CENTRE = 20
 # Variances are floored at this fraction of the descriptors' mean variance (an empty or
 # collapsing Gaussian would otherwise drive the log-likelihood to infinity).
 VARIANCE_FLOOR = 1e-3
+
+
+class FitPass(NamedTuple):
+    """One pass of a vocabulary fit, ended: the channel; the stage ("PCA", "k-means", "EM"); its
+    iteration of at most ``max_iter`` (the stage may stop before); and the stage's measure of
+    convergence (k-means: the largest squared centre move over the descriptors' mean variance,
+    which stops it below ``tol``; EM: the mean log-likelihood of a descriptor; PCA: None)."""
+
+    channel: str
+    stage: str
+    iteration: int
+    max_iter: int
+    figure: float | None
+
+
+_passes: Watch[FitPass] = Watch("vocabulary passes")
+
+
+def watch_passes(watcher: Callable[[FitPass], None]) -> AbstractContextManager[None]:
+    """Call ``watcher`` with every `FitPass` a vocabulary fit ends in this context."""
+    return _passes.watching(watcher)
 
 
 class DescriptorChunks(Protocol):
@@ -196,6 +223,7 @@ def fit_pca(chunks: DescriptorChunks, channel: str, n_components: int) -> tuple[
         raise ValueError(
             f"{channel}: {n_components} PCA components asked of {len(total)}-D descriptors"
         )
+    _passes.report(FitPass(channel, "PCA", 1, 1, None))
     mean = total / n
     covariance = gram / n - np.outer(mean, mean)
     eigenvalues, vectors = np.linalg.eigh(covariance)
@@ -252,6 +280,7 @@ def fit_kmeans(
         moved[~filled] = sample[rng.choice(len(sample), int((~filled).sum()), replace=False)]
         shift = ((moved - centres) ** 2).sum(axis=1).max()
         centres = moved
+        _passes.report(FitPass(channel, "k-means", n_iter, max_iter, float(shift / spread)))
         if shift <= tol * spread:
             break
     counts, sums, squares = _add(chunks.map(chunk_kmeans_stats, channel, projection, centres))
@@ -292,6 +321,7 @@ def fit_gmm(
     for iteration in range(1, max_iter + 1):
         stats = _add(chunks.map(chunk_gmm_stats, channel, projection, weights, means, variances))
         likelihood = stats[3] / n
+        _passes.report(FitPass(channel, "EM", iteration, max_iter, float(likelihood)))
         if likelihood - previous < tol:
             return GaussianMixture(weights, means, variances, likelihood, iteration - 1)
         previous = likelihood

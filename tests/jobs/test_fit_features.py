@@ -199,3 +199,29 @@ def test_a_sample_as_large_as_a_parquet_source_is_every_image(photos, tmp_path):
     assert [item.limit for item in items] == [7, 7, 2]
     again = sample_partitions(str(tmp_path / "images.parquet"), 100, 0, images_per_partition=7)
     assert again == items
+
+
+def test_the_pass_line_shows_stage_iteration_and_figure_over_the_longer_line_before(
+    capsys, monkeypatch
+):
+    from imgscale.jobs import options
+    from imgscale.pipeline.describe import FitPass
+
+    clock = [100.0]
+    monkeypatch.setattr(options.time, "monotonic", lambda: clock[0])
+    show = options.fit_pass_line("fit-features")
+    show(FitPass("sift", "PCA", 1, 1, None))
+    clock[0] += 0.6
+    show(FitPass("sift", "k-means", 3, 50, 2.5e-3))
+    clock[0] += 0.2
+    show(FitPass("sift", "k-means", 4, 50, 1.0e-3))  # 0.2 s after the last draw: not drawn
+    clock[0] += 0.4
+    show(FitPass("sift", "EM", 1, 100, -85.31234))
+    kmeans = (
+        "fit-features: sift k-means iteration 3/50, largest centre move 2.50e-03 of the variance"
+    )
+    em = "fit-features: sift EM iteration 1/100, mean log-likelihood -85.3123"
+    pca = "fit-features: sift PCA"
+    assert capsys.readouterr().err == f"\r{pca}\r{kmeans}\r{em.ljust(len(kmeans))}"
+    options.fit_pass_line("fit-features", quiet=True)(FitPass("sift", "PCA", 1, 1, None))
+    assert capsys.readouterr().err == ""

@@ -103,10 +103,11 @@ def test_runs_lists_as_json_filtered_by_kind_and_start(digits_splits, tmp_path):
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1
 
 
-def test_a_running_fit_shows_sgd_iterations_and_an_image_ingest_images_not_rows(tmp_path):
-    from imgscale.jobs.options import images_progress_line, validation_line
+def test_a_running_fit_shows_its_iterations_and_an_image_ingest_images_not_rows(tmp_path):
+    from imgscale.jobs.options import fit_pass_line, images_progress_line, validation_line
     from imgscale.jobs.runs import recorded_run
     from imgscale.pipeline.classify import Validation
+    from imgscale.pipeline.describe import FitPass
 
     ledger = Ledger(tmp_path / "ledger.sqlite")
 
@@ -120,6 +121,9 @@ def test_a_running_fit_shows_sgd_iterations_and_an_image_ingest_images_not_rows(
         shown = CliRunner().invoke(cli, ["runs", "--ledger", str(ledger.path), "show", run.run_id])
         assert "progress: train: 1800/6000 iterations" in shown.stdout
     assert ledger.get(run.run_id)["rows"] is None  # iterations are not rows trained on
+    with recorded_run("fit-features", {}, ["imgscale", "fit-features"], ledger) as run:
+        fit_pass_line("fit-features", quiet=True)(FitPass("sift", "EM", 12, 100, -85.3))
+        assert re.search(r"running .* sift EM: 12/100 iterations$", listed(run), re.M)
     with recorded_run("ingest", {}, ["imgscale", "ingest"], ledger) as run:
         images_progress_line(quiet=True)(120, 500, 117, 3)
         assert re.search(r"running .* ingest: 120/500 images$", listed(run), re.M)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.mixture import GaussianMixture as SkGaussianMixture
 
-from imgscale.pipeline.describe import InMemoryChunks
+from imgscale.pipeline.describe import InMemoryChunks, watch_passes
 from imgscale.pipeline.describe.vocabulary import (
     chunk_gmm_stats,
     chunk_kmeans_stats,
@@ -117,3 +117,27 @@ def test_fewer_descriptors_than_centres_are_refused():
             chunked(blobs(3, 2, 0), 1), "x", None, 5,
             n_descriptors=3, max_iter=5, tol=0, random_state=0,
         )  # fmt: skip
+
+
+def test_a_watcher_sees_every_pass_with_the_likelihood_each_em_pass_measured():
+    X = blobs(1000, 3, 6)
+    chunks, seen = chunked(X, 2), []
+    with watch_passes(seen.append):
+        projection = fit_pca(chunks, "x", 2)
+        start = fit_kmeans(chunks, "x", projection, 6, n_descriptors=len(X), max_iter=50,
+                           tol=1e-4, random_state=0)  # fmt: skip
+        fit_gmm(chunks, "x", projection, start, max_iter=5, tol=-np.inf)
+    assert [p.stage for p in seen] == ["PCA"] + ["k-means"] * start.n_iter + ["EM"] * 5
+    assert {p.channel for p in seen} == {"x"}
+    kmeans = [p for p in seen if p.stage == "k-means"]
+    assert [p.iteration for p in kmeans] == list(range(1, start.n_iter + 1))
+    assert start.n_iter < 50 and kmeans[-1].figure <= 1e-4 < kmeans[0].figure  # it converged
+    em = [p for p in seen if p.stage == "EM"]
+    assert [(p.iteration, p.max_iter) for p in em] == [(i, 5) for i in range(1, 6)]
+    # Pass i measures the mixture after i - 1 M-steps: the likelihood a fit stopped there has.
+    stopped = [
+        fit_gmm(chunks, "x", projection, start, max_iter=n, tol=-np.inf).log_likelihood
+        for n in range(5)
+    ]
+    np.testing.assert_allclose([p.figure for p in em], stopped, rtol=1e-12)
+    assert len(seen) == 1 + start.n_iter + 5  # fits outside the context report to nobody
