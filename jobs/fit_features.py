@@ -48,6 +48,11 @@ class SampledPartition:
     keys: frozenset[str] | None
     limit: int | None
 
+    @property
+    def asked(self) -> int:
+        """The images this share asks for (fewer are read from a shorter partition)."""
+        return len(self.keys) if self.keys is not None else int(self.limit or 0)
+
 
 @dataclass
 class ClusterChunks:
@@ -168,12 +173,11 @@ def fit_vocabulary(
     futures = client.map(describe_sample, [vocabulary] * len(items), items, pure=False)
     try:
         counted = client.map(_counts, futures, pure=False)
-        total = sum(len(item.keys) if item.keys is not None else item.limit for item in items)
         read = 0
         for future in as_completed(counted):
             read += sum(future.result()[:2])
             if progress is not None:
-                progress(read, total)
+                progress(read, sum(item.asked for item in items))
         counts = np.array(client.gather(counted))
         images, refused, descriptors = (int(n) for n in counts.sum(axis=0))
         if images == 0:

@@ -37,6 +37,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from distributed import as_completed
 
 from imgscale.jobs.fanout import stream_map
 from imgscale.jobs.features import (
@@ -61,6 +62,9 @@ from imgscale.storage import (
     read_partition,
 )
 
+# (stage, done, total, unit): progress of work in stages, e.g. ("pq codebook", 512, 8192,
+# "sub-quantizers").
+StageProgress = Callable[[str, int, int, str], None]
 # A commit at least this often, so a killed run loses at most this much work.
 COMMIT_SECONDS = 60.0
 IMAGES_PER_PARTITION = 256
@@ -195,9 +199,12 @@ def describe_sampled(features: Features, item: SampledPartition) -> np.ndarray:
     return features.describe(decoded)
 
 
-def train_codec(plan: IngestPlan, client: Any) -> tuple[PQCodec, int]:
+def train_codec(
+    plan: IngestPlan, client: Any, progress: StageProgress | None = None
+) -> tuple[PQCodec, int]:
     """A PQ codec of ``plan.pq`` sub-quantizers trained on the signatures of ``plan.pq_sample``
-    images of the source, and the number of signatures it was trained on.
+    images of the source, and the number of signatures it was trained on. ``progress`` is told
+    the sampled images described, then the sub-quantizers trained, as tasks finish.
 
     The signatures are computed on ``client``'s cluster and stay there; the sub-quantizers are
     trained on the workers, a block of sub-spaces a task (`train_sub_spaces`), each task taking
@@ -208,7 +215,11 @@ def train_codec(plan: IngestPlan, client: Any) -> tuple[PQCodec, int]:
     """
     items = sample_partitions(plan.source, plan.pq_sample, plan.pq_seed, plan.source_options)
     signatures = client.map(describe_sampled, [plan.features] * len(items), items, pure=False)
-    n = sum(client.gather(client.map(len, signatures)))
+    tell = progress or (lambda *_: None)
+    n = 0
+    for described in as_completed(client.map(len, signatures)):
+        n += described.result()
+        tell("pq sample", n, sum(item.asked for item in items), "images")
     try:
         check_training_rows(n)
     except ValueError as exc:
@@ -217,13 +228,16 @@ def train_codec(plan: IngestPlan, client: Any) -> tuple[PQCodec, int]:
     threads = max(1, sum(client.nthreads().values()))
     blocks = np.array_split(np.arange(plan.pq), min(plan.pq, TASKS_PER_THREAD * threads))
     columns = [(b[0] * dsub, (b[-1] + 1) * dsub) for b in blocks]
-    codebooks = client.gather(
-        client.map(
-            train_sub_spaces, columns, [len(b) for b in blocks], seed=plan.pq_seed,
-            signatures=signatures, pure=False,
-        )
+    trained = client.map(
+        train_sub_spaces, columns, [len(b) for b in blocks], seed=plan.pq_seed,
+        signatures=signatures, pure=False,
     )  # fmt: skip
-    return PQCodec(np.concatenate(codebooks)), n
+    sub_quantizers = {future.key: len(block) for future, block in zip(trained, blocks, strict=True)}
+    done = 0
+    for future in as_completed(trained):
+        done += sub_quantizers[future.key]
+        tell("pq codebook", done, plan.pq, "sub-quantizers")
+    return PQCodec(np.concatenate(client.gather(trained))), n
 
 
 def train_sub_spaces(
@@ -363,11 +377,13 @@ def ingest_images(
     split: str = "train",
     commit_rows: int | None = None,
     progress: Callable[[int, int | None, int, int], None] | None = None,
+    codec_progress: StageProgress | None = None,
 ) -> dict[str, Any]:
     """Describe the planned images on ``client``'s cluster and append them; returns a summary.
 
     ``commit_rows`` (default: the store's rows per chunk) and `COMMIT_SECONDS` bound the work a
-    kill loses. ``progress(done, total, rows, refused)`` is called as partitions finish.
+    kill loses. ``progress(done, total, rows, refused)`` is called as partitions finish;
+    ``codec_progress`` follows the training of a new store's PQ codebook (`train_codec`).
     """
     described_by = plan.features
     provenance = {"source": str(plan.source)}
@@ -377,7 +393,9 @@ def ingest_images(
             provenance=provenance,
         )  # fmt: skip
     else:
-        codec, sampled = (plan.codec, 0) if plan.codec else train_codec(plan, client)
+        codec, sampled = (
+            (plan.codec, 0) if plan.codec else train_codec(plan, client, codec_progress)
+        )
         source = {"source": str(plan.source), "sample_images": sampled, "seed": plan.pq_seed}
         create = partial(
             create_pq_store, codec=codec, descriptor=described_by.record,

@@ -204,18 +204,26 @@ class _RedrawnLine:
         _line_open[0] = not final
 
 
-def progress_line(label: str, *, quiet: bool = False, unit: str = "rows"):
-    """A progress callback that redraws one stderr line, throttled to a few updates a second
-    (``quiet``: no line), and gives the run ledger the ``unit`` done of pass ``label``."""
+def stage_progress_line(*, quiet: bool = False) -> Callable[[str, int, int, str], None]:
+    """A progress callback ``(stage, done, total, unit)`` for work in stages that redraws one
+    stderr line, throttled to a few updates a second (``quiet``: no line), and gives the run
+    ledger the ``unit`` done of ``stage``."""
     line = _RedrawnLine()
 
-    def report(done: int, total: int) -> None:
-        report_progress(done, total, label, unit)
+    def report(stage: str, done: int, total: int, unit: str) -> None:
+        report_progress(done, total, stage, unit)
         if not quiet:
             percent = 100 * done / total if total else 100
-            line.draw(f"{label}: {done}/{total} {unit} ({percent:.0f}%)", final=done >= total)
+            line.draw(f"{stage}: {done}/{total} {unit} ({percent:.0f}%)", final=done >= total)
 
     return report
+
+
+def progress_line(label: str, *, quiet: bool = False, unit: str = "rows"):
+    """A progress callback ``(done, total)`` of one stage, ``label``
+    (`stage_progress_line`)."""
+    report = stage_progress_line(quiet=quiet)
+    return lambda done, total: report(label, done, total, unit)
 
 
 def validation_line(label: str, *, quiet: bool = False) -> Callable[[Validation], None]:

@@ -17,6 +17,7 @@ from imgscale.jobs.options import (
     print_summary,
     progress_line,
     scheduler_option,
+    stage_progress_line,
     store_on_cluster,
     verbose_option,
 )
@@ -213,6 +214,7 @@ def _ingest_images(
                 split=split,
                 commit_rows=commit_rows,
                 progress=images_progress_line(quiet=as_json),
+                codec_progress=stage_progress_line(quiet=as_json),
             )
     end_progress_line()
     none = (

@@ -105,6 +105,29 @@ def test_the_codebook_is_pq_trained_on_the_sampled_signatures(photos, vocabulari
     np.testing.assert_allclose(open_store(coded).codec.codebook, expected.codebook, atol=1e-6)
 
 
+def test_codebook_training_reports_the_sample_then_every_sub_quantizer(
+    photos, vocabularies, coded, tmp_path, scheduler_address
+):
+    from distributed import Client
+
+    from imgscale.jobs.ingest_images import plan_ingest, train_codec
+
+    plan = plan_ingest(str(photos / "train"), tmp_path / "s.zarr",
+                       features=f"fisher:{vocabularies[0]}", pq=8)  # fmt: skip
+    seen = []
+    with Client(scheduler_address) as client, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 300 rows: fewer than faiss's 39 a centroid
+        codec, sampled = train_codec(plan, client, lambda *stage: seen.append(stage))
+    sample = [s for s in seen if s[0] == "pq sample"]
+    assert seen[: len(sample)] == sample  # the sample is described before any sub-space trains
+    assert {(total, unit) for _, _, total, unit in sample} == {(300, "images")}
+    assert sample[-1][1] == sampled == 300
+    trained = [done for stage, done, total, unit in seen[len(sample) :]]
+    assert {s[2:] for s in seen[len(sample) :]} == {(8, "sub-quantizers")}
+    assert trained == sorted(set(trained)) and trained[-1] == 8 and len(trained) > 1
+    np.testing.assert_array_equal(codec.codebook, open_store(coded).codec.codebook)
+
+
 # zarr warns of the store's folders that are not zarr (its rows and classes tables).
 @pytest.mark.filterwarnings("ignore:Object at")
 def test_the_store_holds_no_float_rows(coded):
