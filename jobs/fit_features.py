@@ -173,11 +173,11 @@ def fit_vocabulary(
     futures = client.map(describe_sample, [vocabulary] * len(items), items, pure=False)
     try:
         counted = client.map(_counts, futures, pure=False)
-        read = 0
+        read, asked = 0, sum(item.asked for item in items)
         for future in as_completed(counted):
             read += sum(future.result()[:2])
             if progress is not None:
-                progress(read, sum(item.asked for item in items))
+                progress(read, asked)
         counts = np.array(client.gather(counted))
         images, refused, descriptors = (int(n) for n in counts.sum(axis=0))
         if images == 0:

@@ -216,10 +216,10 @@ def train_codec(
     items = sample_partitions(plan.source, plan.pq_sample, plan.pq_seed, plan.source_options)
     signatures = client.map(describe_sampled, [plan.features] * len(items), items, pure=False)
     tell = progress or (lambda *_: None)
-    n = 0
+    n, asked = 0, sum(item.asked for item in items)
     for described in as_completed(client.map(len, signatures)):
         n += described.result()
-        tell("pq sample", n, sum(item.asked for item in items), "images")
+        tell("pq sample", n, asked, "images")
     try:
         check_training_rows(n)
     except ValueError as exc:
