@@ -417,6 +417,8 @@ def ingest_images(
             plan.partitions,
             in_flight=TASKS_PER_THREAD * threads,
         )
+        if progress is not None:  # the describing starts (a new PQ store's codebook is trained)
+            progress(0, plan.total, 0, 0)
         for result in results:
             summary["partitions"] += 1
             summary["images_seen"] += result.images_seen

@@ -273,17 +273,19 @@ def fit_pass_line(label: str, *, quiet: bool = False) -> Callable[[FitPass], Non
 
 def images_progress_line(*, quiet: bool = False):
     """A progress callback for an image ingest: images read (of the total, when listing gave
-    it), images a second, ETA, rows added and images refused, redrawn on one stderr line."""
-    started = time.monotonic()
+    it), images a second, ETA, rows added and images refused, redrawn on one stderr line. The
+    rate counts from the first call (the ingest's start, after a new PQ store's codebook)."""
+    started: list[float] = []
     line = _RedrawnLine()
 
     def report(done: int, total: int | None, rows: int, refused: int) -> None:
         report_progress(done, total, "ingest", unit="images")
+        now = time.monotonic()
+        started[:] = started or [now]
         finished = total is not None and done >= total
         if quiet or not line.due(finished):
             return
-        now = time.monotonic()
-        rate = done / (now - started) if now > started else 0.0
+        rate = done / (now - started[0]) if now > started[0] else 0.0
         of = f"/{total}" if total is not None else ""
         eta = ""
         if total is not None and rate > 0 and not finished:

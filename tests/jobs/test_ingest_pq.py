@@ -204,3 +204,20 @@ def test_the_help_states_the_default_codebook_sample():
     help_text = " ".join(CliRunner().invoke(cli, ["ingest", "--help"]).output.split())
     assert f"train the codebook [{DEFAULT_PQ_SAMPLE}]" in help_text
     assert DEFAULT_PQ_SAMPLE >= MIN_TRAIN_PER_CENTROID * KSUB
+
+
+def test_the_ingest_rate_counts_from_the_ingests_start_not_from_the_codebook_before_it(
+    capsys, monkeypatch
+):
+    from imgscale.jobs import options
+
+    clock = [100.0]
+    monkeypatch.setattr(options.time, "monotonic", lambda: clock[0])
+    show = options.images_progress_line()  # created as the command starts
+    clock[0] = 500.0  # a new store's codebook took 400 s
+    show(0, 1000, 0, 0)  # ingest_images starts describing
+    clock[0] = 502.0
+    show(512, 1000, 510, 2)
+    assert capsys.readouterr().err.split("\r")[-1] == (
+        "ingest: 512/1000 images, 256 images/s, ETA 0:00:01, 510 rows, 2 refused"
+    )
