@@ -173,13 +173,13 @@ def fit_vocabulary(
     futures = client.map(describe_sample, [vocabulary] * len(items), items, pure=False)
     try:
         counted = client.map(_counts, futures, pure=False)
-        read, asked = 0, sum(item.asked for item in items)
+        counts, read, asked = [], 0, sum(item.asked for item in items)
         for future in as_completed(counted):
-            read += sum(future.result()[:2])
+            counts.append(future.result())
+            read += sum(counts[-1][:2])
             if progress is not None:
                 progress(read, asked)
-        counts = np.array(client.gather(counted))
-        images, refused, descriptors = (int(n) for n in counts.sum(axis=0))
+        images, refused, descriptors = (int(n) for n in np.sum(counts, axis=0))
         if images == 0:
             raise ValueError(f"{source}: none of the {refused} sampled images could be decoded")
         vocabulary.fit_chunks(ClusterChunks(client, futures), descriptors)
