@@ -103,7 +103,12 @@ def test_models_saved_by_the_previous_layout_load(name):
     from sklearn.datasets import load_digits
 
     X = load_digits().data.astype(np.float32)[1000:1100]
-    np.testing.assert_array_equal(model.decision_function(X), expected)
+    scores = model.decision_function(X)
+    # Same predictions; scores equal to float32 rounding (BLAS builds order their sums
+    # differently, so the last bit of a float32 dot product may change between releases).
+    np.testing.assert_array_equal(scores.argmax(axis=1), expected.argmax(axis=1))
+    rounding = 32 * np.finfo(np.float32).eps * np.abs(expected).max()
+    np.testing.assert_allclose(scores, expected, rtol=0, atol=rounding)
     assert provenance["rows"] == 1000
 
 
