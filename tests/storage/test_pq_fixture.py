@@ -30,10 +30,14 @@ def store(tmp_path):
 def test_codes_and_decoded_rows_read_back_as_written(store):
     codes = store.codes().compute(scheduler="synchronous")
     np.testing.assert_array_equal(codes, np.load(FIXTURES / "pq-store-v2-codes.npy"))
+    # Decoded rows are centroids times the rotation: a BLAS of another release may round the
+    # float32 product's last bit differently, so they are equal to rounding, the codes exactly.
     features = store.features().compute(scheduler="synchronous")
-    np.testing.assert_array_equal(features, np.load(FIXTURES / "pq-store-v2-features.npy"))
+    expected = np.load(FIXTURES / "pq-store-v2-features.npy")
+    np.testing.assert_allclose(features, expected, rtol=0, atol=1e-5)
     test_rows = store.features("test").compute(scheduler="synchronous")
-    np.testing.assert_array_equal(test_rows, np.load(FIXTURES / "pq-store-v2-test-features.npy"))
+    expected = np.load(FIXTURES / "pq-store-v2-test-features.npy")
+    np.testing.assert_allclose(test_rows, expected, rtol=0, atol=1e-5)
 
 
 def test_decoded_rows_are_the_codebook_centroids_rotated_back(store):

@@ -231,7 +231,8 @@ def test_a_store_written_before_tombstones_loses_its_first_batch_exactly(tmp_pat
     codes = np.load(fixtures / "pq-store-v2-codes.npy")[200:]
     features = np.load(fixtures / "pq-store-v2-features.npy")[200:]
     np.testing.assert_array_equal(store.codes().compute(), codes)
-    np.testing.assert_array_equal(store.features().compute(), features)
+    # Decoded through the rotation: equal to the rounding of a float32 product.
+    np.testing.assert_allclose(store.features().compute(), features, rtol=0, atol=1e-5)
     assert store.committed_rows == 100 and store.ids()[-1] == "s99"
     assert [b["batch_id"] for b in store.batches()] == ["second"]
     store.verify()
