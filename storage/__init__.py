@@ -5,6 +5,8 @@ Other layers use only the names listed here; zarr and parquet details stay insid
 - Stores: `create_store`, `create_pq_store`, `create_or_open` (atomic, removed again if the
   first write fails), `open_store`, `FeatureStore` (read rows, labels, codes; append through
   `FeatureStore.writer`; `FeatureStore.record_pq_statistics`), `ingest_file`.
+- Forgetting single rows by id or image digest in one commit (a row-level tombstone):
+  `forget_rows` (`FeatureStore.forget`).
 - Copying a store chunk-parallel (`imgscale compress`): `CopyWriter`, `write_row_chunk`.
 - Coded stores: a PQ store's codec is `imgscale.pipeline.pq_codec.PQCodec`, found by its
   encoding's ``imgscale.codecs`` entry point (storage/row_codecs.py); this layer imports no codec.
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from imgscale.storage.create import create_store as create_store
     from imgscale.storage.errors import StoreError as StoreError
     from imgscale.storage.export import export_rows as export_rows
+    from imgscale.storage.forget import forget_rows as forget_rows
     from imgscale.storage.fs import current_storage_options as current_storage_options
     from imgscale.storage.fs import is_url as is_url
     from imgscale.storage.fs import location as location

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 from imgscale.storage.chunks import SplitRows
 from imgscale.storage.classes import check_class_names
 from imgscale.storage.errors import StoreError
+from imgscale.storage.forget import forget_rows, forgotten_offsets, live_offsets, live_rows
 from imgscale.storage.fs import (
     Location,
     absolute,
@@ -83,8 +84,8 @@ class FeatureStore:
 
     @property
     def committed_rows(self) -> int:
-        """Rows of the live batches (a removed batch's rows are not counted)."""
-        return sum(b["stop"] - b["start"] for b in self._record()["batches"])
+        """Rows of the live batches (a removed batch's rows and forgotten rows are not counted)."""
+        return sum(live_rows(b) for b in self._record()["batches"])
 
     def _record(self) -> dict[str, Any]:
         """The commit record, its row ranges checked (`storage.layout.check_row_ranges`)."""
@@ -131,15 +132,17 @@ class FeatureStore:
         return any(b["batch_id"] == batch_id for b in read_record(self.path)["batches"])
 
     def batches(self) -> list[dict[str, Any]]:
-        """The live batches in row order: ``batch_id``, ``rows`` and ``digest`` (the content
-        digest of this commit of the batch, `storage.layout.batch_digest`), so a model or an
-        embedded store can record which batches it was made from and tell later which of them
-        were removed or committed again with other rows."""
+        """The live batches in row order: ``batch_id``, ``rows`` (live ones), ``digest`` (the
+        content digest of this commit of the batch, `storage.layout.batch_digest`) and
+        ``forgotten`` (how many of its rows were forgotten so far), so a model or an embedded
+        store can record which batches it was made from and tell later which of them were
+        removed, committed again with other rows, or lost rows since."""
         return [
             {
                 "batch_id": b["batch_id"],
-                "rows": b["stop"] - b["start"],
+                "rows": live_rows(b),
                 "digest": batch_digest(self.path, b),
+                "forgotten": len(forgotten_offsets(b)),
             }
             for b in self._record()["batches"]
         ]
@@ -156,6 +159,13 @@ class FeatureStore:
         self._id_hashes = HashRuns()
         self._ids_files.clear()
         return removed
+
+    def forget(
+        self, ids: Sequence[str] = (), *, sha256: Sequence[str] = (), reason: str = ""
+    ) -> int:
+        """Forget single rows by id or content digest in one commit (`storage.forget`); returns
+        their count. Every read after it skips them."""
+        return forget_rows(self, ids, sha256=sha256, reason=reason)
 
     def split_counts(self) -> dict[str, int]:
         """Rows per split name, in order of first appearance."""
@@ -294,11 +304,16 @@ class FeatureStore:
         """Hashes of the ids of all committed rows (`storage.ids`); after the first call, only
         new batches' ids are read. The ids themselves are not kept."""
         record = self._record()
+        keys = {_ids_key(batch) for batch in record["batches"]}
+        if self._ids_files - keys:  # a batch removed, or rows forgotten, since: hash again
+            self._id_hashes = HashRuns()
+            self._ids_files.clear()
         for batch in record["batches"]:
-            if _file_key(batch) not in self._ids_files:
+            if _ids_key(batch) not in self._ids_files:
                 ids = self._read_batch_rows(record, batch, ["id"]).column("id")
-                self._id_hashes.add(id_hashes(ids))
-                self._ids_files.add(_file_key(batch))
+                kept = live_offsets(batch)
+                self._id_hashes.add(id_hashes(ids if kept is None else ids.take(kept)))
+                self._ids_files.add(_ids_key(batch))
         return self._id_hashes
 
     def has_ids(self, ids: Sequence[str]) -> np.ndarray:
@@ -366,11 +381,12 @@ class FeatureStore:
     def _batch_rows(
         self, record: dict[str, Any], batch: dict[str, Any], columns: Sequence[str]
     ) -> pa.Table:
-        """One batch's metadata ``columns``, each read once and cached.
+        """One batch's metadata ``columns`` of its live rows, each column read once and cached.
 
         A pass needs labels and splits; ids (a string per row) are most of a large store's
         metadata and are read only when asked for. ``split`` and ``batch_id`` take few distinct
-        values, so they are kept dictionary-encoded: an int32 a row, not a string.
+        values, so they are kept dictionary-encoded: an int32 a row, not a string. The cache
+        holds the whole file's columns; forgotten rows are left out on the way out.
         """
         key = _file_key(batch)
         missing = [c for c in columns if (key, c) not in self._rows_cache]
@@ -378,7 +394,9 @@ class FeatureStore:
             table = self._read_batch_rows(record, batch, missing)
             for column in missing:
                 self._rows_cache[(key, column)] = table.column(column)
-        return pa.table({c: self._rows_cache[(key, c)] for c in columns})
+        table = pa.table({c: self._rows_cache[(key, c)] for c in columns})
+        kept = live_offsets(batch)
+        return table if kept is None else table.take(kept)
 
     def _read_batch_rows(
         self, record: dict[str, Any], batch: dict[str, Any], columns: Sequence[str]
@@ -428,6 +446,7 @@ class FeatureStore:
             _label_key(int(v), names): int(c) for v, c in zip(values, counts, strict=True)
         }
         removed = record.get("removed", [])
+        forgotten = sum(len(forgotten_offsets(b)) for b in record["batches"])
         summary = {
             "rows": rows.num_rows,
             "dim": record["dim"],
@@ -442,6 +461,10 @@ class FeatureStore:
             # Removed batches whose rows are still in the row chunks (skipped by every read).
             "removed_batches": [r["batch_id"] for r in removed],
             "removed_rows_on_disk": sum(r["stop"] - r["start"] for r in removed),
+            # Forgotten rows of live batches, skipped by every read, whose bytes stay in the row
+            # chunks until `imgscale compact`.
+            "forgotten_rows": forgotten,
+            "forgotten_bytes_on_disk": forgotten * _row_bytes(self.path, record),
             "rejected": self.rejected().num_rows if record.get("rejected") else 0,
         }
         if record.get("descriptor") is not None:
@@ -466,13 +489,13 @@ def _batches(record: dict[str, Any], rows: pa.Table) -> list[dict[str, Any]]:
     out = []
     offset = 0  # of the batch among the live rows
     for batch in record["batches"]:
-        splits = rows.column("split").slice(offset, batch["stop"] - batch["start"])
-        offset += batch["stop"] - batch["start"]
+        splits = rows.column("split").slice(offset, live_rows(batch))
+        offset += live_rows(batch)
         names = pc.unique(splits).to_pylist()
         out.append(
             {
                 "batch_id": batch["batch_id"],
-                "rows": batch["stop"] - batch["start"],
+                "rows": live_rows(batch),
                 "split": ",".join(names),
             }
         )
@@ -489,6 +512,17 @@ def _label_key(label: int, names: list[str]) -> str:
 def _file_key(batch: dict[str, Any]) -> tuple[str, int | None]:
     """A committed rows file: its name and checksum (None for a file from before checksums)."""
     return batch["rows_file"], batch.get("crc32c")
+
+
+def _ids_key(batch: dict[str, Any]) -> tuple[str, int | None, int]:
+    """A committed rows file and how many of its rows are forgotten: its live ids."""
+    return *_file_key(batch), len(forgotten_offsets(batch))
+
+
+def _row_bytes(path: Location, record: dict[str, Any]) -> int:
+    """Bytes one row takes in the row chunks (uncompressed)."""
+    array = rows_codec(path, record).open_array()
+    return array.dtype.itemsize * array.shape[1]
 
 
 def _check_labels(

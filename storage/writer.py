@@ -382,9 +382,13 @@ class CopyWriter(_LockedWriter):
         source = read_record(self.source.path)
         check_row_ranges(self.source.path, source)
         kept = [r["batch_id"] for r in source.get("removed", [])]
+        what = "removed batches"
+        if not kept:
+            kept = [b["batch_id"] for b in source["batches"] if b.get("forgotten")]
+            what = "the forgotten rows of batches"
         if kept:
             raise StoreError(
-                f"store {self.source.path}: removed batches {kept[:5]} still have their rows in "
+                f"store {self.source.path}: {what} {kept[:5]} still have their rows in "
                 "its row chunks, and a chunk-parallel copy copies whole chunks; export its rows "
                 "(`imgscale export`) and ingest them into a new store to copy it"
             )
@@ -485,6 +489,8 @@ def remove_batches(store: WritableStore, batch_ids: Sequence[str]) -> int:
                 "start": b["start"],
                 "stop": b["stop"],
                 "digest": batch_digest(store.path, b),
+                # Its rows forgotten before, which a model that follows the store never had.
+                **({"forgotten": b["forgotten"]} if b.get("forgotten") else {}),
             }
             for b in gone
         ]

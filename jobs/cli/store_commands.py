@@ -1,4 +1,5 @@
-"""`imgscale` commands on stores: ingest, fit-features, remove-batch, info, export, compress."""
+"""`imgscale` commands on stores: ingest, fit-features, remove-batch, forget, info, export,
+compress."""
 
 from __future__ import annotations
 
@@ -466,3 +467,33 @@ def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
         f"encode {summary['encode_rows_per_second']:.0f} rows/s",
         err=False,
     )
+
+
+@click.command()
+@click.argument("store", type=StorePath(exists=True, file_okay=False))
+@click.argument("ids", nargs=-1)
+@click.option(
+    "--sha256",
+    "digests",
+    multiple=True,
+    metavar="HEX",
+    help="Forget the rows of the image with this content digest (64 hex digits); repeatable.",
+)
+@click.option("--reason", default="", help="Why, kept in the store's record of forgets.")
+@json_option
+@verbose_option
+def forget(store, ids, digests, reason, as_json) -> None:
+    """Forget single rows of STORE by id (or by image digest), in one atomic commit.
+
+    Every command then reads the other rows only: `export`, `predict`, `embed` never see them
+    again, and `imgscale update` subtracts exactly them from a model. Their bytes stay in the row
+    chunks until `imgscale compact` (`imgscale info` counts them). An id that names no live row
+    is refused and nothing changes.
+    """
+    from imgscale.storage import open_store
+
+    if not ids and not digests:
+        raise click.UsageError("give the ids of the rows to forget, or --sha256")
+    rows = open_store(store).forget(ids, sha256=digests, reason=reason)
+    summary = {"rows": rows}
+    print_summary(summary, as_json, f"{store}: {rows} rows forgotten", recorded=False)
