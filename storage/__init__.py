@@ -7,6 +7,9 @@ Other layers use only the names listed here; zarr and parquet details stay insid
   `FeatureStore.writer`; `FeatureStore.record_pq_statistics`), `ingest_file`.
 - Forgetting single rows by id or image digest in one commit (a row-level tombstone):
   `forget_rows` (`FeatureStore.forget`).
+- What a store gained and lost since a model recorded its batches (`imgscale update`):
+  `rows_changed_since`, a `StoreChange`; the rows it names are read by
+  `FeatureStore.features_at` and `FeatureStore.codes_at`.
 - Copying a store chunk-parallel (`imgscale compress`): `CopyWriter`, `write_row_chunk`.
 - Coded stores: a PQ store's codec is `imgscale.pipeline.pq_codec.PQCodec`, found by its
   encoding's ``imgscale.codecs`` entry point (storage/row_codecs.py); this layer imports no codec.
@@ -28,6 +31,8 @@ from imgscale.exports import declared_exports, lazy_exports
 # checkers, IDEs, import-linter) read these imports as written; at run time they only list what
 # `lazy_exports` serves.
 if TYPE_CHECKING:
+    from imgscale.storage.changes import StoreChange as StoreChange
+    from imgscale.storage.changes import rows_changed_since as rows_changed_since
     from imgscale.storage.classes import read_class_names as read_class_names
     from imgscale.storage.create import create_or_open as create_or_open
     from imgscale.storage.create import create_pq_store as create_pq_store

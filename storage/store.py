@@ -218,6 +218,19 @@ class FeatureStore:
         reader = rows_codec(self.path, record).codes_reader(record["committed_rows"])
         return self._dask_rows("imgscale-codes-", reader, record, split)
 
+    def features_at(self, positions: np.ndarray) -> da.Array:
+        """Rows at ``positions`` of the row array (sorted; live, forgotten or of a removed
+        batch: `storage.changes`), chunked like `features`."""
+        record = self._record()
+        reader = rows_codec(self.path, record).reader(record["committed_rows"])
+        return self._dask_rows("imgscale-features-", reader, record, None, at=positions)
+
+    def codes_at(self, positions: np.ndarray) -> da.Array:
+        """A coded store's codes at ``positions`` of the row array (see `features_at`)."""
+        record = self._record()
+        reader = rows_codec(self.path, record).codes_reader(record["committed_rows"])
+        return self._dask_rows("imgscale-codes-", reader, record, None, at=positions)
+
     def _dask_rows(
         self,
         prefix: str,
@@ -225,9 +238,11 @@ class FeatureStore:
         record: dict[str, Any],
         split: str | None,
         where: np.ndarray | None = None,
+        at: np.ndarray | None = None,
     ) -> da.Array:
         """One task per zarr chunk of ``reader``, of the chunk's live rows kept by ``split`` and
-        ``where`` (`SplitRows`: chunks stay aligned to the zarr chunks, some shorter or empty)."""
+        ``where``, or of its rows at positions ``at`` (`SplitRows`: chunks stay aligned to the
+        zarr chunks, some shorter or empty)."""
         # Imported here: commands that only describe a store (`imgscale info`) never need dask.
         import dask.array as da
         from dask.base import tokenize
@@ -237,7 +252,7 @@ class FeatureStore:
         batches = [(b["batch_id"], b["rows_file"], b.get("crc32c")) for b in record["batches"]]
         n, width = reader.shape
         row_chunks = self.rows_per_chunk
-        live = live_mask(record)
+        live = live_mask(record) if at is None else _positions_mask(at, n, self.path)
         mask = None  # over the live rows
         if split is not None:
             # Compared by arrow: a numpy object array of 1M split names took 0.1 s more.
@@ -547,6 +562,19 @@ def _check_labels(
 def open_store(path: str | Path | Location) -> FeatureStore:
     """Open an existing store; StoreError if missing, not a store, or of another schema version."""
     return FeatureStore(path)
+
+
+def _positions_mask(positions: np.ndarray, n: int, path: Location) -> np.ndarray:
+    """A mask over the ``n`` rows of the row array, True at ``positions``."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if len(positions) and (positions.min() < 0 or positions.max() >= n):
+        raise StoreError(
+            f"store {path}: rows {positions.min()}–{positions.max()} asked for, but the row "
+            f"array holds {n} rows (rows dropped since they were listed)"
+        )
+    mask = np.zeros(n, dtype=bool)
+    mask[positions] = True
+    return mask
 
 
 def _subset(mask: np.ndarray, where: Any, path: Location) -> np.ndarray:
