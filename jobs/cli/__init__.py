@@ -27,6 +27,7 @@ from imgscale.jobs.cli.model_commands import (
     plot,
     predict,
     train,
+    update,
 )
 from imgscale.jobs.cli.store_commands import (
     compress,
@@ -148,7 +149,7 @@ def schedule(every, cron, lock, max_runs, command) -> None:
 for command in (
     ingest, fit_features, remove_batch, info, export, compress,
     train, predict, evaluate, plot, add_class, embed_command,
-    demo, schedule, run, runs, forget,
+    demo, schedule, run, runs, forget, update,
 ):  # fmt: skip
     cli.add_command(command)
 
