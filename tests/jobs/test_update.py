@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from imgscale.jobs import models
 from imgscale.jobs.cli import cli
 from imgscale.storage import create_pq_store, create_store
+from tests.jobs.conftest import refused
 
 DIM, CHUNK, CLASSES = 8, 16, ["p", "q", "r", "s"]
 
@@ -28,9 +29,7 @@ def _imgscale(*args) -> dict:
 
 
 def _refused(*args) -> str:
-    result = CliRunner().invoke(cli, list(map(str, args)))
-    assert result.exit_code != 0
-    return result.stderr.strip()
+    return refused(*map(str, args))
 
 
 def _rows(n: int, seed: int, labels: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -140,3 +139,131 @@ def test_an_updated_model_equals_a_model_trained_from_scratch(tmp_path, method, 
 
 def _ids_of(store, label: int) -> list[str]:
     return store.ids("train")[store.labels("train") == label].tolist()
+
+
+def _grown(tmp_path: Path) -> tuple[Store, Path]:
+    """A store and a model trained on it, then a batch added, one removed and rows forgotten."""
+    s = Store(tmp_path / "s.zarr")
+    s.append("a", 60, 0, [-1, 0, 1, 2])
+    s.append("b", 40, 1, [0, 1, 2])
+    s.append("val", 60, 2, [0, 1, 2], split="val")
+    s.append("test", 50, 4, [0, 1, 2], split="test")
+    return s, tmp_path / "m.model"
+
+
+def _change(s: Store) -> None:
+    s.append("c", 45, 5, [0, 2, -1])
+    s.store.remove_batch("b")
+    s.store.forget(s.store.ids("train")[[3, 11]].tolist())
+
+
+def test_ncm_metric_follows_the_store_under_its_kept_metric(tmp_path):
+    s, model = _grown(tmp_path)
+    _imgscale("train", s.store.path, model, "--method", "ncm-metric", "--metric-dim", "3",
+              "--max-iter", "20")  # fmt: skip
+    W = models.load(model)[0].components_.astype(np.float64)
+    _change(s)
+    summary = _imgscale("update", model, s.store.path)
+    assert summary["metric_learned_rows"] == 100
+    assert summary["rows_changed_since_metric"] == 45 + 40 + 2
+    updated = models.load(model)[0]
+    np.testing.assert_array_equal(updated.components_, W.astype(np.float32))
+    # The dense reference: class means of the rows as they now are, distances under W.
+    X, y = s.store.features("train").compute().astype(np.float64), s.store.labels("train")
+    classes = np.unique(y[y >= 0])
+    means = np.stack([X[y == c].mean(axis=0) for c in classes])
+    np.testing.assert_array_equal(updated.classes_, classes)
+    np.testing.assert_allclose(updated.means_, means, rtol=1e-6, atol=1e-6)
+    test = s.store.features("test").compute().astype(np.float64)
+    distances = (((test[:, None, :] - means[None]) @ W.T) ** 2).sum(axis=2)
+    np.testing.assert_array_equal(updated.predict(test), classes[distances.argmin(axis=1)])
+
+
+def test_ssl_follows_the_store_with_its_eigenfunctions_kept_or_refitted(tmp_path):
+    s, model = _grown(tmp_path)
+    _imgscale("train", s.store.path, model, "--method", "ssl", "--embedding", "pcalap",
+              "--n-components", "4")  # fmt: skip
+    embedding = models.load(model)[0].steps[0][1]
+    _change(s)
+    summary = _imgscale("update", model, s.store.path, "--out", tmp_path / "kept.model")
+    assert summary["embedding"] == "kept"
+    from imgscale.pipeline.classify import SemiSupervisedEigenSolver
+
+    # The solve from scratch on the rows as they now are, under the same eigenfunctions.
+    U = embedding.transform(s.store.features("train").compute())
+    U_val = embedding.transform(s.store.features("val").compute())
+    reference = SemiSupervisedEigenSolver(lam=None).fit(
+        U, s.store.labels("train"), embedding.eigenvalues_, U_val, s.store.labels("val")
+    )
+    kept = models.load(tmp_path / "kept.model")[0]
+    test = embedding.transform(s.store.features("test").compute())
+    assert kept.steps[-1][1].lam_ == reference.lam_
+    np.testing.assert_array_equal(kept.steps[-1][1].classes_, reference.classes_)
+    np.testing.assert_array_equal(kept.steps[-1][1].predict(test), reference.predict(test))
+    scores, scores0 = kept.steps[-1][1].decision_function(test), reference.decision_function(test)
+    atol = 4 * np.finfo(np.float32).eps * np.abs(scores0).max()
+    np.testing.assert_allclose(scores, scores0, rtol=0, atol=atol)
+    # Refitted: the model `train` fits on the store as it now is.
+    summary = _imgscale("update", model, s.store.path, "--refit-embedding")
+    assert summary["embedding"] == "refitted"
+    _assert_equal_to_fresh_ssl(model, s.store, tmp_path)
+
+
+def _assert_equal_to_fresh_ssl(model: Path, store, tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh-ssl.model"
+    _imgscale("train", store.path, fresh, "--method", "ssl", "--embedding", "pcalap",
+              "--n-components", "4")  # fmt: skip
+    (classes, predicted, scores), (classes0, predicted0, scores0) = (
+        _decisions(model, store),
+        _decisions(fresh, store),
+    )
+    np.testing.assert_array_equal(classes, classes0)
+    np.testing.assert_array_equal(predicted, predicted0)
+    np.testing.assert_array_equal(scores, scores0)
+
+
+def test_only_the_changed_rows_are_read(tmp_path):
+    s, model = _grown(tmp_path)
+    _imgscale("train", s.store.path, model, "--method", "ncm")
+    s.append("c", 45, 5, [0, 2, -1])
+    s.store.remove_batch("b")
+    # Rows 0-15 are of batch "a", unchanged: without their chunk, train fails, update does not.
+    (s.store.path / "features" / "c" / "0" / "0").unlink()
+    assert "chunk" in _refused("train", s.store.path, tmp_path / "fresh.model", "--method", "ncm")
+    summary = _imgscale("update", model, s.store.path)
+    assert summary["rows_added"] == 45 and summary["rows_removed"] == 40
+
+
+@pytest.mark.parametrize(
+    ("train_args", "expected"),
+    [
+        (["--method", "knn", "--metric-dim", "2", "--max-iter", "5"], "is a MetricKNeighbors"),
+        (["--method", "ridge", "--embedding", "rff", "--n-components", "16"], "Nyström"),
+        (["--method", "ncm", "--per-class", "5"], "learned from a sample of 5 labelled rows"),
+    ],
+)
+def test_models_that_cannot_follow_their_store_are_refused_by_name(tmp_path, train_args, expected):
+    s, model = _grown(tmp_path)
+    _imgscale("train", s.store.path, model, *train_args)
+    before = (model / "zarr.json").read_bytes()
+    _change(s)
+    message = _refused("update", model, s.store.path)
+    assert message.startswith(f"model {model}") and expected in message
+    assert "train it again" in message and "\n" not in message
+    assert (model / "zarr.json").read_bytes() == before
+
+
+def test_a_model_of_another_store_or_of_a_dropped_last_batch_is_refused(tmp_path):
+    s, model = _grown(tmp_path)
+    _imgscale("train", s.store.path, model, "--method", "ncm")
+    other = Store(tmp_path / "other.zarr")
+    other.append("a", 60, 0, [-1, 0, 1, 2])
+    message = _refused("update", model, other.store.path)
+    assert f"was trained on another store than {other.store.path}" in message
+    s.store.remove_batch("test")  # the last batch: the store drops its rows
+    s.store.remove_batch("val")  # now the last one: dropped too
+    s.store.remove_batch("b")  # the last again
+    message = _refused("update", model, s.store.path)
+    assert (
+        "batch 'b' the model learned from was removed and its rows are no longer on disk" in message
+    )
