@@ -7,6 +7,7 @@ Other layers use only the names listed here; zarr and parquet details stay insid
   `FeatureStore.writer`; `FeatureStore.record_pq_statistics`), `ingest_file`.
 - Forgetting single rows by id or image digest in one commit (a row-level tombstone):
   `forget_rows` (`FeatureStore.forget`).
+- Rewriting a store without its removed and forgotten rows, crash-safely: `compact_store`.
 - What a store gained and lost since a model recorded its batches (`imgscale update`):
   `rows_changed_since`, a `StoreChange`; the rows it names are read by
   `FeatureStore.features_at` and `FeatureStore.codes_at`.
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from imgscale.storage.changes import StoreChange as StoreChange
     from imgscale.storage.changes import rows_changed_since as rows_changed_since
     from imgscale.storage.classes import read_class_names as read_class_names
+    from imgscale.storage.compact import compact_store as compact_store
     from imgscale.storage.create import create_or_open as create_or_open
     from imgscale.storage.create import create_pq_store as create_pq_store
     from imgscale.storage.create import create_store as create_store

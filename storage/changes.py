@@ -20,7 +20,12 @@ import numpy as np
 import pyarrow as pa
 
 from imgscale.storage.errors import StoreError
-from imgscale.storage.forget import forgotten_offsets, live_offsets
+from imgscale.storage.forget import (
+    FORGOTTEN_BEFORE,
+    forgotten_count,
+    forgotten_offsets,
+    live_offsets,
+)
 from imgscale.storage.layout import batch_digest, check_row_ranges, read_checked_table, read_record
 
 
@@ -72,13 +77,16 @@ def rows_changed_since(store: Any, recorded: list[list[Any]]) -> StoreChange:
         seen.add((batch_id, digest))
         batch = live.get((batch_id, digest))
         if batch is not None:
-            forgotten = forgotten_offsets(batch)
-            if len(forgotten) < known_forgotten:
+            if forgotten_count(batch) < known_forgotten:
                 raise StoreError(
-                    f"store {path}: batch {batch_id!r} has {len(forgotten)} forgotten rows, but "
-                    f"the model recorded {known_forgotten}: it is not of this store's history"
+                    f"store {path}: batch {batch_id!r} has {forgotten_count(batch)} forgotten "
+                    f"rows, but the model recorded {known_forgotten}: it is not of this store's "
+                    "history"
                 )
-            since = np.asarray(forgotten[known_forgotten:], dtype=np.int64)
+            dropped = batch.get(FORGOTTEN_BEFORE, 0)
+            if known_forgotten < dropped:
+                raise _compacted_away(path, batch_id)
+            since = np.asarray(forgotten_offsets(batch)[known_forgotten - dropped :], np.int64)
             if len(since):
                 removed.append((batch, since))
                 forgotten_rows += len(since)
@@ -90,8 +98,11 @@ def rows_changed_since(store: Any, recorded: list[list[Any]]) -> StoreChange:
                 "rows are no longer on disk (a removed last batch, a compacted store, or a "
                 "removal by an imgscale before tombstones kept rows files); train the model again"
             )
+        dropped = tombstone.get(FORGOTTEN_BEFORE, 0)
+        if known_forgotten < dropped:
+            raise _compacted_away(path, batch_id)
         keep = np.ones(tombstone["stop"] - tombstone["start"], dtype=bool)
-        keep[forgotten_offsets(tombstone)[:known_forgotten]] = False
+        keep[forgotten_offsets(tombstone)[: known_forgotten - dropped]] = False
         removed.append((tombstone, np.flatnonzero(keep)))
         removed_batches.append(batch_id)
     for key, batch in live.items():
@@ -99,9 +110,7 @@ def rows_changed_since(store: Any, recorded: list[list[Any]]) -> StoreChange:
             offsets = live_offsets(batch)
             n = batch["stop"] - batch["start"]
             added.append((batch, np.arange(n) if offsets is None else offsets))
-    batches = [
-        [b["batch_id"], digest, len(forgotten_offsets(b))] for (_, digest), b in live.items()
-    ]
+    batches = [[b["batch_id"], digest, forgotten_count(b)] for (_, digest), b in live.items()]
     return StoreChange(
         _changed(path, added),
         _changed(path, removed),
@@ -110,6 +119,14 @@ def rows_changed_since(store: Any, recorded: list[list[Any]]) -> StoreChange:
         forgotten_rows,
         batches,
         sum(b["stop"] - b["start"] - len(forgotten_offsets(b)) for b in record["batches"]),
+    )
+
+
+def _compacted_away(path: Any, batch_id: str) -> StoreError:
+    return StoreError(
+        f"store {path}: rows of batch {batch_id!r} the model learned from were forgotten and "
+        "then compacted away (`imgscale compact`), so they cannot be subtracted; train the "
+        "model again"
     )
 
 

@@ -33,11 +33,20 @@ from imgscale.storage.layout import (
 from imgscale.storage.lock import writer_lock
 
 FORGOTTEN = "forgotten"
+# Rows of a batch forgotten and then dropped by compaction (`storage.compact`): gone from disk,
+# still counted, so a model's recorded count of forgotten rows keeps its meaning.
+FORGOTTEN_BEFORE = "forgotten_before"
 
 
 def forgotten_offsets(batch: dict[str, Any]) -> list[int]:
     """Offsets (within ``batch``) of its forgotten rows, in the order they were forgotten."""
     return batch.get(FORGOTTEN, [])
+
+
+def forgotten_count(batch: dict[str, Any]) -> int:
+    """Rows of ``batch`` forgotten so far: those compaction has dropped (``forgotten_before``)
+    and those still on disk under the row-level tombstone."""
+    return batch.get(FORGOTTEN_BEFORE, 0) + len(forgotten_offsets(batch))
 
 
 def live_offsets(batch: dict[str, Any]) -> np.ndarray | None:

@@ -357,7 +357,10 @@ def batch_digest(path: Location, batch: dict[str, Any]) -> str:
     for rows ingested from files or images, each row's sha256), as 8 hex digits. A rows file is
     never rewritten, so the digest names this commit of the batch: the same batch id ingested
     again with other rows has another. A batch committed before rows files were checksummed has
-    its file's checksum computed here."""
+    its file's checksum computed here. A batch that compaction rewrote keeps the digest it was
+    committed with (``digest``): its rows are those rows still (`storage.compact`)."""
+    if "digest" in batch:
+        return batch["digest"]
     crc = batch.get("crc32c")
     if crc is None:
         try:

@@ -13,7 +13,13 @@ import pyarrow.compute as pc
 from imgscale.storage.chunks import SplitRows
 from imgscale.storage.classes import check_class_names
 from imgscale.storage.errors import StoreError
-from imgscale.storage.forget import forget_rows, forgotten_offsets, live_offsets, live_rows
+from imgscale.storage.forget import (
+    forget_rows,
+    forgotten_count,
+    forgotten_offsets,
+    live_offsets,
+    live_rows,
+)
 from imgscale.storage.fs import (
     Location,
     absolute,
@@ -142,7 +148,7 @@ class FeatureStore:
                 "batch_id": b["batch_id"],
                 "rows": live_rows(b),
                 "digest": batch_digest(self.path, b),
-                "forgotten": len(forgotten_offsets(b)),
+                "forgotten": forgotten_count(b),
             }
             for b in self._record()["batches"]
         ]

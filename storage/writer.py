@@ -496,7 +496,7 @@ def remove_batches(store: WritableStore, batch_ids: Sequence[str]) -> int:
                 "rows_file": b["rows_file"],
                 **({"crc32c": b["crc32c"]} if b.get("crc32c") is not None else {}),
                 # Its rows forgotten before, which a model that follows the store never had.
-                **({"forgotten": b["forgotten"]} if b.get("forgotten") else {}),
+                **{k: b[k] for k in ("forgotten", "forgotten_before") if b.get(k)},
             }
             for b in gone
         ]

@@ -30,6 +30,7 @@ from imgscale.jobs.cli.model_commands import (
     update,
 )
 from imgscale.jobs.cli.store_commands import (
+    compact,
     compress,
     export,
     fit_features,
@@ -149,7 +150,7 @@ def schedule(every, cron, lock, max_runs, command) -> None:
 for command in (
     ingest, fit_features, remove_batch, info, export, compress,
     train, predict, evaluate, plot, add_class, embed_command,
-    demo, schedule, run, runs, forget, update,
+    demo, schedule, run, runs, forget, update, compact,
 ):  # fmt: skip
     cli.add_command(command)
 

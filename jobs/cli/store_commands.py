@@ -1,5 +1,5 @@
-"""`imgscale` commands on stores: ingest, fit-features, remove-batch, forget, info, export,
-compress."""
+"""`imgscale` commands on stores: ingest, fit-features, remove-batch, forget, compact, info,
+export, compress."""
 
 from __future__ import annotations
 
@@ -497,3 +497,29 @@ def forget(store, ids, digests, reason, as_json) -> None:
     rows = open_store(store).forget(ids, sha256=digests, reason=reason)
     summary = {"rows": rows}
     print_summary(summary, as_json, f"{store}: {rows} rows forgotten", recorded=False)
+
+
+@click.command()
+@click.argument("store", type=StorePath(exists=True, file_okay=False))
+@json_option
+@verbose_option
+def compact(store, as_json) -> None:
+    """Rewrite STORE without the rows of removed batches and forgotten rows, so that their
+    bytes leave the disk.
+
+    Crash-safe: a process killed at any moment leaves the old store or the new one. Models and
+    embedded stores made from STORE stay valid (they refer to batches, not row positions);
+    `imgscale update` refuses, by name, a model that would need rows compaction dropped.
+    Run it when no other command is reading STORE.
+    """
+    from imgscale.storage import compact_store
+
+    summary = compact_store(store, progress=progress_line("compact", quiet=as_json))
+    end_progress_line()
+    freed = summary["bytes_before"] - summary["bytes_after"]
+    print_summary(
+        summary,
+        as_json,
+        f"{store}: {summary['rows_dropped']} rows dropped, {freed / 2**20:.1f} MiB freed",
+        recorded=False,
+    )

@@ -267,3 +267,28 @@ def test_a_model_of_another_store_or_of_a_dropped_last_batch_is_refused(tmp_path
     assert (
         "batch 'b' the model learned from was removed and its rows are no longer on disk" in message
     )
+
+
+def test_models_stay_valid_across_compaction_or_are_refused_by_name(tmp_path):
+    from imgscale.storage import compact_store
+
+    s, model = _grown(tmp_path)
+    _imgscale("train", s.store.path, model, "--method", "ncm")
+    stale = tmp_path / "stale.model"
+    _imgscale("train", s.store.path, stale, "--method", "ncm")
+    _change(s)
+    _imgscale("update", model, s.store.path)
+    compact_store(s.store.path)
+    # Batches keep their digests and forgotten counts: the updated model has nothing to do.
+    s.append("d", 30, 8, [1, 2])
+    summary = _imgscale("update", model, s.store.path)
+    assert summary["rows_added"] == 30 and summary["rows_removed"] == 0
+    assert summary["batches_removed"] == [] and summary["forgotten_rows"] == 0
+    _assert_equal_to_fresh_train(model, s.store, tmp_path, "ncm")
+    # The model from before the change would subtract rows compaction dropped.
+    message = _refused("update", stale, s.store.path)
+    assert message == (
+        f"store {s.store.path}: rows of batch 'a' the model learned from were forgotten and "
+        "then compacted away (`imgscale compact`), so they cannot be subtracted; train the "
+        "model again"
+    )
