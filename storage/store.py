@@ -370,20 +370,24 @@ class FeatureStore:
         """Images an ingest refused and no later ingest committed: key, sha256, reason and
         split of the latest refusal of each key, in the order they were refused."""
         record = read_record(self.path)
+        entries = record.get("rejected", [])
         files = [
             read_checked_table(self.path / r["file"], r.get("crc32c"), f"store {self.path}")
-            for r in record.get("rejected", [])
+            for r in entries
         ]
         if not files:
             return REJECTED_SCHEMA.empty_table()
         table = pa.concat_tables(files)
+        # Rows committed when each refusal was (0 in stores older than the entry's "rows").
+        rows_then = np.repeat([r.get("rows", 0) for r in entries], [f.num_rows for f in files])
         keys = table.column("key").to_numpy(zero_copy_only=False)
         # The latest refusal of each key, unless the key has since been committed as a row.
         _, last = np.unique(keys[::-1], return_index=True)
         keep = np.sort(len(keys) - 1 - last)
         table = table.take(pa.array(keep))
-        committed = pc.is_in(table.column("key"), value_set=self.rows(columns=["id"]).column("id"))
-        return table.filter(pc.invert(committed))
+        row = pc.index_in(table.column("key"), value_set=self.rows(columns=["id"]).column("id"))
+        since = pc.greater_equal(row, pa.array(rows_then[keep]))
+        return table.filter(pc.invert(pc.fill_null(since, False)))
 
     def _rows(
         self, record: dict[str, Any], split: str | None, columns: Sequence[str] | None = None

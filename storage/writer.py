@@ -291,18 +291,21 @@ class BatchWriter(_LockedWriter):
 
     def _commit(self) -> None:
         record = read_record(self.store.path)
-        if self._rejects:
-            rejected = record.setdefault("rejected", [])
-            file = rejected_file_name(len(rejected))
-            crc = write_table_atomic(pa.Table.from_batches(self._rejects), self.store.path / file)
-            images = sum(b.num_rows for b in self._rejects)
-            rejected.append({"file": file, "images": images, "crc32c": crc})
         if self.rows_written:
             table = pa.Table.from_batches(self._meta)
             if self._classes.added:
                 where = f"store {self.store.path}, batch {self.batch_id!r}"
                 write_classes(self.store.path, self._classes.final_names(where), record)
             _add_batch(self.store.path, record, self.batch_id, self.start, table)
+        if self._rejects:
+            rejected = record.setdefault("rejected", [])
+            file = rejected_file_name(len(rejected))
+            crc = write_table_atomic(pa.Table.from_batches(self._rejects), self.store.path / file)
+            images = sum(b.num_rows for b in self._rejects)
+            # The rows committed up to this commit: a refused key committed as a later row was
+            # fixed; one committed no later (an id given twice) is another image's.
+            rows = record["committed_rows"]
+            rejected.append({"file": file, "images": images, "crc32c": crc, "rows": rows})
         write_record(self.store.path, record)
 
 
