@@ -15,7 +15,9 @@ a PQ store; paper 002 §1, §4.4); ridge (Gram, XᵀY, row and class sums; ρ ch
 relearned: how many rows changed since W was learned is recorded and said); and the
 semi-supervised solve on an ALE / PCALap / RPLap embedding (paper 001 eq. 3: UᵀΛU and UᵀΛY of
 the embedded rows, with the eigenfunctions kept unless ``refit_embedding``, which trains the
-model again). The others are refused by name, saying to train again.
+model again); and kNN with a learned metric, whose neighbour set (the labelled training rows
+projected by the kept W) follows the batches, in store order, k kept. The others are refused by
+name, saying to train again.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from imgscale.storage import FeatureStore, StoreError, rows_changed_since
 
 # The classifiers `update` brings up to date (a SemiSupervisedEigenSolver after its embedding).
 UPDATABLE = (
+    "MetricKNeighborsClassifier",
     "NearestClassMean",
     "RidgeClassifier",
     "MetricNearestClassMean",
@@ -44,8 +47,6 @@ NOT_A_SUM = {
     "all rows (paper 003 §3), not summed over them",
     "PredictedNeighbourhoodClassifier": "the local learners are fitted on predicted "
     "neighbourhoods of all rows (paper 004 §3), not summed over them",
-    "MetricKNeighborsClassifier": "following the store with the learned metric W kept is not "
-    "supported yet",
     "EigenvalueRidgeClassifier": "the eigenvalue-regularised ridge is saved from Python by "
     "the ALE benchmark, without the record `update` follows",
 }
@@ -72,7 +73,8 @@ def update_model(
         raise StoreError(f"model {path} has no embedding to refit (--refit-embedding)")
     split = provenance["split"]
     val_split = provenance.get("val_split", "val")
-    change = rows_changed_since(store, provenance["store_batches"])
+    keeps_rows = type(classifier).__name__ == "MetricKNeighborsClassifier"
+    change = rows_changed_since(store, provenance["store_batches"], with_kept=keeps_rows)
     added, removed = change.added.in_split(split), change.removed.in_split(split)
     old_classes = np.asarray(classifier.classes_)
     updated = {**provenance}
@@ -89,6 +91,8 @@ def update_model(
             (embedding.transform(store.features_at(removed.positions)), removed.labels),
             *validation,
         )
+    elif keeps_rows:
+        dropped = _follow_neighbours(classifier, store, change, added, removed, split, path)
     elif isinstance(classifier, _ncm_classes()):
         if store.encoding == "pq":
             codec = store.codec
@@ -111,7 +115,7 @@ def update_model(
             *validation,
         )
     changed = len(added.positions) + len(removed.positions)
-    if hasattr(classifier, "components_") and not refit_embedding:  # a learned metric W, kept
+    if hasattr(classifier, "components_") and not refit_embedding:  # a learned W, kept
         updated.setdefault("metric_learned_rows", provenance["rows"])
         updated["rows_changed_since_metric"] = provenance.get("rows_changed_since_metric", 0)
         updated["rows_changed_since_metric"] += changed
@@ -140,6 +144,38 @@ def update_model(
         "seconds": time.perf_counter() - started,
     }
     return model, updated, summary
+
+
+def _follow_neighbours(
+    classifier: BaseEstimator,
+    store: FeatureStore,
+    change: Any,
+    added: Any,
+    removed: Any,
+    split: str,
+    path: str | os.PathLike,
+) -> np.ndarray:
+    """kNN's neighbour set brought to the labelled training rows as they now are, in the order
+    a fit from scratch holds them (row order of the store), under the kept W and k."""
+    kept = change.kept.in_split(split)
+    learned = np.concatenate([kept.positions, removed.positions])
+    labels = np.concatenate([kept.labels, removed.labels])
+    order = np.argsort(learned, kind="stable")
+    learned, labels = learned[order], labels[order]
+    learned = learned[labels >= 0]
+    if len(learned) != len(classifier.reference_):
+        raise StoreError(
+            f"model {path} holds {len(classifier.reference_)} neighbour rows, but the store "
+            f"says it learned from {len(learned)} labelled rows; train it again"
+        )
+    keep = ~np.isin(learned, removed.positions)
+    new = added.positions[added.labels >= 0]
+    final = np.concatenate([learned[keep], new])
+    return classifier.update(
+        keep,
+        (store.features_at(added.positions), added.labels),
+        np.argsort(final, kind="stable"),
+    )
 
 
 def _ncm_classes() -> tuple[type, ...]:

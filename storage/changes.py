@@ -57,18 +57,24 @@ class StoreChange:
     forgotten_rows: int
     batches: list[list[Any]]
     live_rows: int
+    kept: ChangedRows | None = None
+    """With ``with_kept``: the rows the model learned from that the store still holds."""
 
 
-def rows_changed_since(store: Any, recorded: list[list[Any]]) -> StoreChange:
+def rows_changed_since(
+    store: Any, recorded: list[list[Any]], *, with_kept: bool = False
+) -> StoreChange:
     """The rows ``store`` gained and lost since a model recorded ``recorded`` (its
     ``store_batches``); StoreError naming the batch when rows it learned from are no longer on
-    disk (a removed last batch, whose rows the store drops, or rows compacted away)."""
+    disk (a removed last batch, whose rows the store drops, or rows compacted away). With
+    ``with_kept``, also the rows it learned from that the store still holds (read from the
+    metadata of every recorded batch: for a model that keeps rows, not sums)."""
     path = store.path
     record = read_record(path)
     check_row_ranges(path, record)
     live = {(b["batch_id"], batch_digest(path, b)): b for b in record["batches"]}
     tombstones = {(r["batch_id"], r["digest"]): r for r in record.get("removed", [])}
-    added, removed = [], []
+    added, removed, kept = [], [], []
     removed_batches, forgotten_rows = [], 0
     seen = set()
     for entry in recorded:
@@ -90,6 +96,10 @@ def rows_changed_since(store: Any, recorded: list[list[Any]]) -> StoreChange:
             if len(since):
                 removed.append((batch, since))
                 forgotten_rows += len(since)
+            if with_kept:
+                offsets = live_offsets(batch)
+                n = batch["stop"] - batch["start"]
+                kept.append((batch, np.arange(n) if offsets is None else offsets))
             continue
         tombstone = tombstones.get((batch_id, digest))
         if tombstone is None or "rows_file" not in tombstone:
@@ -119,6 +129,7 @@ def rows_changed_since(store: Any, recorded: list[list[Any]]) -> StoreChange:
         forgotten_rows,
         batches,
         sum(b["stop"] - b["start"] - len(forgotten_offsets(b)) for b in record["batches"]),
+        _changed(path, kept) if with_kept else None,
     )
 
 

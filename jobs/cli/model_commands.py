@@ -388,8 +388,8 @@ def update(model, store, out, refit_embedding, scheduler, as_json) -> None:
 
     Reads only the changed rows of the split MODEL was trained on (and, where ρ or λ is chosen
     on it, the validation split); the result is the model `train` would fit on STORE as it now
-    is. NCM (raw and PQ stores) and ridge follow their store exactly; ncm-metric keeps its
-    learned W and ssl its embedding's eigenfunctions (both said); other methods are refused,
+    is. NCM (raw and PQ stores) and ridge follow their store exactly; ncm-metric and knn keep
+    their learned W and ssl its embedding's eigenfunctions (said); other methods are refused,
     saying to train again.
     """
     from imgscale.jobs import models

@@ -179,6 +179,30 @@ def test_ncm_metric_follows_the_store_under_its_kept_metric(tmp_path):
     np.testing.assert_array_equal(updated.predict(test), classes[distances.argmin(axis=1)])
 
 
+def test_knn_neighbours_follow_the_store_under_the_kept_metric(tmp_path):
+    s, model = _grown(tmp_path)
+    _imgscale("train", s.store.path, model, "--method", "knn", "--metric-dim", "3",
+              "--max-iter", "5")  # fmt: skip
+    trained = models.load(model)[0]
+    _change(s)
+    s.store.forget(_ids_of(s.store, 1)[:3])  # rows of an added batch and of a kept one
+    summary = _imgscale("update", model, s.store.path)
+    assert summary["metric_learned_rows"] == 100
+    updated = models.load(model)[0]
+    np.testing.assert_array_equal(updated.components_, trained.components_)
+    assert updated.n_neighbors_ == trained.n_neighbors_
+    # The dense reference: the labelled train rows as they now are, in store order, under W.
+    X, y = s.store.features("train").compute(), s.store.labels("train")
+    expected = X[y >= 0].astype(np.float64) @ trained.components_.T.astype(np.float64)
+    np.testing.assert_array_equal(updated.classes_, np.unique(y[y >= 0]))
+    np.testing.assert_array_equal(updated.classes_[updated.reference_index_], y[y >= 0])
+    np.testing.assert_allclose(updated.reference_, expected, rtol=0, atol=1e-5)
+    dense = models.load(model)[0]
+    dense.reference_ = expected.astype(np.float32)
+    test = s.store.features("test").compute()
+    np.testing.assert_array_equal(updated.predict(test), dense.predict(test))
+
+
 def test_ssl_follows_the_store_with_its_eigenfunctions_kept_or_refitted(tmp_path):
     s, model = _grown(tmp_path)
     _imgscale("train", s.store.path, model, "--method", "ssl", "--embedding", "pcalap",
@@ -237,7 +261,6 @@ def test_only_the_changed_rows_are_read(tmp_path):
 @pytest.mark.parametrize(
     ("train_args", "expected"),
     [
-        (["--method", "knn", "--metric-dim", "2", "--max-iter", "5"], "is a MetricKNeighbors"),
         (["--method", "ridge", "--embedding", "rff", "--n-components", "16"], "Nyström"),
         (["--method", "ncm", "--per-class", "5"], "learned from a sample of 5 labelled rows"),
     ],
