@@ -138,7 +138,7 @@ def update_model(
         "classes_added": [_class_name(c, names) for c in new_classes],
         "classes_removed": [_class_name(c, names) for c in dropped],
         "rho": float(classifier.rho_) if hasattr(classifier, "rho_") else None,
-        "embedding": "refitted" if refit_embedding else "kept" if embedding else None,
+        "embedding": "refitted" if refit_embedding else "kept" if embedding is not None else None,
         "metric_learned_rows": updated.get("metric_learned_rows"),
         "rows_changed_since_metric": updated.get("rows_changed_since_metric"),
         "seconds": time.perf_counter() - started,
