@@ -148,9 +148,10 @@ class Described:
 
 
 def describe_partition(features: Features, known: Known, partition: ImagePartition) -> Described:
-    """Read, hash, decode and describe one partition's new images (runs on a worker)."""
+    """Read, hash, decode and describe one partition's new images (runs on a worker). Whatever
+    goes wrong with one image refuses that image alone (`refusal`)."""
     out = Described()
-    decoded = []
+    accepted, decoded = [], []
     for image in read_partition(partition, skip=known.has_key):
         out.images_seen += 1
         if image.problem is not None:
@@ -163,14 +164,60 @@ def describe_partition(features: Features, known: Known, partition: ImagePartiti
             continue
         try:
             decoded.append(decode_image(image.data, features.requests))
-        except ImageRejected as exc:
-            out.refused.append((image.key, digest, str(exc)))
+        except Exception as exc:
+            out.refused.append((image.key, digest, refusal(exc)))
+            continue
+        accepted.append((image, digest))
+    rows, problems = describe_each(features, decoded)
+    for (image, digest), problem in zip(accepted, problems, strict=True):
+        if problem is not None:
+            out.refused.append((image.key, digest, problem))
             continue
         out.keys.append(image.key)
         out.labels.append(image.label)
         out.digests.append(digest)
-    out.rows = features.describe(decoded)
+    out.rows = rows[[problem is None for problem in problems]]
     return out
+
+
+def refusal(exc: Exception) -> str:
+    """Why one image is refused, in one line, for an exception raised on its bytes or pixels; the
+    exception itself when it is not about one image: memory ran out, or the system failed (an
+    OSError with an errno: a full disk, a lost mount), which stops the run."""
+    if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno is not None):
+        raise exc
+    if isinstance(exc, ImageRejected):
+        return str(exc)
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def describe_each(
+    features: Features, decoded: list[list[np.ndarray]]
+) -> tuple[np.ndarray, list[str | None]]:
+    """Rows for ``decoded`` images and, for each, why it has none (None when it has one). The
+    images are described together; only when that raises is each described alone, so that the
+    image a descriptor fails on is refused and the others kept. A row holding NaN or inf is
+    refused too: no store takes it, and it would fail every later commit of its batch."""
+    try:
+        rows = features.describe(decoded)
+        problems: list[str | None] = [None] * len(decoded)
+    except Exception as exc:
+        refusal(exc)  # raises when it is not about the images
+        rows = np.full((len(decoded), features.dim), np.nan, np.float32)
+        problems = []
+        for i, image in enumerate(decoded):
+            try:
+                rows[i] = features.describe([image])[0]
+                problems.append(None)
+            except Exception as exc:
+                problems.append(refusal(exc))
+    finite = np.isfinite(rows)
+    for i in np.flatnonzero(~finite.all(axis=1)):
+        if problems[i] is None:
+            bad = features.dim - int(finite[i].sum())
+            problems[i] = f"descriptor not finite: {bad} of {features.dim} values NaN or inf"
+    return rows, problems
 
 
 def describe_and_encode(
@@ -185,7 +232,7 @@ def describe_and_encode(
 
 
 def describe_sampled(features: Features, item: SampledPartition) -> np.ndarray:
-    """Float rows of a partition's sampled images that decode (runs on a worker)."""
+    """Float rows of a partition's sampled images that decode and describe (runs on a worker)."""
     skip = None if item.keys is None else (lambda key: key not in item.keys)
     decoded = []
     for image in read_partition(item.partition, skip=skip):
@@ -194,9 +241,10 @@ def describe_sampled(features: Features, item: SampledPartition) -> np.ndarray:
         if image.problem is None:
             try:
                 decoded.append(decode_image(image.data, features.requests))
-            except ImageRejected:
-                continue
-    return features.describe(decoded)
+            except Exception as exc:
+                refusal(exc)  # raises when it is not about the image
+    rows, problems = describe_each(features, decoded)
+    return rows[[problem is None for problem in problems]]
 
 
 def train_codec(
@@ -410,6 +458,7 @@ def ingest_images(
         threads = max(1, sum(client.nthreads().values())) if plan.partitions else 1
         pending, last_commit = _Pending(), time.monotonic()
         seen: dict[bytes, str] = {}
+        ids: set[str] = set()
         results = stream_map(
             client,
             describe_and_encode,
@@ -422,7 +471,7 @@ def ingest_images(
         for result in results:
             summary["partitions"] += 1
             summary["images_seen"] += result.images_seen
-            _receive(pending, result, seen)
+            _receive(pending, result, seen, ids)
             if len(pending) >= commit_rows or time.monotonic() - last_commit > COMMIT_SECONDS:
                 _commit(store, pending, split, summary)
                 pending, last_commit = _Pending(), time.monotonic()
@@ -479,20 +528,23 @@ def _new_images(partitions: list[ImagePartition], store: FeatureStore | None) ->
     return counts
 
 
-def _receive(pending: _Pending, result: Described, seen: dict[bytes, str]) -> None:
-    """Add a partition's rows to those pending, refusing an image whose bytes another image of
-    this run already brought (the first one received is kept). ``seen`` maps the digest of every
-    image this run has taken, committed or pending, to its key."""
+def _receive(pending: _Pending, result: Described, seen: dict[bytes, str], ids: set[str]) -> None:
+    """Add a partition's rows to those pending, refusing an image whose id or bytes another
+    image of this run already brought (the first one received is kept): a source listing one id
+    twice (a parquet file, a list file's id column) loses no other image. ``seen`` maps the
+    digest of every image this run has taken, committed or pending, to its key; ``ids`` holds
+    their keys."""
     pending.refused.extend(result.refused)
     keep = []
-    for i, digest in enumerate(result.digests):
-        if digest in seen:
-            pending.refused.append(
-                (result.keys[i], digest, f"same bytes as {seen[digest]!r}, in this ingest")
-            )
-            continue
-        seen[digest] = result.keys[i]
-        keep.append(i)
+    for i, (key, digest) in enumerate(zip(result.keys, result.digests, strict=True)):
+        if key in ids:
+            pending.refused.append((key, digest, f"id {key!r} is another image's, in this ingest"))
+        elif digest in seen:
+            pending.refused.append((key, digest, f"same bytes as {seen[digest]!r}, in this ingest"))
+        else:
+            seen[digest] = key
+            ids.add(key)
+            keep.append(i)
     pending.keys.extend(result.keys[i] for i in keep)
     pending.labels.extend(result.labels[i] for i in keep)
     pending.digests.extend(result.digests[i] for i in keep)

@@ -1,8 +1,8 @@
 """Job specs: a TOML file describing one imgscale job, or a list of them run in order.
 
 A job is a table whose ``kind`` names a computing command (``ingest``, ``compress``, ``train``,
-``evaluate``, ``predict``, ``embed``, ``add-class``) and whose other keys are that command's
-arguments and options by name (``y_key`` or ``y-key`` for ``--y-key``)::
+``evaluate``, ``predict``, ``embed``, ``add-class``, ``update``) and whose other keys are that
+command's arguments and options by name (``y_key`` or ``y-key`` for ``--y-key``)::
 
     [[jobs]]
     kind = "ingest"
@@ -95,6 +95,7 @@ FLOWS: dict[str, Flow] = {
     "add-class": Flow(
         models_in=("model",), stores_in=("store",), model_out="out", splits=(("split", "store"),)
     ),
+    "update": Flow(models_in=("model",), stores_in=("store",), model_out="out"),
 }
 
 

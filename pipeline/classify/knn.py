@@ -293,6 +293,36 @@ class MetricKNeighborsClassifier(ProjectionMixin, RowClassifierMixin, BaseEstima
         self.n_neighbors_ = self._choose_k(X_val, val_index)
         return self
 
+    def update(self, keep: Any, added: tuple[Any, Any], order: Any = None) -> np.ndarray:
+        """Make the neighbour set follow the training rows: keep the reference rows where
+        ``keep`` (a mask over them), append the labelled rows of ``added`` (X, y) projected by
+        the kept W, then take them in ``order`` (a permutation of the result: the order of the
+        rows a fit from scratch would see). W and k are not relearned. Returns the classes left
+        with no reference row (removed from the model)."""
+        check_is_fitted(self, "reference_")
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (len(self.reference_),):
+            raise ValueError(f"keep has {keep.shape} values; expected {len(self.reference_)}")
+        X, y = added
+        y = np.asarray(y).ravel()
+        labelled = y >= 0
+        rows = X if labelled.all() else X[labelled]
+        projected = np.asarray(compute(self.transform(rows))[0]).reshape(-1, len(self.components_))
+        kept_labels = np.asarray(self.classes_)[self.reference_index_[keep]]
+        labels = np.concatenate([kept_labels, y[labelled]])
+        reference = np.vstack([np.asarray(self.reference_)[keep], projected])
+        if order is not None:
+            order = np.asarray(order)
+            reference, labels = reference[order], labels[order]
+        classes = unique_labels(labels)
+        if len(classes) == 0:
+            raise ValueError("no labelled rows are left: the model would have no classes")
+        dropped = np.setdiff1d(self.classes_, classes)
+        self.classes_ = classes
+        self.reference_ = np.ascontiguousarray(reference, dtype=np.float32)
+        self.reference_index_ = encode_labels(labels, classes)
+        return dropped
+
     def _learn(self, W, pool, pool_index, pool_means, X_val, val_index, rng) -> np.ndarray:
         spread = _mean_squared_distance(pool, pool_means, pool_index)
         step = float(self.learning_rate) / max(spread, np.finfo(np.float32).tiny)

@@ -309,11 +309,29 @@ def _decode_with_pillow(header: ImageFile.ImageFile) -> np.ndarray:
 def _resize_crop(image: Image.Image, size: tuple[int, int]) -> Image.Image:
     """``image`` scaled to cover ``size`` (height, width) and centre-cropped to it."""
     height, width = size
-    scale = max(height / image.height, width / image.width)
-    box_width, box_height = width / scale, height / scale
-    left, top = (image.width - box_width) / 2, (image.height - box_height) / 2
-    box = (left, top, left + box_width, top + box_height)
+    box = crop_box((image.height, image.width), size)
     return image.resize((width, height), Image.Resampling.BILINEAR, box=box)
+
+
+def crop_box(
+    image_size: tuple[int, int], size: tuple[int, int]
+) -> tuple[float, float, float, float]:
+    """The centred (left, top, right, bottom) box of an image of ``image_size`` (height, width)
+    that scales to ``size`` (height, width) by covering it: the side that limits the scale is
+    kept whole and the other is cut evenly on both ends. Which side limits is decided in
+    integers and the cut side computed as one division, so the box never leaves the image by a
+    rounding (a scale computed first, then divided back, gives offsets of -1e-14 for some
+    ordinary photo shapes, which Pillow refuses).
+    """
+    image_height, image_width = image_size
+    height, width = size
+    if height * image_width >= width * image_height:  # the height limits: all rows kept
+        left = (image_width - width * image_height / height) / 2
+        top = 0.0
+    else:
+        left = 0.0
+        top = (image_height - height * image_width / width) / 2
+    return (left, top, image_width - left, image_height - top)
 
 
 def _one_line(exc: BaseException) -> str:

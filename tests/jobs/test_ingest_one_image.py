@@ -1,0 +1,85 @@
+"""Whatever one image does wrong refuses that image, never the batch: an ordinary photo size,
+a descriptor that is NaN on one image, an id a source gives twice (real files, real cluster)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from onnx import TensorProto, helper
+from PIL import Image
+
+from imgscale.storage import open_store
+from tests.jobs.test_ingest_images import digit_images, ingest, png_bytes, rejected
+
+pytestmark = pytest.mark.slow
+
+
+def test_ordinary_photo_sizes_are_described_by_every_builtin_descriptor(
+    tmp_path, scheduler_address
+):
+    """142×107 and 640×427 JPEGs stopped the batch: "box offset can't be negative"."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    rng = np.random.default_rng(0)
+    for height, width in ((107, 142), (427, 640), (142, 107)):
+        pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(photos / f"{width}x{height}.jpg", quality=90)
+    summary = ingest(str(photos), str(tmp_path / "s.zarr"), "--features", "gist-tiny,color",
+                     scheduler=scheduler_address)  # fmt: skip
+    assert (summary["rows"], summary["refused"]) == (3, 0)
+    assert sorted(open_store(tmp_path / "s.zarr").ids()) == [
+        "107x142.jpg",
+        "142x107.jpg",
+        "640x427.jpg",
+    ]
+
+
+def log_of_mean_network(path) -> None:
+    """RGB → global average pool → log: the standardised mean of a dark image is negative, so
+    its descriptor is NaN; a bright image's is finite."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("GlobalAveragePool", ["images"], ["pooled"]),
+            helper.make_node("Log", ["pooled"], ["logged"]),
+        ],
+        "log-of-mean",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["n", 3, 16, 16])],
+        [helper.make_tensor_value_info("logged", TensorProto.FLOAT, ["n", 3, 1, 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path.write_bytes(model.SerializeToString())
+
+
+def test_a_nan_descriptor_refuses_its_image_and_keeps_the_others(tmp_path, scheduler_address):
+    photos, store, model = tmp_path / "photos", tmp_path / "s.zarr", tmp_path / "log.onnx"
+    photos.mkdir()
+    log_of_mean_network(model)
+    for i in range(5):
+        Image.new("RGB", (40, 30), (200 + 10 * i, 220, 240)).save(photos / f"bright-{i}.png")
+    Image.new("RGB", (40, 30), (3, 2, 1)).save(photos / "dark.png")
+    summary = ingest(str(photos), str(store), "--features", f"onnx:{model}",
+                     scheduler=scheduler_address)  # fmt: skip
+    assert (summary["rows"], summary["refused"]) == (5, 1)
+    assert sorted(open_store(store).ids()) == [f"bright-{i}.png" for i in range(5)]
+    assert np.isfinite(open_store(store).features().compute()).all()
+    assert "descriptor not finite: 3 of 3 values NaN or inf" in rejected(store)["dark.png"]
+    # The next run has nothing to do: the refused image is not retried into the same failure.
+    assert ingest(str(photos), str(store), scheduler=scheduler_address)["rows"] == 0
+
+
+def test_an_id_given_twice_refuses_the_second_image_and_stores_the_rest(
+    tmp_path, scheduler_address
+):
+    images = digit_images(3, classes=(0, 1))
+    keys = sorted(images)
+    ids = [*keys[:3], keys[1], *keys[4:]]  # keys[3]'s image comes under keys[1]'s id
+    table = pa.table({"id": ids, "image": [png_bytes(images[key]) for key in keys]})
+    pq.write_table(table, tmp_path / "images.parquet", row_group_size=4)
+    store = tmp_path / "s.zarr"
+    summary = ingest(str(tmp_path / "images.parquet"), str(store), "--features", "gist-tiny",
+                     scheduler=scheduler_address)  # fmt: skip
+    assert (summary["rows"], summary["refused"]) == (5, 1)
+    assert sorted(open_store(store).ids()) == sorted(set(ids))
+    assert f"id {keys[1]!r} is another image's" in rejected(store)[keys[1]]
