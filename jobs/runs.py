@@ -59,21 +59,37 @@ def redact_urls(value: Any) -> Any:
 ledger_option = click.option(
     "--ledger",
     "ledger",
-    type=click.Path(dir_okay=False),
     default=None,
-    help=f"Run ledger file (default: ${LEDGER_ENV}, else one per user).",
+    metavar="URL",
+    help=f"Run ledger: a folder or s3:// prefix (default: ${LEDGER_ENV}, else one per user).",
 )
 
 
-def ledger_path(option: str | os.PathLike | None = None) -> Path:
-    """``--ledger``, else ``$IMGSCALE_LEDGER``, else ``$XDG_STATE_HOME/imgscale/ledger.sqlite``
-    (``~/.local/state`` without it): a per-user file on a local disk, as SQLite needs."""
+def ledger_url(option: str | os.PathLike | None = None) -> str:
+    """``--ledger``, else ``$IMGSCALE_LEDGER``, else ``$XDG_STATE_HOME/imgscale/ledger``
+    (``~/.local/state`` without it): a folder or an object-store prefix."""
     if option:
-        return Path(option)
+        return os.fspath(option)
     if os.environ.get(LEDGER_ENV):
-        return Path(os.environ[LEDGER_ENV])
-    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(state) / "imgscale" / "ledger.sqlite"
+        return os.environ[LEDGER_ENV]
+    return str(_state_folder() / "ledger")
+
+
+def _state_folder() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "imgscale"
+
+
+def open_ledger(option: str | os.PathLike | None = None) -> Ledger:
+    """The ledger `ledger_url` names. The per-user default takes in, once, the runs of the SQLite
+    ledger older imgscale versions kept beside it."""
+    ledger = Ledger(ledger_url(option))
+    old = _state_folder() / "ledger.sqlite"
+    if not option and not os.environ.get(LEDGER_ENV) and old.is_file():
+        done = _state_folder() / "ledger.sqlite.imported"
+        if not done.exists():
+            ledger.import_sqlite(old)
+            done.touch()
+    return ledger
 
 
 class ActiveRun:
@@ -143,7 +159,7 @@ class RecordedCommand(click.Command):
         ledger_option(self)
 
     def invoke(self, ctx: click.Context) -> Any:
-        ledger = Ledger(ledger_path(ctx.params.pop("ledger")))
+        ledger = open_ledger(ctx.params.pop("ledger"))
         params = resolved_params(self, ctx.params)
         # The rerun gives what this run was given; defaults are those of the recorded version
         # (and some commands refuse an option given for a method it does not apply to).
