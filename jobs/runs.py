@@ -118,6 +118,14 @@ class ActiveRun:
 
 
 _current: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("run", default=None)
+# The runs recording in this process, innermost last, for threads the context does not reach (the
+# heartbeat of a detached run's driver reports its current job's progress).
+_active: list[ActiveRun] = []
+
+
+def active_run() -> ActiveRun | None:
+    """The innermost run recording in this process, from any thread."""
+    return _active[-1] if _active else None
 
 
 @dataclasses.dataclass
@@ -230,6 +238,7 @@ def recorded_run(
     if origin:
         origin.run_ids.append(run.run_id)
     token = _current.set(run)
+    _active.append(run)
     stop = threading.Event()
     heart = threading.Thread(target=_heartbeat, args=(run, stop), daemon=True)
     heart.start()
@@ -256,6 +265,7 @@ def recorded_run(
         _finish(run, stop, heart, "ok", None)
     finally:
         _current.reset(token)
+        _active.remove(run)
 
 
 def one_line(exc: BaseException) -> str:

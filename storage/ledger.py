@@ -156,11 +156,15 @@ class Ledger:
         self._check_fields(fields)
         self._event(run_id, "finish", {**fields, "outcome": outcome, "ended": utc_now()})
 
-    def claim_generation(self, run_id: str, holder: dict[str, Any]) -> int:
-        """Create the claim of the run's next generation and return its number. StoreError
-        naming the holder if another writer created that claim first."""
-        n = (self.generation(run_id) or 0) + 1
-        body = {**holder, **process_identity(), "since": utc_now()}
+    def claim_generation(
+        self, run_id: str, holder: dict[str, Any], generation: int | None = None
+    ) -> int:
+        """Create the claim of the run's generation ``generation`` (default: the one after the
+        newest) and return its number. The claim makes the run read ``running``, waiting for its
+        driver (as after `submit`). StoreError naming the holder if another writer created that
+        claim first."""
+        n = generation if generation is not None else (self.generation(run_id) or 0) + 1
+        body = {**holder, **process_identity(), "since": utc_now(), "ns": time.time_ns()}
         try:
             _create(self._run(run_id) / f"g{n:06d}.json", json.dumps(body).encode())
         except FileExistsError:
@@ -286,16 +290,24 @@ class Ledger:
         names = _names(folder)
         record: dict[str, Any] = dict.fromkeys(FIELDS)
         record["run_id"] = run_id
+        # Events in time order, a generation claim among them at the time it was made.
+        timed = [(name, name) for name in names if _event_of(name) not in (None, "log")]
+        for name in filter(_is_claim, names):
+            claim = _read_json(folder / name) or {}
+            timed.append((f"{claim.get('ns', 0):019d}-claim", name))
+            record["generation"] = max(record["generation"] or 0, int(name[1:7]))
         seen = False
-        for name in sorted(names):
-            event = _event_of(name)
-            if event in (None, "log"):
-                if _is_claim(name):
-                    record["generation"] = max(record["generation"] or 0, int(name[1:7]))
-                continue
+        for _, name in sorted(timed):
+            event = _event_of(name) or "claim"
             body = _read_json(folder / name)
             if body is None:
                 continue  # a beat deleted since the listing
+            if event == "claim":
+                # Claimed, its driver not started yet: running, held by no process so far.
+                record.update(outcome="running", ended=None, error=None, host=None, pid=None)
+                record.update(pid_started=None, heartbeat=body.get("ns", 0) / 1e9)
+                record["pass"] = "submitted"
+                continue
             seen = True
             if event in ("submitted", "start", "resumed"):
                 record.update({"outcome": "running", "ended": None, "error": None})
