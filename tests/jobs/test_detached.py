@@ -261,7 +261,10 @@ def test_a_run_whose_scheduler_died_reads_lost_and_one_of_two_resumes_ends_it_ok
     first.kill(first.scheduler)
     killed = time.monotonic()
     lost = _wait(run_id, ledger, _ended, "read lost", timeout=120)
-    assert lost["outcome"] == "lost" and f"scheduler {first.address} lost" in lost["error"]
+    # The worker closes when its scheduler is gone, and its driver child dies with it; a child
+    # that outlives it records the reason itself.
+    assert lost["outcome"] == "lost"
+    assert f"scheduler {first.address} lost" in lost["error"] or "process ended" in lost["error"]
     print(f"lost after {time.monotonic() - killed:.1f} s")
     second = cluster_factory()
     with ThreadPoolExecutor(2) as pool:
