@@ -150,8 +150,12 @@ def drive(
     ]
     with Watch(ledger, run_id, generation, scheduler, parent) as watch:
         watch.children = children
+        if record["cancel_requested"]:
+            watch.stopped_by = "cancelled"  # asked before any job started
         try:
             for job in jobs:
+                if watch.stopped_by == "cancelled":
+                    raise click.Abort
                 if job.number in finished:
                     click.echo(f"job {job.number}/{len(jobs)}: ok in an earlier attempt")
                     continue
@@ -163,7 +167,7 @@ def drive(
                 finally:
                     spec_origin.reset(token)
                 watch.beat()
-        except (Exception, KeyboardInterrupt, click.Abort) as exc:
+        except (Exception, KeyboardInterrupt) as exc:
             _end_stopped(ledger, run_id, scheduler, watch.stopped_by, exc)
             sys.exit(1)
     ledger.finish(run_id, "ok")

@@ -13,6 +13,9 @@ the `imgscale` script, SIGKILL for the faults. Each fault of issue 43 item 5 is 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -304,3 +307,42 @@ def test_a_run_whose_scheduler_died_reads_lost_and_one_of_two_resumes_ends_it_ok
         assert step.arrays.keys() == peer.arrays.keys()
         for name in step.arrays:
             assert np.array_equal(step.arrays[name], peer.arrays[name]), name
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+EXAMPLES = README.parent / "examples"
+
+
+def test_the_readme_detached_runs_lines_run_verbatim(tmp_path, cluster_factory):
+    text = README.read_text()
+    after = text[text.index("**Detached runs: submit, close the terminal") :]
+    block = re.search(r"^```bash\n(.*?)^```", after, flags=re.M | re.S).group(1)
+    cluster = cluster_factory()
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    digits = load_digits()
+    X, y = digits.data.astype(np.float32), digits.target
+    for name, rows in (
+        ("train", slice(0, 1000)),
+        ("val", slice(1000, 1300)),
+        ("test", slice(1300, None)),
+    ):
+        np.savez(specs / f"{name}.npz", X=X[rows], y=y[rows])
+    for spec in ("ingest.toml", "train.toml"):
+        shutil.copy(EXAMPLES / spec, specs / spec)
+    ledger = tmp_path / "ledger"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "DASK_SCHEDULER_ADDRESS": cluster.address,
+        "IMGSCALE_LEDGER": str(ledger),
+    }
+    done = subprocess.run(
+        ["bash", "-e", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    submitted = [r for r in Ledger(ledger).runs() if r["kind"] == "spec"]
+    assert [r["outcome"] for r in submitted] == ["ok", "cancelled"]
+    assert open_store(specs / "digits.zarr").committed_rows == len(X)
+    assert '"outcome": "ok"' in done.stdout
