@@ -41,12 +41,24 @@ _LOOPBACK = ("127.", "localhost", "[::1]", "::1")
 
 @click.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--every", help="Run the spec every interval (90s, 10m, 2h, 1d), first turn at once.")
+@click.option(
+    "--cron", help="Run the spec on a five-field cron schedule (the driver's local time)."
+)
 @scheduler_option
 @ledger_option
 @json_option
 @verbose_option
 @click.pass_context
-def submit(ctx: click.Context, spec: str, scheduler: str | None, ledger, as_json: bool) -> None:
+def submit(
+    ctx: click.Context,
+    spec: str,
+    every: str | None,
+    cron: str | None,
+    scheduler: str | None,
+    ledger,
+    as_json: bool,
+) -> None:
     """Run the jobs of SPEC on the cluster, detached: exits at once, printing the run id.
 
     SPEC is checked as `imgscale run --dry-run` checks it (nothing is submitted if any problem
@@ -54,9 +66,22 @@ def submit(ctx: click.Context, spec: str, scheduler: str | None, ledger, as_json
     recorded in the ledger (put it where the workers and you both read it: --ledger
     s3://bucket/ledger), and a driver on the cluster runs the jobs as `imgscale run` would.
     Follow it with `imgscale status RUN`, `logs RUN --follow`; stop it with `cancel RUN`.
+    With --every or --cron the run is a schedule on the cluster: each turn runs the spec on the
+    same cluster and is recorded as a run of kind ``turn`` (a failed turn does not stop the
+    next); `imgscale cancel RUN` ends it.
     """
     from imgscale.jobs.cluster import connect
+    from imgscale.jobs.schedule import CronSchedule, parse_every
 
+    if every is not None and cron is not None:
+        raise click.UsageError("give at most one of --every and --cron")
+    try:
+        schedule = {"every": parse_every(every)} if every else {}
+        if cron:
+            CronSchedule.parse(cron)
+            schedule = {"cron": cron}
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--every" if every else "--cron") from e
     root = ctx.find_root().command
     jobs = _checked(spec, root)
     address = scheduler or _spec_scheduler(jobs)
@@ -90,7 +115,7 @@ def submit(ctx: click.Context, spec: str, scheduler: str | None, ledger, as_json
                 "run_id": run_id,
                 "kind": "spec",
                 "cwd": os.getcwd(),
-                "spec": {"jobs": [_job_record(job) for job in jobs]},
+                "spec": {"jobs": [_job_record(job) for job in jobs], **schedule},
                 "spec_file": str(Path(spec).resolve()),
                 "command": redact_urls(["imgscale", "submit", str(Path(spec).resolve())]),
                 "scheduler": address,
@@ -153,25 +178,70 @@ def drive(
         if record["cancel_requested"]:
             watch.stopped_by = "cancelled"  # asked before any job started
         try:
-            for job in jobs:
-                if watch.stopped_by == "cancelled":
-                    raise click.Abort
-                if job.number in finished:
-                    click.echo(f"job {job.number}/{len(jobs)}: ok in an earlier attempt")
-                    continue
-                watch.stage = f"job {job.number}/{len(jobs)} {job.kind}"
-                origin = SpecOrigin(record["spec_file"], [])
-                token = spec_origin.set(origin)
-                try:
-                    _run_job(root, job, len(jobs), scheduler, ledger_url, watch, origin)
-                finally:
-                    spec_origin.reset(token)
-                watch.beat()
+            if watch.stopped_by == "cancelled":
+                raise click.Abort
+            spec = record["spec"]
+            if "every" in spec or "cron" in spec:
+                _run_turns(root, record, jobs, scheduler, ledger, watch)
+            else:
+                _run_jobs(root, jobs, finished, scheduler, ledger.url, watch, record["spec_file"])
         except (Exception, KeyboardInterrupt) as exc:
             _end_stopped(ledger, run_id, scheduler, watch.stopped_by, exc)
             sys.exit(1)
     ledger.finish(run_id, "ok")
     click.echo(f"run {run_id}: {len(jobs)} jobs ok")
+
+
+def _run_jobs(
+    root, jobs: list[Job], finished: set[int], scheduler: str, ledger_url: str, watch: Watch,
+    spec_file: str,
+) -> None:  # fmt: skip
+    """Run ``jobs`` in order as `imgscale run` does, skipping the numbers in ``finished``."""
+    for job in jobs:
+        if job.number in finished:
+            click.echo(f"job {job.number}/{len(jobs)}: ok in an earlier attempt")
+            continue
+        watch.stage = f"job {job.number}/{len(jobs)} {job.kind}"
+        origin = SpecOrigin(spec_file, [])
+        token = spec_origin.set(origin)
+        try:
+            _run_job(root, job, len(jobs), scheduler, ledger_url, watch, origin)
+        finally:
+            spec_origin.reset(token)
+        watch.beat()
+
+
+def _run_turns(root, record, jobs: list[Job], scheduler: str, ledger: Ledger, watch) -> None:
+    """Run the jobs at each time of the run's schedule until the run is cancelled; each turn is
+    recorded as a run of kind ``turn`` whose parent is the schedule's run."""
+    from imgscale.jobs.schedule import CronSchedule, run_times
+
+    spec = record["spec"]
+    cron = CronSchedule.parse(spec["cron"]) if "cron" in spec else None
+    for at in run_times(spec.get("every"), cron):
+        watch.stage = "waiting for the next turn"
+        time.sleep(max(0.0, at - time.time()))
+        turn = f"{record['run_id']}-{int(at)}"
+        ledger.start(
+            {"run_id": turn, "kind": "turn", "parent": record["run_id"], "spec": spec,
+             "spec_file": record["spec_file"], "command": record["command"],
+             "scheduler": scheduler, "versions": versions(), "git_commit": git_commit()}
+        )  # fmt: skip
+        watch.children = []
+        try:
+            _run_jobs(root, jobs, set(), scheduler, ledger.url, watch, record["spec_file"])
+        except Exception as exc:  # recorded; the next turn still runs
+            if watch.stopped_by is not None:  # cancelled, fenced, orphaned: the schedule ends
+                ledger.finish(turn, "cancelled", error=f"stopped with its schedule ({exc!r})")
+                raise
+            ledger.finish(turn, "failed", error=redact_urls(one_line(exc)))
+            click.echo(f"turn {turn}: failed: {one_line(exc)}")
+            continue
+        except KeyboardInterrupt:
+            ledger.finish(turn, "cancelled", error="cancelled with its schedule")
+            raise
+        ledger.finish(turn, "ok")
+        click.echo(f"turn {turn}: ok")
 
 
 def _run_job(root, job: Job, count: int, scheduler, ledger_url, watch: Watch, origin) -> None:

@@ -346,3 +346,44 @@ def test_the_readme_detached_runs_lines_run_verbatim(tmp_path, cluster_factory):
     assert [r["outcome"] for r in submitted] == ["ok", "cancelled"]
     assert open_store(specs / "digits.zarr").committed_rows == len(X)
     assert '"outcome": "ok"' in done.stdout
+
+
+def test_a_schedule_on_the_cluster_records_each_turn_goes_on_after_a_failed_one_and_cancels(
+    work, cluster_factory
+):
+    cluster = cluster_factory()
+    ledger = work / "ledger"
+    (work / "turns.toml").write_text('kind = "ingest"\nsrc = "train.npz"\nstore = "turns.zarr"\n')
+    done = _imgscale(
+        "submit", str(work / "turns.toml"), "--every", "15s", "--scheduler", cluster.address,
+        ledger=ledger,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.strip()
+    book = Ledger(ledger)
+
+    def turns() -> list[dict]:
+        return [r for r in book.runs(kind="turn") if r["parent"] == run_id]
+
+    def wait_for_turns(count: int) -> list[dict]:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            ended = [t for t in turns() if t["outcome"] != "running"]
+            if len(ended) >= count:
+                return ended
+            time.sleep(0.5)
+        raise AssertionError(f"fewer than {count} turns ended: {turns()}")
+
+    assert [t["outcome"] for t in wait_for_turns(1)] == ["ok"]
+    hidden = work / "train.npz.away"
+    (work / "train.npz").rename(hidden)  # the next turn's source is missing: that turn fails
+    second = wait_for_turns(2)[1]
+    assert second["outcome"] == "failed" and "train.npz" in second["error"]
+    hidden.rename(work / "train.npz")
+    third = wait_for_turns(3)[2]
+    assert third["outcome"] == "ok"  # the schedule went on, on the same cluster
+    assert open_store(work / "turns.zarr").committed_rows == 1400  # the same rows once
+    assert _status(run_id, ledger)["outcome"] == "running"
+    _imgscale("cancel", run_id, ledger=ledger)
+    status = _wait(run_id, ledger, _ended, "ended")
+    assert status["outcome"] == "cancelled"
