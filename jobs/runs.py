@@ -5,8 +5,8 @@ parameters, the exact command line that reruns it, versions, git commit, schedul
 the ledger; a thread refreshes its heartbeat and progress every few seconds, so `imgscale runs`
 in another terminal shows rows done; at the end the outcome (``ok``, ``failed`` with the
 one-line error, or ``cancelled`` on Ctrl-C or SIGTERM) and the figures the command reported.
-A process killed outright leaves ``running``, which the next writer of the ledger turns into
-``lost`` (storage/ledger.py).
+A process killed outright leaves ``running``, which readers see as ``lost`` once its pid is
+gone or its heartbeat is stale (storage/ledger.py).
 
 SIGTERM is turned into the same KeyboardInterrupt as Ctrl-C, so both unwind through the code
 that already keeps stores consistent on any exception: uncommitted rows are never visible,
@@ -295,7 +295,7 @@ def _finish(run: ActiveRun, stop, heart, outcome: str, error: str | None) -> Non
     except Exception as exc:
         click.echo(
             f"imgscale: warning: outcome {outcome!r} of run {run.run_id} not recorded "
-            f"({one_line(exc)}); the next command that writes the ledger marks it lost",
+            f"({one_line(exc)}); once this process has exited the run reads lost",
             err=True,
         )
 

@@ -104,9 +104,6 @@ class Ledger:
             )
         self._last_beat: dict[str, Location] = {}
 
-    def exists(self) -> bool:
-        return (self.root / RUNS).exists()
-
     # -- writing -------------------------------------------------------------------------------
 
     def submit(self, record: dict[str, Any]) -> None:
