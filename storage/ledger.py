@@ -34,12 +34,15 @@ Ledgers of older imgscale versions were one SQLite file; `import_sqlite` copies 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import secrets
+import shutil
 import socket
 import sqlite3
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -427,16 +430,25 @@ _SQLITE_JSON_COLUMNS = ("spec", "command", "versions", "figures")
 
 
 def read_sqlite(file: str | os.PathLike) -> Iterable[dict[str, Any]]:
-    """The runs of an older imgscale's SQLite ledger (any schema version), read only."""
+    """The runs of an older imgscale's SQLite ledger (any schema version). Read from a copy (with
+    its write-ahead log, if one was left): SQLite writes beside a file even to read it, and the
+    old ledger stays exactly as it was."""
     path = Path(file)
     if not path.is_file() or path.read_bytes()[: len(_SQLITE_MAGIC)] != _SQLITE_MAGIC:
         raise StoreError(f"{file}: not a SQLite file; expected an older imgscale's run ledger")
-    try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-            db.row_factory = sqlite3.Row
-            rows = [dict(row) for row in db.execute("SELECT * FROM runs ORDER BY started, rowid")]
-    except sqlite3.Error as e:
-        raise StoreError(f"{file}: {e}; expected an older imgscale's run ledger") from e
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "ledger.sqlite"
+        shutil.copyfile(path, copy)
+        log = path.with_name(path.name + "-wal")
+        if log.is_file():
+            shutil.copyfile(log, copy.with_name(copy.name + "-wal"))
+        try:
+            with contextlib.closing(sqlite3.connect(copy)) as db:
+                db.row_factory = sqlite3.Row
+                query = "SELECT * FROM runs ORDER BY started, rowid"
+                rows = [dict(row) for row in db.execute(query)]
+        except sqlite3.Error as e:
+            raise StoreError(f"{file}: {e}; expected an older imgscale's run ledger") from e
     for row in rows:
         for name in _SQLITE_JSON_COLUMNS:
             if row.get(name) is not None:

@@ -99,6 +99,8 @@ def test_an_older_sqlite_ledger_is_imported_once_keeping_its_runs(tmp_path):
     assert ok["command"][:2] == ["imgscale", "ingest"] and ok["versions"]["imgscale"]
     assert failed["outcome"] == "failed" and "missing.npz: no such file" in failed["error"]
     assert (killed["run_id"], killed["outcome"]) == ("killed0train", "lost")
+    # Reading left nothing beside the old file (SQLite's -shm and -wal side files).
+    assert sorted(p.name for p in SQLITE_FIXTURE.parent.glob("ledger-v2*")) == ["ledger-v2.sqlite"]
 
 
 def test_the_per_user_default_ledger_takes_in_the_older_sqlite_ledger_beside_it(
