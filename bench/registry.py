@@ -59,6 +59,7 @@ MODULES = (
     "natural_ale",
     "natural_ncm",
     "overhead",
+    "ledger",
     "images",
     "describe_speed",
     "update",

@@ -5,8 +5,8 @@ parameters, the exact command line that reruns it, versions, git commit, schedul
 the ledger; a thread refreshes its heartbeat and progress every few seconds, so `imgscale runs`
 in another terminal shows rows done; at the end the outcome (``ok``, ``failed`` with the
 one-line error, or ``cancelled`` on Ctrl-C or SIGTERM) and the figures the command reported.
-A process killed outright leaves ``running``, which the next writer of the ledger turns into
-``lost`` (storage/ledger.py).
+A process killed outright leaves ``running``, which readers see as ``lost`` once its pid is
+gone or its heartbeat is stale (storage/ledger.py).
 
 SIGTERM is turned into the same KeyboardInterrupt as Ctrl-C, so both unwind through the code
 that already keeps stores consistent on any exception: uncommitted rows are never visible,
@@ -59,21 +59,37 @@ def redact_urls(value: Any) -> Any:
 ledger_option = click.option(
     "--ledger",
     "ledger",
-    type=click.Path(dir_okay=False),
     default=None,
-    help=f"Run ledger file (default: ${LEDGER_ENV}, else one per user).",
+    metavar="URL",
+    help=f"Run ledger: a folder or s3:// prefix (default: ${LEDGER_ENV}, else one per user).",
 )
 
 
-def ledger_path(option: str | os.PathLike | None = None) -> Path:
-    """``--ledger``, else ``$IMGSCALE_LEDGER``, else ``$XDG_STATE_HOME/imgscale/ledger.sqlite``
-    (``~/.local/state`` without it): a per-user file on a local disk, as SQLite needs."""
+def ledger_url(option: str | os.PathLike | None = None) -> str:
+    """``--ledger``, else ``$IMGSCALE_LEDGER``, else ``$XDG_STATE_HOME/imgscale/ledger``
+    (``~/.local/state`` without it): a folder or an object-store prefix."""
     if option:
-        return Path(option)
+        return os.fspath(option)
     if os.environ.get(LEDGER_ENV):
-        return Path(os.environ[LEDGER_ENV])
-    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(state) / "imgscale" / "ledger.sqlite"
+        return os.environ[LEDGER_ENV]
+    return str(_state_folder() / "ledger")
+
+
+def _state_folder() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "imgscale"
+
+
+def open_ledger(option: str | os.PathLike | None = None) -> Ledger:
+    """The ledger `ledger_url` names. The per-user default takes in, once, the runs of the SQLite
+    ledger older imgscale versions kept beside it."""
+    ledger = Ledger(ledger_url(option))
+    old = _state_folder() / "ledger.sqlite"
+    if not option and not os.environ.get(LEDGER_ENV) and old.is_file():
+        done = _state_folder() / "ledger.sqlite.imported"
+        if not done.exists():
+            ledger.import_sqlite(old)
+            done.touch()
+    return ledger
 
 
 class ActiveRun:
@@ -102,6 +118,14 @@ class ActiveRun:
 
 
 _current: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("run", default=None)
+# The runs recording in this process, innermost last, for threads the context does not reach (the
+# heartbeat of a detached run's driver reports its current job's progress).
+_active: list[ActiveRun] = []
+
+
+def active_run() -> ActiveRun | None:
+    """The innermost run recording in this process, from any thread."""
+    return _active[-1] if _active else None
 
 
 @dataclasses.dataclass
@@ -143,7 +167,7 @@ class RecordedCommand(click.Command):
         ledger_option(self)
 
     def invoke(self, ctx: click.Context) -> Any:
-        ledger = Ledger(ledger_path(ctx.params.pop("ledger")))
+        ledger = open_ledger(ctx.params.pop("ledger"))
         params = resolved_params(self, ctx.params)
         # The rerun gives what this run was given; defaults are those of the recorded version
         # (and some commands refuse an option given for a method it does not apply to).
@@ -214,6 +238,7 @@ def recorded_run(
     if origin:
         origin.run_ids.append(run.run_id)
     token = _current.set(run)
+    _active.append(run)
     stop = threading.Event()
     heart = threading.Thread(target=_heartbeat, args=(run, stop), daemon=True)
     heart.start()
@@ -240,6 +265,7 @@ def recorded_run(
         _finish(run, stop, heart, "ok", None)
     finally:
         _current.reset(token)
+        _active.remove(run)
 
 
 def one_line(exc: BaseException) -> str:
@@ -269,7 +295,7 @@ def _finish(run: ActiveRun, stop, heart, outcome: str, error: str | None) -> Non
     except Exception as exc:
         click.echo(
             f"imgscale: warning: outcome {outcome!r} of run {run.run_id} not recorded "
-            f"({one_line(exc)}); the next command that writes the ledger marks it lost",
+            f"({one_line(exc)}); once this process has exited the run reads lost",
             err=True,
         )
 

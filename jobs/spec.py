@@ -108,6 +108,8 @@ class Job:
     params: dict[str, Any]
     # fsspec options for the job's URLs (the spec's [storage_options]).
     storage_options: dict[str, Any] | None = None
+    # (key, value as written) of the local paths the spec gives relative to its folder.
+    relative_paths: tuple[tuple[str, str], ...] = ()
 
     @property
     def kind(self) -> str:
@@ -252,6 +254,7 @@ def _parse_job(
     where = f"{where} ({kind})"
     by_key = _params_by_key(command)
     params: dict[str, Any] = {}
+    relative: list[tuple[str, str]] = []
     count = len(problems)
     for key, value in table.items():
         if key == "kind" or SECRET_KEY.search(key) or _secret_keys(value):
@@ -270,6 +273,8 @@ def _parse_job(
             problems.append(f"{where}: key '{key}' gives '{param.name}' a second time")
             continue
         if isinstance(param.type, click.Path):
+            if "://" not in value and not os.path.isabs(os.path.expanduser(value)):
+                relative.append((key, value))
             value = _resolve(path, value)
         params[param.name] = value
     for key, value in defaults.items():
@@ -280,7 +285,8 @@ def _parse_job(
             problems.append(f"{where}: missing key '{param.name}'")
     if len(problems) != count:
         return None
-    return Job(number, command, params, defaults.get("storage_options") or None)
+    options = defaults.get("storage_options") or None
+    return Job(number, command, params, options, tuple(relative))
 
 
 def _params_by_key(command: click.Command) -> dict[str, click.Parameter]:

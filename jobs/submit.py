@@ -15,13 +15,13 @@ from imgscale.jobs.runs import (
     SpecOrigin,
     command_line,
     ledger_option,
-    ledger_path,
     one_line,
+    open_ledger,
     spec_origin,
 )
 from imgscale.jobs.schedule import parse_every
 from imgscale.jobs.spec import SpecError, load_spec
-from imgscale.storage import Ledger, StoreError, use_storage_options
+from imgscale.storage import use_storage_options
 
 
 @click.command()
@@ -97,23 +97,14 @@ def runs(ctx: click.Context, since: str | None, kind: str | None, as_json: bool,
     ctx.obj = ledger
     if ctx.invoked_subcommand is not None:
         return
-    book = Ledger(ledger_path(ledger))
-    records = []
-    if book.path.exists():
-        try:
-            book.mark_lost()
-        except StoreError as exc:  # a read-only ledger is still listed
-            click.echo(
-                f"imgscale: warning: {exc}; runs whose process ended may still show 'running'",
-                err=True,
-            )
-        records = book.runs(since=None if since is None else _since(since), kind=kind)
+    book = open_ledger(ledger)
+    records = book.runs(since=None if since is None else _since(since), kind=kind)
     listing = [_summary(r) for r in records]
     if as_json:
         click.echo(json.dumps(listing))
         return
     if not listing:
-        click.echo(f"no runs in {book.path}", err=True)
+        click.echo(f"no runs in {book.url}", err=True)
     for r in listing:
         if r["outcome"] == "running":
             total = "?" if r["rows_total"] is None else r["rows_total"]
@@ -137,7 +128,7 @@ def runs(ctx: click.Context, since: str | None, kind: str | None, as_json: bool,
 @click.pass_context
 def show(ctx: click.Context, run_id: str, as_json: bool, ledger) -> None:
     """Show run RUN_ID (or a unique prefix of it) in full, with the command that reruns it."""
-    record = Ledger(ledger_path(ledger or ctx.obj)).get(run_id)
+    record = open_ledger(ledger or ctx.obj).get(run_id)
     record["rerun"] = shlex.join(record["command"])
     endpoint = (record["spec"].get("storage_options") or {}).get("endpoint_url")
     if endpoint:  # the spec's endpoint, as the variable the command line reads
@@ -160,6 +151,19 @@ def show(ctx: click.Context, run_id: str, as_json: bool, ledger) -> None:
         for key, value in (record[section] or {}).items():
             click.echo(f"{section:>12}: {key} = {value}")
     click.echo(f"{'rerun':>12}: {record['rerun']}")
+
+
+@runs.command("import")
+@click.argument("sqlite_file", type=click.Path(exists=True, dir_okay=False))
+@ledger_option
+@verbose_option
+@click.pass_context
+def import_runs(ctx: click.Context, sqlite_file: str, ledger) -> None:
+    """Copy the runs of SQLITE_FILE, the ledger of an older imgscale, into the ledger (once:
+    importing it again copies nothing). The per-user default ledger does this by itself."""
+    book = open_ledger(ledger or ctx.obj)
+    added = book.import_sqlite(sqlite_file)
+    click.echo(f"{sqlite_file}: {added} runs copied into {book.url}", err=True)
 
 
 def _summary(record: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ Other layers use only the names listed here; zarr and parquet details stay insid
   `current_storage_options`),
   `publish_file` (a finished local file moved whole to a local path or an object store).
 - `FileLock`: an exclusive flock released when its holder dies.
-- `Ledger`, `OUTCOMES`: the per-user record of computing runs.
+- `Ledger`, `OUTCOMES`: the record of computing runs, in a folder or object-store prefix.
 """
 
 from typing import TYPE_CHECKING

@@ -48,7 +48,7 @@ def wait_for_report(
 def _run_ledger(tmp_path_factory):
     """Every command the tests run records into a ledger of the test session, not the user's."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IMGSCALE_LEDGER", str(tmp_path_factory.mktemp("ledger") / "runs.sqlite"))
+        patch.setenv("IMGSCALE_LEDGER", str(tmp_path_factory.mktemp("ledger") / "runs"))
         yield
 
 

@@ -39,6 +39,7 @@ from imgscale.jobs.cli.store_commands import (
     ingest,
     remove_batch,
 )
+from imgscale.jobs.detached import cancel, drive, logs, resume, status, submit
 from imgscale.jobs.options import end_progress_line, scheduler_option, verbose, verbose_option
 from imgscale.jobs.runs import Terminated
 from imgscale.jobs.submit import run, runs
@@ -151,6 +152,7 @@ for command in (
     ingest, fit_features, remove_batch, info, export, compress,
     train, predict, evaluate, plot, add_class, embed_command,
     demo, schedule, run, runs, forget, update, compact,
+    submit, status, logs, cancel, resume, drive,
 ):  # fmt: skip
     cli.add_command(command)
 

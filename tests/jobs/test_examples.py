@@ -47,7 +47,7 @@ def folder(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_examples_run_in_order_and_make_what_they_describe(folder, scheduler_address):
-    ledger = folder / "ledger.sqlite"
+    ledger = folder / "ledger"
     for name in ORDER:
         result = CliRunner().invoke(
             cli,

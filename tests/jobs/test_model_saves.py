@@ -93,7 +93,7 @@ def test_a_save_without_room_fails_naming_the_model_and_the_file(tmp_path: Path)
     store.append("b0", rng.normal(size=(200, 2048)).astype(np.float32), y)
     model = tmp_path / "m.model"
     imgscale = str(Path(sys.executable).with_name("imgscale"))
-    ledger = ["--ledger", str(tmp_path / "ledger.sqlite")]
+    ledger = ["--ledger", str(tmp_path / "ledger")]
     done = subprocess.run(
         [imgscale, "train", str(store.path), str(model), "--method", "ncm", *ledger],
         capture_output=True, text=True, timeout=300, preexec_fn=_limited_to(150_000),

@@ -111,7 +111,7 @@ def folder(tmp_path_factory):
 def _run(folder, name: str, root: str, options: str = "") -> list[dict]:
     spec = folder / f"{name}.toml"
     spec.write_text(SPEC.format(root=root, options=options))
-    ledger = folder / f"{name}.sqlite"
+    ledger = folder / f"{name}-ledger"
     result = CliRunner().invoke(cli, ["run", str(spec), "--ledger", str(ledger)])
     assert result.exit_code == 0, result.output
     return Ledger(ledger).runs()
@@ -135,7 +135,7 @@ def test_a_spec_on_s3_urls_gives_the_results_it_gives_on_local_paths(
     # The record keeps the spec's options; its rerun gives the endpoint as the variable.
     assert on_s3[0]["spec"]["storage_options"] == {"endpoint_url": s3_endpoint}
     shown = CliRunner().invoke(
-        cli, ["runs", "show", on_s3[0]["run_id"], "--json", "--ledger", str(folder / "s3.sqlite")]
+        cli, ["runs", "show", on_s3[0]["run_id"], "--json", "--ledger", str(folder / "s3-ledger")]
     )
     assert json.loads(shown.stdout)["rerun"].startswith(
         f"AWS_ENDPOINT_URL={s3_endpoint} imgscale ingest "
@@ -193,7 +193,7 @@ def test_a_spec_holding_a_secret_is_refused_naming_where_secrets_go(tmp_path):
                for line in lines)  # fmt: skip
     refusals = [line for line in lines if "holds a secret" in line or "AWS credential" in line]
     assert len(refusals) == 2 and all("secrets go in the environment" in r for r in refusals)
-    assert not (tmp_path / "ledger.sqlite").exists()
+    assert not (tmp_path / "ledger").exists()
 
 
 def test_an_output_only_written_locally_refuses_a_url_before_any_work():

@@ -24,7 +24,7 @@ class _SignalledWhileCollected:
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_sigterm_raised_inside_a_finalizer_still_cancels_the_run(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger = Ledger(tmp_path / "ledger")
     with pytest.raises(Terminated), recorded_run("train", {}, ["imgscale", "train"], ledger):
         _SignalledWhileCollected()
         gc.collect()

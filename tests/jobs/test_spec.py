@@ -188,7 +188,7 @@ def test_a_spec_run_equals_the_same_cli_commands(tmp_path, digits_splits, schedu
     jobs += '[[jobs]]\nkind = "train"\nstore = "spec.zarr"\nmodel = "spec.model"\n'
     jobs += '[[jobs]]\nkind = "evaluate"\nmodel = "spec.model"\nstore = "spec.zarr"\n'
     (tmp_path / "job.toml").write_text(jobs)
-    ledger = tmp_path / "ledger.sqlite"
+    ledger = tmp_path / "ledger"
     result = runner.invoke(
         cli, ["run", str(tmp_path / "job.toml"), "--scheduler", scheduler_address,
               "--ledger", str(ledger)]
@@ -214,7 +214,7 @@ def test_a_job_that_fails_stops_the_spec_and_later_jobs_do_not_run(folder):
     (folder / "job.toml").write_text(
         jobs.replace('src = "train.npz"', 'src = "train.npz"\ny_key = "y"')
     )
-    ledger = folder / "ledger.sqlite"
+    ledger = folder / "ledger"
     result = CliRunner().invoke(cli, ["run", str(folder / "job.toml"), "--ledger", str(ledger)])
     assert result.exit_code != 0
     assert "job 2 (ingest) failed: " in result.stderr.splitlines()[-1]
@@ -227,7 +227,7 @@ def test_a_job_that_fails_stops_the_spec_and_later_jobs_do_not_run(folder):
 def test_without_a_scheduler_each_job_chooses_its_cluster_as_typed_commands_do(folder):
     spec = folder / "job.toml"
     spec.write_text("[[jobs]]\n" + TRAIN + 'method = "ncm"\n[[jobs]]\n' + EVALUATE)
-    result = CliRunner().invoke(cli, ["run", str(spec), "--ledger", str(folder / "l.sqlite")])
+    result = CliRunner().invoke(cli, ["run", str(spec), "--ledger", str(folder / "l-ledger")])
     assert result.exit_code == 0, result.output
     # A 20-row store: both jobs run their tasks in this process, as `imgscale train` would,
     # rather than on a multi-process cluster with a dashboard started for the spec.

@@ -1,19 +1,31 @@
-"""The run ledger file: records round-trip, concurrent appends lose none, dead runs become lost."""
+"""The run ledger on shared storage: records round-trip, concurrent writers (processes, on a
+folder and on a real S3-compatible server) lose no event, one writer wins each generation claim,
+dead runs read lost, the compacted index lists what the events say, older SQLite ledgers keep
+their runs."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
-import sqlite3
+import socket
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from imgscale.jobs.cli import cli
 from imgscale.storage import Ledger, StoreError
-from imgscale.storage.ledger import STALE_AFTER_SECONDS
+from imgscale.storage.ledger import COMPACT_AFTER, STALE_AFTER_SECONDS
+
+# A SQLite ledger written by imgscale before the ledger moved to shared storage: an ingest that
+# ended ok (8 rows), one that failed, and a train whose process ended without an outcome.
+SQLITE_FIXTURE = Path(__file__).parent.parent / "jobs" / "data" / "ledger-v2.sqlite"
 
 
 def _record(run_id: str, kind: str = "train") -> dict:
@@ -27,13 +39,16 @@ def _record(run_id: str, kind: str = "train") -> dict:
 
 
 def test_a_finished_run_reads_back_with_its_outcome_figures_and_spec(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger = Ledger(tmp_path / "ledger")
     ledger.start(_record("a1"))
     running = ledger.get("a1")
     assert running["outcome"] == "running" and running["ended"] is None
     assert running["pid"] == os.getpid()
     ledger.beat("a1", rows_done=10, rows_total=40, **{"pass": "ingest"})
-    assert (ledger.get("a1")["rows_done"], ledger.get("a1")["rows_total"]) == (10, 40)
+    ledger.beat("a1", rows_done=20, rows_total=40, **{"pass": "ingest"})
+    assert (ledger.get("a1")["rows_done"], ledger.get("a1")["rows_total"]) == (20, 40)
+    beats = [n for n in os.listdir(tmp_path / "ledger" / "runs" / "a1") if "-beat-" in n]
+    assert len(beats) == 1  # a beat replaces its own writer's previous one
     ledger.finish("a1", "ok", rows=40, figures={"top1_error": 0.25})
     record = ledger.get("a1")
     assert record["outcome"] == "ok" and record["rows"] == 40
@@ -43,8 +58,9 @@ def test_a_finished_run_reads_back_with_its_outcome_figures_and_spec(tmp_path):
 
 
 def test_runs_filter_by_kind_and_start_time(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger = Ledger(tmp_path / "ledger")
     ledger.start(_record("a1", "ingest"))
+    time.sleep(1.1)  # started is kept to the second
     ledger.start(_record("b2", "train"))
     assert [r["run_id"] for r in ledger.runs(kind="train")] == ["b2"]
     assert [r["run_id"] for r in ledger.runs()] == ["a1", "b2"]
@@ -52,7 +68,7 @@ def test_runs_filter_by_kind_and_start_time(tmp_path):
 
 
 def test_a_unique_prefix_finds_a_run_and_an_unknown_id_is_refused(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger = Ledger(tmp_path / "ledger")
     ledger.start(_record("abc123"))
     ledger.start(_record("abd456"))
     assert ledger.get("abc")["run_id"] == "abc123"
@@ -62,54 +78,44 @@ def test_a_unique_prefix_finds_a_run_and_an_unknown_id_is_refused(tmp_path):
         ledger.get("zz")
 
 
-def test_a_file_that_is_not_a_ledger_is_refused_and_left_unchanged(tmp_path):
-    path = tmp_path / "notes.sqlite"
-    path.write_text("not a database")
-    with pytest.raises(StoreError, match="expected an imgscale run ledger"):
-        Ledger(path).start(_record("a1"))
-    assert path.read_text() == "not a database"
+def test_a_file_given_as_the_ledger_is_refused_and_left_unchanged(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not a ledger")
+    with pytest.raises(StoreError, match=r"a file; expected a ledger folder or URL$"):
+        Ledger(path)
+    assert path.read_text() == "not a ledger"
+    old = tmp_path / "old.sqlite"
+    shutil.copy(SQLITE_FIXTURE, old)
+    with pytest.raises(StoreError, match="SQLite ledger of an older imgscale: `imgscale runs imp"):
+        Ledger(old)
 
 
-def test_a_ledger_of_another_schema_version_is_refused(tmp_path):
-    path = tmp_path / "ledger.sqlite"
-    with sqlite3.connect(path) as db:
-        db.execute("PRAGMA user_version = 99")
-    with pytest.raises(StoreError, match="schema version 99; expected 2 or older"):
-        Ledger(path).runs()
+def test_an_older_sqlite_ledger_is_imported_once_keeping_its_runs(tmp_path):
+    ledger = Ledger(tmp_path / "ledger")
+    assert ledger.import_sqlite(SQLITE_FIXTURE) == 3
+    assert ledger.import_sqlite(SQLITE_FIXTURE) == 0  # a second import copies nothing
+    ok, failed, killed = ledger.runs()
+    assert (ok["kind"], ok["outcome"], ok["rows"]) == ("ingest", "ok", 8)
+    assert ok["command"][:2] == ["imgscale", "ingest"] and ok["versions"]["imgscale"]
+    assert failed["outcome"] == "failed" and "missing.npz: no such file" in failed["error"]
+    assert (killed["run_id"], killed["outcome"]) == ("killed0train", "lost")
+    # Reading left nothing beside the old file (SQLite's -shm and -wal side files).
+    assert sorted(p.name for p in SQLITE_FIXTURE.parent.glob("ledger-v2*")) == ["ledger-v2.sqlite"]
 
 
-# The runs table of schema version 1, as imgscale created it before progress had a unit.
-VERSION_1_COLUMNS = (
-    "run_id TEXT PRIMARY KEY, kind TEXT NOT NULL, outcome TEXT NOT NULL, started TEXT NOT NULL, "
-    "ended TEXT, heartbeat REAL NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, "
-    "pid_started REAL, cwd TEXT, spec TEXT NOT NULL, spec_file TEXT, command TEXT NOT NULL, "
-    "scheduler TEXT, versions TEXT NOT NULL, git_commit TEXT, rows_done INTEGER, "
-    "rows_total INTEGER, pass TEXT, rows INTEGER, figures TEXT, error TEXT"
-)
-
-
-def test_a_version_1_ledger_reads_as_it_is_and_a_writer_upgrades_it_keeping_its_runs(tmp_path):
-    path = tmp_path / "ledger.sqlite"
-    with sqlite3.connect(path) as db:
-        db.execute(f"CREATE TABLE runs ({VERSION_1_COLUMNS})")
-        db.execute("PRAGMA user_version = 1")
-        db.execute(
-            "INSERT INTO runs (run_id, kind, outcome, started, heartbeat, host, pid, spec, "
-            "command, versions, rows) VALUES ('old1', 'ingest', 'ok', '2026-01-01T00:00:00', "
-            "0, 'h', 1, '{}', '[]', '{}', 297)"
-        )
-    ledger = Ledger(path)
-    (old,) = ledger.runs()
-    assert (old["run_id"], old["rows"], old["progress_unit"]) == ("old1", 297, None)
-    with sqlite3.connect(path) as db:  # reading left the file as it was
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
-    ledger.start(_record("new2"))
-    ledger.beat("new2", rows_done=5, rows_total=9, progress_unit="iterations")
-    with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
-    assert [r["run_id"] for r in ledger.runs()] == ["old1", "new2"]
-    assert ledger.get("old1")["rows"] == 297
-    assert ledger.get("new2")["progress_unit"] == "iterations"
+def test_the_per_user_default_ledger_takes_in_the_older_sqlite_ledger_beside_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv("IMGSCALE_LEDGER")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    (tmp_path / "imgscale").mkdir()
+    shutil.copy(SQLITE_FIXTURE, tmp_path / "imgscale" / "ledger.sqlite")
+    for _ in range(2):  # the second listing finds the same runs, not copies
+        listed = CliRunner().invoke(cli, ["runs", "--json"])
+        assert listed.exit_code == 0, listed.output
+        runs = json.loads(listed.stdout)
+        assert [r["outcome"] for r in runs] == ["ok", "failed", "lost"]
+    assert (tmp_path / "imgscale" / "ledger" / "runs" / "killed0train").is_dir()
 
 
 WRITER = textwrap.dedent(
@@ -118,26 +124,71 @@ WRITER = textwrap.dedent(
     from imgscale.storage import Ledger
     ledger, who, count = Ledger(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     for i in range(count):
-        run_id = f"{who}-{i}"
-        ledger.start({"run_id": run_id, "kind": "ingest", "spec": {}, "command": [],
+        ledger.start({"run_id": f"{who}-{i}", "kind": "ingest", "spec": {}, "command": [],
                       "versions": {}})
-        ledger.finish(run_id, "ok", rows=i)
+        ledger.log("shared", [f"{who} {i}"])
+        ledger.finish(f"{who}-{i}", "ok", rows=i)
     """
 )
 
 
-def test_concurrent_appends_from_several_processes_lose_no_record(tmp_path):
-    path, writers, count = tmp_path / "ledger.sqlite", 4, 25
+def _concurrent_writers(url: str, writers: int, count: int) -> None:
     processes = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"w{w}", str(count)])
+        subprocess.Popen([sys.executable, "-c", WRITER, url, f"w{w}", str(count)])
         for w in range(writers)
     ]
-    assert [p.wait(timeout=120) for p in processes] == [0] * writers
-    records = Ledger(path).runs()
-    expected = {f"w{w}-{i}" for w in range(writers) for i in range(count)}
-    assert {r["run_id"] for r in records} == expected
-    assert len(records) == writers * count
+    assert [p.wait(timeout=300) for p in processes] == [0] * writers
+    ledger = Ledger(url)
+    records = [r for r in ledger.runs() if r["run_id"] != "shared"]
+    assert {r["run_id"] for r in records} == {
+        f"w{w}-{i}" for w in range(writers) for i in range(count)
+    }
     assert {r["outcome"] for r in records} == {"ok"}
+    lines, _ = ledger.logs("shared")  # every writer appended to the same run's log
+    assert sorted(lines) == sorted(f"w{w} {i}" for w in range(writers) for i in range(count))
+
+
+def test_concurrent_writers_on_a_folder_lose_no_event(tmp_path):
+    _concurrent_writers(str(tmp_path / "ledger"), writers=4, count=25)
+
+
+def test_concurrent_writers_on_s3_lose_no_event(s3_bucket):
+    _concurrent_writers(f"{s3_bucket}/ledger", writers=3, count=8)
+
+
+CLAIMER = textwrap.dedent(
+    """
+    import sys
+    from imgscale.storage import Ledger, StoreError
+    try:
+        print(Ledger(sys.argv[1]).claim_generation("r1", {"by": sys.argv[2]}))
+    except StoreError as e:
+        print("refused", e)
+    """
+)
+
+
+@pytest.mark.parametrize("where", ["folder", "s3"])
+def test_of_writers_claiming_a_generation_at_once_each_number_has_exactly_one_holder(
+    where, tmp_path, request
+):
+    url = str(tmp_path / "ledger")
+    if where == "s3":
+        url = f"{request.getfixturevalue('s3_bucket')}/ledger"
+    Ledger(url).start(_record("r1"))
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLAIMER, url, f"claimer {c}"], stdout=subprocess.PIPE, text=True
+        )
+        for c in range(6)
+    ]
+    answers = [p.communicate(timeout=120)[0].strip() for p in processes]
+    won = [int(a) for a in answers if not a.startswith("refused")]
+    assert len(won) == len(set(won)) >= 1  # never two holders of one generation
+    assert Ledger(url).generation("r1") == max(won)
+    for refusal in (a for a in answers if a.startswith("refused")):
+        assert "is held by claimer " in refusal or "by another writer at the same" in refusal
+        assert refusal.endswith("; this one stops")
 
 
 STARTER = textwrap.dedent(
@@ -152,36 +203,50 @@ STARTER = textwrap.dedent(
 )
 
 
-def test_a_run_whose_process_was_killed_is_marked_lost_by_the_next_writer(tmp_path):
-    path = tmp_path / "ledger.sqlite"
+def test_a_run_whose_process_was_killed_reads_lost_with_no_writer(tmp_path):
+    path = tmp_path / "ledger"
     child = subprocess.Popen(
         [sys.executable, "-c", STARTER, str(path)], stdout=subprocess.PIPE, text=True
     )
     try:
         assert child.stdout.readline() == "started\n"
-        ledger = Ledger(path)
-        assert ledger.mark_lost() == 0  # alive: stays running
-        assert ledger.get("doomed")["outcome"] == "running"
+        assert Ledger(path).get("doomed")["outcome"] == "running"
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
-    ledger.start(_record("next"))  # any write of the ledger checks the running records
-    record = ledger.get("doomed")
+    before = sorted(p.name for p in (path / "runs" / "doomed").iterdir())
+    record = Ledger(path).get("doomed")
     assert record["outcome"] == "lost"
     assert "ended without recording an outcome" in record["error"]
-    assert ledger.get("next")["outcome"] == "running"
+    assert sorted(p.name for p in (path / "runs" / "doomed").iterdir()) == before
 
 
-def test_a_run_of_another_host_with_a_stale_heartbeat_is_marked_lost(tmp_path):
-    path = tmp_path / "ledger.sqlite"
-    ledger = Ledger(path)
-    ledger.start(_record("remote"))
-    ledger.start(_record("fresh"))
-    stale = time.time() - STALE_AFTER_SECONDS - 1
-    with sqlite3.connect(path) as db:
-        db.execute("UPDATE runs SET host = 'elsewhere', heartbeat = ? WHERE run_id = 'remote'",
-                   [stale])  # fmt: skip
-        db.execute("UPDATE runs SET host = 'elsewhere' WHERE run_id = 'fresh'")
-    assert ledger.mark_lost() == 1
+def test_a_run_of_another_host_reads_lost_once_its_heartbeat_is_stale(tmp_path):
+    ledger = Ledger(tmp_path / "ledger")
+    for run_id, age in (("remote", STALE_AFTER_SECONDS + 1), ("fresh", 1.0)):
+        ledger.start(_record(run_id))
+        # The beat another host's process writes: its host, its pid, its heartbeat.
+        beat = {"host": "elsewhere", "pid": 1, "pid_started": 0.0, "heartbeat": time.time() - age}
+        name = f"{time.time_ns():019d}-beat-00000000.json"
+        (tmp_path / "ledger" / "runs" / run_id / name).write_text(json.dumps(beat))
+    assert socket.gethostname() != "elsewhere"
     assert ledger.get("remote")["outcome"] == "lost"
     assert ledger.get("fresh")["outcome"] == "running"
+
+
+def test_many_finished_runs_are_compacted_into_an_index_that_lists_the_same_records(tmp_path):
+    ledger = Ledger(tmp_path / "ledger")
+    for i in range(COMPACT_AFTER + 5):
+        ledger.start(_record(f"r{i:04d}"))
+        ledger.finish(f"r{i:04d}", "ok" if i % 2 else "failed", rows=i, error=None)
+    ledger.start(_record("still"))
+    from_events = ledger.runs()
+    segments = sorted((tmp_path / "ledger" / "index").iterdir())
+    assert [s.name for s in segments] == ["000000000000.json"]
+    assert len(json.loads(segments[0].read_text())["runs"]) == COMPACT_AFTER + 5
+    from_index = Ledger(tmp_path / "ledger").runs()
+    assert from_index == from_events
+    assert [r["outcome"] for r in from_index][-1] == "running"
+    assert sum(r["outcome"] == "ok" for r in from_index) == (COMPACT_AFTER + 5) // 2
+    ledger.start(_record("later"))  # a run after the index is listed from its events
+    assert {r["run_id"] for r in ledger.runs()} >= {"later", "still", "r0000"}
