@@ -11,10 +11,12 @@ write in an afternoon, with Pillow, OpenCV, faiss and scikit-learn and nothing o
   images' descriptors; each image's L1-normalised histogram of nearest words (with a spatial
   pyramid: each cell's histogram, weighted as Lazebnik et al. 2006 eq. 3); scikit-learn ``SVC``
   on the precomputed intersection kernel, and linear ``RidgeClassifierCV`` on the histograms.
-- **Fisher vectors**: scikit-learn ``PCA`` of RootSIFT to 64-D and a diagonal
-  ``GaussianMixture`` (k-means start, EM to scikit-learn's tolerance), improved Fisher vectors
-  (gradients w.r.t. means and standard deviations, Sánchez et al. 2013 eqs. 16–17, power and L2
-  normalised); ``RidgeClassifierCV`` and ``LinearSVC``.
+- **Fisher vectors**: scikit-learn ``PCA`` of RootSIFT (and of local colour statistics: the
+  mean and standard deviation of R, G, B in each of 4×4 cells of a patch, paper 002 §5.1) to
+  64-D and a diagonal ``GaussianMixture`` (k-means start, EM to scikit-learn's tolerance),
+  improved Fisher vectors (gradients w.r.t. means and standard deviations, Sánchez et al. 2013
+  eqs. 16–17, power and L2 normalised), one a channel, concatenated; ``RidgeClassifier`` and
+  ``LinearSVC``.
 
 Regularisation (C, α) is chosen on the validation images where there are some, else by
 scikit-learn's leave-one-out (ridge) and a fixed C = 1 (SVC, LinearSVC). Scores are per-class
@@ -83,6 +85,25 @@ def dense_sift(images: np.ndarray, grid: Grid, root: bool = False) -> np.ndarray
     return out
 
 
+def local_color(images: np.ndarray, grid: Grid, cells: int = 4) -> np.ndarray:
+    """Mean and standard deviation of R, G, B (in [0, 1]) in each of cells × cells cells of every
+    patch of ``grid`` in RGB images (n, s, s, 3): float32 (n, patches, 6 · cells²). The patch
+    side must be a multiple of ``cells``."""
+    side, width = images.shape[1], grid.patch // cells
+    starts = np.arange(0, side - grid.patch + 1, grid.step)
+    pixels = images.astype(np.float64) / 255
+    out = []
+    for top in starts:
+        for left in starts:
+            patch = pixels[:, top : top + grid.patch, left : left + grid.patch]
+            blocks = patch.reshape(len(images), cells, width, cells, width, 3)
+            out.append(np.concatenate([
+                blocks.mean(axis=(2, 4)).reshape(len(images), -1),
+                blocks.std(axis=(2, 4)).reshape(len(images), -1),
+            ], axis=1))  # fmt: skip
+    return np.stack(out, axis=1).astype(np.float32)
+
+
 def per_class_rate(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     """Mean over classes of the share of each class's images predicted right."""
     from sklearn.metrics import balanced_accuracy_score
@@ -138,9 +159,10 @@ def bow_histograms(
 def intersection_kernel(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     """K[i, j] = Σ_d min(A[i, d], B[j, d])."""
     out = np.empty((len(A), len(B)))
-    for start in range(0, len(A), 64):
-        block = A[start : start + 64, None, :]
-        out[start : start + 64] = np.minimum(block, B[None, :, :]).sum(axis=2)
+    rows = max(1, 2**24 // max(1, B.size))  # a block's minima: 16M values at most
+    for start in range(0, len(A), rows):
+        block = A[start : start + rows, None, :]
+        out[start : start + rows] = np.minimum(block, B[None, :, :]).sum(axis=2)
     return out
 
 
@@ -233,3 +255,68 @@ def fisher_vectors(descriptors: np.ndarray, model: FisherModel) -> np.ndarray:
         v = np.sign(v) * np.sqrt(np.abs(v))
         out.append(v / max(np.linalg.norm(v), 1e-12))
     return np.asarray(out, np.float32)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings imgscale's arms run at, for the reference to run at the same."""
+
+    image_size: int
+    grid: Grid
+    words: int
+    gaussians: int
+    components: int
+    sample: int
+    seed: int = 0
+
+
+def read_split(path) -> tuple[list[bytes], np.ndarray]:
+    """The image bytes and labels (strings) of a split's parquet file (id, label, image)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=["label", "image"])
+    return table.column("image").to_pylist(), np.asarray(table.column("label").to_pylist())
+
+
+def scores(splits: dict, settings: Settings, fisher: bool = True) -> dict[str, float]:
+    """Per-class rates on the test split of the reference's bags of words (``bow svc``: the
+    exact intersection-kernel SVC, ``bow linear``: ridge on the histograms) and, with
+    ``fisher``, Fisher vectors of RootSIFT and colour (``fv ridge``, ``fv linear svc``), learned
+    on the train split, the validation split (when ``splits`` has one) choosing C and α."""
+    data = {name: read_split(path) for name, path in splits.items()}
+    labels = {name: y for name, (_, y) in data.items()}
+    size, grid = settings.image_size, settings.grid
+    grey = {name: decode(blobs, size, "L") for name, (blobs, _) in data.items()}
+    val = "val" in data
+    out = {}
+
+    def classify(features: dict[str, np.ndarray], classifier) -> float:
+        extra = (features["val"], labels["val"]) if val else ()
+        predicted = classifier(features["train"], labels["train"], features["test"], *extra)
+        return per_class_rate(labels["test"], predicted)
+
+    sift = {name: dense_sift(images, grid) for name, images in grey.items()}
+    sample = sample_descriptors(sift["train"], settings.sample, settings.seed)
+    words = kmeans_words(sample, settings.words, 25, settings.seed)
+    hist = {name: bow_histograms(x, words, grid, size) for name, x in sift.items()}
+    out["bow svc"] = classify(hist, intersection_svc)
+    out["bow linear"] = classify(hist, linear_ridge)
+    del sift, hist
+    if not fisher:
+        return out
+
+    rgb = {name: decode(blobs, size, "RGB") for name, (blobs, _) in data.items()}
+    channels = {
+        "sift": {name: dense_sift(images, grid, root=True) for name, images in grey.items()},
+        "color": {name: local_color(images, grid) for name, images in rgb.items()},
+    }
+    vectors = {name: [] for name in data}
+    for local in channels.values():
+        sample = sample_descriptors(local["train"], settings.sample, settings.seed)
+        model = fit_fisher(sample, settings.gaussians, settings.components, settings.seed)
+        for name, x in local.items():
+            vectors[name].append(fisher_vectors(x, model))
+    fv = {name: np.hstack(parts) for name, parts in vectors.items()}
+    out["fv ridge"] = classify(fv, linear_ridge)
+    out["fv linear svc"] = classify(fv, linear_svc)
+    return out

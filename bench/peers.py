@@ -173,6 +173,12 @@ PURPOSES = (
     Purpose("cifar10-gist", r"gist-tiny linear .*", _BASELINE),
     Purpose("cifar10-bow-fisher", r"(BoW-\d+|GIST) linear, .*", _BASELINE),
     Purpose("cifar10-bow-fisher", r".* (ingest|vocabulary fit).*, wall", _COST),
+    Purpose(
+        "cifar10-bow-fisher",
+        r"reference .*, every train row",
+        "the independent reference pipeline, the peer of imgscale's figures beside it",
+    ),
+    Purpose("cifar10-bow-fisher", r"reference pipeline, wall", _COST),
     Purpose("ale-ceiling", r"\w+_ale_choice_paper_defaults_\w+", _BASELINE),
     Purpose(
         "ale-ceiling",

@@ -9,7 +9,7 @@ from PIL import Image
 from sklearn.mixture import GaussianMixture
 
 from imgscale.bench import bow_fisher_reference as ref
-from imgscale.pipeline.describe import DenseSift
+from imgscale.pipeline.describe import DenseSift, LocalColor
 from imgscale.pipeline.describe.dense_sift import grid_keypoints, patch_grid
 from imgscale.pipeline.describe.fisher_vector import fisher_vectors
 
@@ -91,3 +91,11 @@ def test_bow_histograms_sum_to_one(levels):
     out = ref.bow_histograms(descriptors, words, ref.Grid(16, 8), side=64, levels=levels)
     assert out.shape == (2, 5 * sum(4**level for level in range(levels)))
     np.testing.assert_allclose(out.sum(axis=1), 1)
+
+
+def test_local_color_is_imgscales_local_colour_statistics():
+    rng = np.random.default_rng(5)
+    images = rng.integers(0, 256, (2, 40, 40, 3), dtype=np.uint8)
+    ours = LocalColor((16,), 8).fit().transform(images)
+    theirs = ref.local_color(images, ref.Grid(16, 8))
+    np.testing.assert_allclose(theirs, ours, atol=1e-5)
