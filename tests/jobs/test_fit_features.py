@@ -188,6 +188,13 @@ def test_an_image_size_under_one_patch_and_options_of_the_other_kind_are_refused
     message = refused("fit-features", str(photos), str(tmp_path / "v.model"),
                       "--features", "fisher", "--words", "10")  # fmt: skip
     assert "--words: not for --features fisher" in message
+    for size in ("big", "2"):
+        message = refused("fit-features", str(photos), str(tmp_path / "v.model"),
+                          "--features", "bow", "--image-size", size)  # fmt: skip
+        assert f"{size!r}: expected auto or an integer >= 4" in message and "\n" not in message
+    message = refused("fit-features", str(photos), str(tmp_path / "v.model"),
+                      "--features", "bow", "--sift-window", "0")  # fmt: skip
+    assert "--sift-window" in message
     assert not (tmp_path / "v.model").exists()
 
 
