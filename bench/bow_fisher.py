@@ -41,6 +41,12 @@ Protocol (the splits of ``imgscale bench cifar10-gist``: the train parquet's fir
   4K-D float). No ridge: its 65,536² Gram matrix is 32 GiB.
 - **GIST**: gist-tiny (320-D at 32×32) with linear ridge and RFF-4000 on every train row, the
   figure the Fisher vectors stand beside (`imgscale bench cifar10-gist` runs it by size).
+- **the reference** (`imgscale.bench.bow_fisher_reference`): the same splits, images, grid and
+  sizes through the straightforward pipeline a reader would write (OpenCV dense SIFT, faiss
+  k-means, scikit-learn's SVC on the exact intersection kernel, PCA + GaussianMixture + improved
+  Fisher vectors of RootSIFT and colour, ridge and LinearSVC), sharing no code with imgscale.
+  On every train row, imgscale's bag-of-words kernel maps stand beside the exact kernel's SVC,
+  linear ridge beside the reference's, and Fisher vectors with ridge beside the reference's.
 
 Each step is an ``imgscale`` command run as its own process on the suite's Dask cluster
 (``--scheduler``); ingest and fit wall times are recorded with the load average as they started.
@@ -54,14 +60,19 @@ no denser grid.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 
-from imgscale.bench.cifar10_gist import CommandRunner, source_tables, write_splits
+from imgscale.bench import bow_fisher_reference as reference
+from imgscale.bench.cifar10_gist import CommandRunner, digits_table, source_tables, write_splits
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
+from imgscale.storage import IMAGE_EXTENSIONS
 
 # The bag-of-words embeddings (paper 000 §3.2) and the `imgscale train` options that make them;
 # Nyström on histograms uses the intersection kernel (§4.1).
@@ -88,9 +99,11 @@ FISHER_METHODS = {
 PQ_METHODS = ("NCM", "NCM, learned metric", "kNN, learned metric")
 # Dimensions a PQ sub-vector (paper 002 §4.1: 8-D sub-vectors, 256 centroids, one byte each).
 PQ_SUBVECTOR = 8
-PATCHES = ["--image-size", "64", "--patch-size", "16", "--step", "8"]
+# SIFT windows of 2.25 patch sides (OpenCV keypoint size 6 for 16 px), fit-features' default.
+SIFT_WINDOW = 2.25
+PATCHES = ["--image-size", "64", "--patch-size", "16", "--step", "8", "--sift-window", "2.25"]
 # The denser grid of the Fisher vectors' second arm and of the 64K-D arm.
-DENSE_PATCHES = ["--image-size", "64", "--patch-size", "16", "--step", "4"]
+DENSE_PATCHES = ["--image-size", "64", "--patch-size", "16", "--step", "4", "--sift-window", "2.25"]
 
 
 @benchmark(
@@ -135,6 +148,13 @@ def suite(ctx: Context) -> list[dict]:
             out += records
         gist_rff = rates["per_class_rate"]  # RFF-4000's: the figure Fisher vectors stand beside
 
+    settings = reference.Settings(64, reference.Grid(16, 8, 16 * SIFT_WINDOW / 6), words,
+                                  gaussians, components, sample)  # fmt: skip
+    ref, records = reference_arm(ctx, splits, settings)
+    out += records
+    if ctx.scale != "tiny":  # the SIFT window's effect, in the reference alone
+        out += window_arm(splits, settings, ref["bow svc"])
+
     bow_model = scratch / "bow.model"
     out += _fit(run, splits["train"], bow_model, "bow", "--words", words, "--sample", sample)
     bow = scratch / "bow.zarr"
@@ -143,15 +163,21 @@ def suite(ctx: Context) -> list[dict]:
         seeds = range(1) if n == "all" else range(trials)
         linear = None
         for method, options in bow_methods.items():
-            rates, records = _train(run, bow, f"BoW-{words} {method}", options, n, seeds, linear)
+            peer = {}
+            if n == "all":  # beside the reference: linear ridge, else the exact kernel's SVC
+                key = "bow linear" if method == "linear" else "bow svc"
+                peer = {"peer_rate": ref[key], "peer": REFERENCE_NAMES[key]}
+            rates, records = _train(run, bow, f"BoW-{words} {method}", options, n, seeds,
+                                    **{"peer_rate": linear, **peer})  # fmt: skip
             linear = rates["per_class_rate"] if method == "linear" else linear
             out += records
 
     name = f"FV-{gaussians}"
     fit_options = ("--gaussians", gaussians, "--components", components, "--sample", sample)
     fisher_model, records, float_rates = fisher_float_arm(
-        run, splits, scratch / "fisher", name, fit_options, fisher_methods, gist_rff
-    )
+        run, splits, scratch / "fisher", name, fit_options, fisher_methods, gist_rff,
+        reference_ridge=ref["fv ridge"],
+    )  # fmt: skip
     out += records
     pq_patches, pq_peer = PATCHES, f"{name}, float"
     if gist_rff is not None:
@@ -173,6 +199,58 @@ def suite(ctx: Context) -> list[dict]:
     return out
 
 
+# What each of the reference's figures is, as a peer's name.
+REFERENCE_NAMES = {
+    "bow svc": "reference: exact intersection-kernel SVC on the same grid",
+    "bow linear": "reference: linear ridge on its histograms",
+    "fv ridge": "reference: ridge on its Fisher vectors (RootSIFT and colour)",
+    "fv linear svc": "reference: LinearSVC on its Fisher vectors (RootSIFT and colour)",
+}
+
+
+def reference_arm(
+    ctx: Context, splits: dict[str, Path], settings: reference.Settings
+) -> tuple[dict[str, float], list[dict]]:
+    """The reference pipeline on the same splits and settings: its per-class rates by key of
+    `REFERENCE_NAMES`, and a record each (with its wall time)."""
+    began = time.perf_counter()
+    rates = reference.scores(splits, settings)
+    seconds = time.perf_counter() - began
+    ctx.log(f"reference: {rates} in {seconds:.0f} s")
+    words, gaussians = settings.words, settings.gaussians
+    names = {
+        "bow svc": f"reference BoW-{words} intersection SVC",
+        "bow linear": f"reference BoW-{words} linear ridge",
+        "fv ridge": f"reference FV-{gaussians} ridge",
+        "fv linear svc": f"reference FV-{gaussians} LinearSVC",
+    }
+    records = [
+        record(f"{names[key]}, every train row", rate, "per-class rate")
+        for key, rate in rates.items()
+    ]
+    records.append(record("reference pipeline, wall", seconds, "s", load_1min=os.getloadavg()[0]))
+    return rates, records
+
+
+def window_arm(
+    splits: dict[str, Path], settings: reference.Settings, chosen_rate: float
+) -> list[dict]:
+    """The reference's bags of words with SIFT windows of the patch alone (OpenCV keypoint size
+    patch / 6) and of 1.5 patch sides, beside ``chosen_rate`` at ``settings``' window: what the
+    window is worth."""
+    chosen = settings.grid.keypoint_size * 6 / settings.grid.patch
+    out = []
+    for window in (1.0, 1.5):
+        grid = dataclasses.replace(settings.grid, keypoint_size=settings.grid.patch * window / 6)
+        rates = reference.scores(splits, dataclasses.replace(settings, grid=grid), fisher=False)
+        peer = f"reference: the same at a SIFT window of {chosen:g} patch sides"
+        out.append(record(
+            f"reference BoW-{settings.words} intersection SVC, SIFT window {window:g}",
+            rates["bow svc"], "per-class rate", chosen_rate, peer=peer,
+        ))  # fmt: skip
+    return out
+
+
 def fisher_float_arm(
     run: CommandRunner,
     splits: dict[str, Path],
@@ -184,21 +262,25 @@ def fisher_float_arm(
     *,
     patches: list[str] = PATCHES,
     label: str | None = None,
+    reference_ridge: float | None = None,
 ) -> tuple[Path, list[dict], dict[str, float]]:
     """A Fisher vector vocabulary fitted on the train split (``stem``.model), every split
     ingested as float signatures (``stem``.zarr, wall times named by ``label``), and ``methods``
-    trained on every train row beside GIST + RFF-4000: the model, the records, and each
-    method's per-class rate."""
+    trained on every train row beside GIST + RFF-4000 (ridge beside ``reference_ridge``, the
+    reference's ridge on the same grid, when given): the model, the records, and each method's
+    per-class rate."""
     model = stem.with_suffix(".model")
     out = _fit(run, splits["train"], model, "fisher", *fit_options, patches=patches)
     store = stem.with_suffix(".zarr")
     out += _ingest(run, f"fisher:{model}", store, splits, label=label)
     rates = {}
     for method, options in methods.items():
+        peer_rate, peer = gist_rff, "GIST RFF-4000, same splits"
+        if method == "ridge" and reference_ridge is not None:
+            peer_rate, peer = reference_ridge, REFERENCE_NAMES["fv ridge"]
         mean, records = _train(
-            run, store, f"{name} {method}", options, "all", range(1), gist_rff,
-            peer="GIST RFF-4000, same splits",
-        )  # fmt: skip
+            run, store, f"{name} {method}", options, "all", range(1), peer_rate, peer=peer
+        )
         rates[method] = mean["per_class_rate"]
         out += records
     return model, out, rates
@@ -316,3 +398,111 @@ def _train(
         if key in mean and n == "all":
             records.append(record(f"{label}, {labelled}: {key.replace('_', ' ')}", mean[key], ""))
     return mean, records
+
+
+# Each class's share of a photo folder's images in the train split; the rest are the test split.
+PHOTO_TRAIN_SHARE = 0.5
+PHOTO_BOW_METHODS = {k: BOW_METHODS[k] for k in ("linear", "HIKE", "AddKPCA")}
+
+
+@benchmark(
+    "photos-bow-fisher",
+    "cifar10-bow-fisher's bags of words (linear, HIKE, AddKPCA) and Fisher vectors (ridge) on "
+    "any folder tree of labelled photos, at the working size fit-features chooses, each beside "
+    "the independent reference pipeline on the same photos",
+    needs=("photos/<class>/<image>: any folder tree of labelled photos",),
+    kind="accuracy",
+)
+def photos_suite(ctx: Context) -> list[dict]:
+    """DATA/photos/<class>/<image>, each class's photos split in two (seeded): the vocabularies
+    learned by `imgscale fit-features` at ``--image-size auto`` from the train half, every photo
+    ingested, classifiers trained on the train half and scored on the test half; the reference
+    at the working size fit-features chose. Tiny without DATA/photos: 300 of sklearn's digits as
+    32×32 JPEGs in a folder a digit."""
+    scratch = ctx.scratch("photos-bow-fisher")
+    if ctx.scale == "tiny" and (ctx.data_dir is None or not (ctx.data_dir / "photos").is_dir()):
+        root = digit_photos(scratch / "digits", 300)
+    else:
+        root = ctx.data("photos")
+    words, gaussians, components, sample = ctx.pick(
+        tiny=(20, 2, 16, 200), small=(400, 16, 64, 1_000), medium=(400, 16, 64, 2_000),
+        large=(400, 16, 64, 5_000),
+    )  # fmt: skip
+    splits = photo_splits(root, scratch)
+    run = CommandRunner(ctx)
+    options = ["--patch-size", "16", "--step", "8", "--sample", sample]
+    bow_model, fisher_model = scratch / "bow.model", scratch / "fisher.model"
+    for path in (bow_model, fisher_model):
+        shutil.rmtree(path, ignore_errors=True)
+    fitted, seconds = run.json("fit-features", splits["train"], bow_model, "--features", "bow",
+                               "--words", words, *options)  # fmt: skip
+    size = fitted["image_size"]
+    out = [record("bow vocabulary fit, wall", seconds, "s", load_1min=run.last_load,
+                  image_size=size)]  # fmt: skip
+    settings = reference.Settings(size, reference.Grid(16, 8, 16 * SIFT_WINDOW / 6), words,
+                                  gaussians, components, sample)  # fmt: skip
+    ref, records = reference_arm(ctx, splits, settings)
+    out += records
+    bow = scratch / "bow.zarr"
+    out += _ingest(run, f"bow:{bow_model}", bow, splits)
+    for method, train_options in PHOTO_BOW_METHODS.items():
+        key = "bow linear" if method == "linear" else "bow svc"
+        _, records = _train(run, bow, f"BoW-{words} {method}", train_options, "all", range(1),
+                            ref[key], peer=REFERENCE_NAMES[key])  # fmt: skip
+        out += records
+    seconds = run.plain("fit-features", splits["train"], fisher_model, "--features", "fisher",
+                        "--gaussians", gaussians, "--components", components,
+                        "--image-size", size, *options)  # fmt: skip
+    out.append(record("fisher vocabulary fit, wall", seconds, "s", load_1min=run.last_load))
+    fisher = scratch / "fisher.zarr"
+    out += _ingest(run, f"fisher:{fisher_model}", fisher, splits)
+    _, records = _train(run, fisher, f"FV-{gaussians} ridge", FISHER_METHODS["ridge"], "all",
+                        range(1), ref["fv ridge"], peer=REFERENCE_NAMES["fv ridge"])  # fmt: skip
+    return out + records
+
+
+def digit_photos(folder: Path, count: int) -> Path:
+    """The first ``count`` of sklearn's digits as 32×32 JPEGs in ``folder``/<digit>/: a small
+    folder tree of labelled images."""
+    table = digits_table().slice(0, count).to_pydict()
+    for key, label, image in zip(table["id"], table["label"], table["image"], strict=True):
+        (folder / str(label)).mkdir(parents=True, exist_ok=True)
+        (folder / str(label) / f"{Path(key).name}.jpg").write_bytes(image)
+    return folder
+
+
+def photo_splits(root: Path, folder: Path, seed: int = 0) -> dict[str, Path]:
+    """The photos of ROOT/<class>/… (any depth; hidden files and folders left out) as
+    train.parquet and test.parquet (id, label, image bytes) in ``folder``: each class's photos
+    shuffled (seeded) and `PHOTO_TRAIN_SHARE` of them, at least one, in the train split."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    rows = {"train": [], "test": []}
+    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    for label in classes:
+        files = sorted(
+            p for p in label.rglob("*")
+            if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()
+            and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        )  # fmt: skip
+        if len(files) < 2:
+            raise ValueError(f"{label}: {len(files)} photos; expected at least 2 a class")
+        order = rng.permutation(len(files))
+        n_train = min(len(files) - 1, max(1, round(PHOTO_TRAIN_SHARE * len(files))))
+        for rank, index in enumerate(order):
+            path = files[index]
+            split = "train" if rank < n_train else "test"
+            key = path.relative_to(root).as_posix()
+            rows[split].append((key, label.name, path.read_bytes()))
+    if len(classes) < 2:
+        raise ValueError(f"{root}: {len(classes)} class folders; expected at least 2")
+    paths = {}
+    for split, items in rows.items():
+        ids, labels, images = zip(*items, strict=True)
+        table = pa.table({"id": list(ids), "label": list(labels),
+                          "image": pa.array(images, pa.binary())})  # fmt: skip
+        paths[split] = folder / f"{split}.parquet"
+        pq.write_table(table, paths[split], row_group_size=2048)
+    return paths

@@ -87,6 +87,12 @@ PEER_FIGURES = (
         "GIST + linear ridge, same run",
     ),
     PeerFigure(
+        "photos-bow-fisher",
+        r"BoW-(\d+) (?!linear)(\w+), (.+)",
+        r"BoW-\1 linear, \3",
+        "BoW with linear ridge, same run",
+    ),
+    PeerFigure(
         "ale-ceiling",
         r"(\w+?)_ale_choice_(?!paper_defaults)\w+_(\w+?)",
         r"\1_ale_choice_paper_defaults_\2",
@@ -173,6 +179,24 @@ PURPOSES = (
     Purpose("cifar10-gist", r"gist-tiny linear .*", _BASELINE),
     Purpose("cifar10-bow-fisher", r"(BoW-\d+|GIST) linear, .*", _BASELINE),
     Purpose("cifar10-bow-fisher", r".* (ingest|vocabulary fit).*, wall", _COST),
+    Purpose(
+        "cifar10-bow-fisher",
+        r"reference .*, every train row",
+        "the independent reference pipeline, the peer of imgscale's figures beside it",
+    ),
+    Purpose("cifar10-bow-fisher", r"reference pipeline, wall", _COST),
+    Purpose("photos-bow-fisher", r"BoW-\d+ linear, .*", _BASELINE),
+    Purpose(
+        "photos-bow-fisher",
+        r"FV-\d+ ridge, every train row: top\d error",
+        "the Fisher vectors' top-1 and top-5 errors, beside their per-class rate",
+    ),
+    Purpose(
+        "photos-bow-fisher",
+        r"reference .*, every train row",
+        "the independent reference pipeline, the peer of imgscale's figures beside it",
+    ),
+    Purpose("photos-bow-fisher", r".*(ingest|vocabulary fit|reference pipeline).*, wall", _COST),
     Purpose("ale-ceiling", r"\w+_ale_choice_paper_defaults_\w+", _BASELINE),
     Purpose(
         "ale-ceiling",

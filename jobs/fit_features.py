@@ -11,10 +11,15 @@ descriptors on its worker as the task's result: they never reach the client.
 Every pass of the fit (`pipeline.describe.vocabulary`: PCA, each k-means and each EM iteration)
 then maps a statistics kernel over those results, one task per partition, and adds the small
 per-partition sums on the client. Images that cannot be decoded are counted and left out.
+
+With ``auto_size`` the working size (the side of the square images described) is chosen from
+the sample before any is described: the median shorter side of its images, within bounds, so a
+vocabulary of 250-pixel photos describes them near their own size rather than at a fixed one.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from collections.abc import Callable
@@ -23,6 +28,7 @@ from typing import Any
 
 import numpy as np
 from distributed import Client, Future, as_completed
+from PIL import Image, UnidentifiedImageError
 from sklearn.base import BaseEstimator
 
 from imgscale.jobs.models import save
@@ -37,6 +43,8 @@ from imgscale.storage import (
 )
 
 IMAGES_PER_PARTITION = 64
+# The bounds of ``--image-size auto`` (fit-features --help says what they were measured on).
+AUTO_IMAGE_SIZE = (64, 256)
 
 
 @dataclass(frozen=True)
@@ -124,14 +132,43 @@ def _shares(sample: int, sizes: list[int]) -> list[int]:
     return shares
 
 
+def _skip(item: SampledPartition) -> Callable[[str], bool] | None:
+    """`read_partition`'s ``skip``: every key outside the sample, when the sample has keys."""
+    return None if item.keys is None else (lambda key: key not in item.keys)
+
+
+def shorter_sides(item: SampledPartition) -> list[int]:
+    """The shorter side in pixels of each of a partition's sampled images whose header Pillow
+    reads (runs on a worker; the pixels are not decoded)."""
+    sides = []
+    for image in read_partition(item.partition, skip=_skip(item)):
+        if item.limit is not None and len(sides) >= item.limit:
+            break
+        if image.problem is None:
+            try:
+                with Image.open(io.BytesIO(image.data)) as opened:
+                    sides.append(min(opened.size))
+            except (UnidentifiedImageError, OSError, ValueError):
+                continue
+    return sides
+
+
+def working_size(client: Client, items: list[SampledPartition], bounds: tuple[int, int]) -> int:
+    """The median shorter side of the sampled images, within ``bounds``."""
+    parts = client.gather(client.map(shorter_sides, items, pure=False))
+    sides = [side for part in parts for side in part]
+    if not sides:
+        raise ValueError("none of the sampled images could be read to choose --image-size auto")
+    return int(np.clip(round(float(np.median(sides))), *bounds))
+
+
 def describe_sample(vocabulary: BaseEstimator, item: SampledPartition) -> dict[str, np.ndarray]:
     """The local descriptors of a partition's sampled images (runs on a worker; the result
     stays there). ``"images"`` and ``"refused"`` count them."""
     request = ImageRequest(*vocabulary.image_request)
     mode, (height, width) = vocabulary.image_request
-    skip = None if item.keys is None else (lambda key: key not in item.keys)
     images, refused = [], 0
-    for image in read_partition(item.partition, skip=skip):
+    for image in read_partition(item.partition, skip=_skip(item)):
         if item.limit is not None and len(images) >= item.limit:
             break
         if image.problem is not None:
@@ -163,13 +200,18 @@ def fit_vocabulary(
     seed: int = 0,
     source_options: dict[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    auto_size: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Fit ``vocabulary`` on a sample of SOURCE's images on ``client``'s cluster and save it at
     ``path``; returns a summary of the fit. ``progress(done, total)`` is called with the sampled
     images read as partitions finish (the passes that follow report to
-    `pipeline.describe.watch_passes`)."""
+    `pipeline.describe.watch_passes`). With ``auto_size`` (smallest, largest) the vocabulary's
+    image_size is first set to the sample's median shorter side within those bounds."""
     started = time.perf_counter()
     items = sample_partitions(source, sample, seed, source_options)
+    if auto_size is not None:
+        vocabulary.set_params(image_size=working_size(client, items, auto_size))
+        vocabulary.check_params()
     futures = client.map(describe_sample, [vocabulary] * len(items), items, pure=False)
     try:
         counted = client.map(_counts, futures, pure=False)
@@ -191,6 +233,7 @@ def fit_vocabulary(
         "refused": refused,
         "local_descriptors": descriptors,
         "dim": int(vocabulary.n_features_out_),
+        "image_size": int(vocabulary.image_size),
         "seconds": time.perf_counter() - started,
     }
     if isinstance(vocabulary, FisherVector):

@@ -264,19 +264,31 @@ def _ingest_images(
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the sample and fit.")
 @click.option(
     "--image-size",
-    type=click.IntRange(min=4),
-    default=128,
+    default="auto",
     show_default=True,
-    help="Side of the square image (resize-crop) the local descriptors are computed on.",
+    help="Side of the square image (resize-crop) the local descriptors are computed on; auto: "
+    "the sample's median shorter side, within 64-256 px (64: CIFAR-10's 32-px images "
+    "upsampled, 7x7 patches; 256: about the size of the natural photos the reference "
+    "pipelines were measured on).",
 )
 @click.option(
     "--patch-size",
     default="16",
     show_default=True,
-    help="Side of the patches in pixels; several, comma-separated, describe several scales.",
+    help="Side of the patches in pixels; several, comma-separated, describe several scales "
+    "(16 every 8 px: paper 000 §4.1's grid, after Lazebnik et al.).",
 )
 @click.option(
     "--step", type=click.IntRange(min=1), default=8, show_default=True, help="Grid spacing."
+)
+@click.option(
+    "--sift-window",
+    type=click.FloatRange(0, 16, min_open=True),
+    default=2.25,
+    show_default=True,
+    help="Side of the window each SIFT descriptor covers, in patch sides (1: the patch alone). "
+    "2.25 (OpenCV keypoint size 6 for 16-px patches) scored 10 points above 1 with an exact "
+    "intersection-kernel SVM on CIFAR-10 at 64 px (docs/findings/cifar10-bow-fisher.md).",
 )
 @click.option(
     "--image-column", default="image", show_default=True, help="Parquet column of image bytes."
@@ -289,7 +301,7 @@ def _ingest_images(
 @verbose_option
 def fit_features(
     src, vocabulary, kind, words, pyramid_levels, gaussians, components, sample, seed,
-    image_size, patch_size, step, image_column, path_column, scheduler, as_json,
+    image_size, patch_size, step, sift_window, image_column, path_column, scheduler, as_json,
 ) -> None:  # fmt: skip
     """Learn the vocabulary of --features bow or fisher from a sample of the images of SRC (any
     image source of `imgscale ingest`) and save it as VOCABULARY; then
@@ -299,7 +311,7 @@ def fit_features(
     is one pass over them.
     """
     from imgscale.jobs.cluster import connect, shared_path
-    from imgscale.jobs.fit_features import fit_vocabulary, vocabulary_of
+    from imgscale.jobs.fit_features import AUTO_IMAGE_SIZE, fit_vocabulary, vocabulary_of
     from imgscale.pipeline.describe import watch_passes
     from imgscale.storage import is_url
 
@@ -316,7 +328,16 @@ def fit_features(
         raise click.BadParameter(
             f"{patch_size!r}: expected integers separated by commas", param_hint="--patch-size"
         ) from None
-    grid = {"patch_sizes": patch_sizes, "step": step, "image_size": image_size}
+    auto_size = None
+    if image_size == "auto":
+        auto_size = (max(AUTO_IMAGE_SIZE[0], *patch_sizes), max(AUTO_IMAGE_SIZE[1], *patch_sizes))
+        image_size = auto_size[1]
+    elif not image_size.isdigit() or int(image_size) < 4:
+        raise click.BadParameter(
+            f"{image_size!r}: expected auto or an integer >= 4", param_hint="--image-size"
+        )
+    grid = {"patch_sizes": patch_sizes, "step": step, "image_size": int(image_size),
+            "sift_window": sift_window}  # fmt: skip
     if kind == "bow":
         params = {"n_words": words or 400, "pyramid_levels": pyramid_levels or 1}
     else:
@@ -333,14 +354,15 @@ def fit_features(
         summary = fit_vocabulary(
             src, vocabulary, model, client, sample=sample, seed=seed,
             source_options={"image_column": image_column, "path_column": path_column},
-            progress=progress_line("describe", quiet=as_json, unit="images"),
+            progress=progress_line("describe", quiet=as_json, unit="images"), auto_size=auto_size,
         )  # fmt: skip
     end_progress_line()  # EM stops before its last iteration, leaving its line unfinished
     print_summary(
         summary,
         as_json,
         f"{vocabulary}: {kind} vocabulary ({summary['dim']}-D rows) learned from "
-        f"{summary['images']} images, {summary['local_descriptors']:,} local descriptors "
+        f"{summary['images']} images at {summary['image_size']} px, "
+        f"{summary['local_descriptors']:,} local descriptors "
         f"({summary['refused']} images refused, {summary['seconds']:.1f} s); "
         f"use --features {kind}:{vocabulary}",
     )

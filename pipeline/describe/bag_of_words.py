@@ -12,6 +12,7 @@ from imgscale.pipeline.describe._images import check_images
 from imgscale.pipeline.describe.dense_sift import (
     DenseSift,
     check_grid_params,
+    check_window,
     patch_centres,
     patch_grid,
 )
@@ -47,6 +48,9 @@ class BagOfWords(TransformerMixin, BaseEstimator):
     n_words : int, default=400
     patch_sizes, step, root :
         The dense SIFT grid and RootSIFT (`DenseSift`).
+    sift_window : float, default=1.0
+        Side of the window each SIFT descriptor covers, in patch sides (`DenseSift`'s window;
+        1 is the patch alone, as saved vocabularies without it were fitted).
     pyramid_levels : int, default=1
         1: one histogram of the whole image; 3: 1×1 + 2×2 + 4×4 (21 histograms).
     image_size : int, default=128
@@ -83,6 +87,7 @@ class BagOfWords(TransformerMixin, BaseEstimator):
         patch_sizes: tuple[int, ...] = (16,),
         step: int = 8,
         root: bool = False,
+        sift_window: float = 1.0,
         pyramid_levels: int = 1,
         image_size: int = 128,
         max_iter: int = 50,
@@ -93,6 +98,7 @@ class BagOfWords(TransformerMixin, BaseEstimator):
         self.patch_sizes = patch_sizes
         self.step = step
         self.root = root
+        self.sift_window = sift_window
         self.pyramid_levels = pyramid_levels
         self.image_size = image_size
         self.max_iter = max_iter
@@ -165,12 +171,13 @@ class BagOfWords(TransformerMixin, BaseEstimator):
         return range(int(self.pyramid_levels))
 
     def _sift(self, images: np.ndarray) -> np.ndarray:
-        sift = DenseSift(tuple(self.patch_sizes), self.step, self.root).fit()
+        sift = DenseSift(tuple(self.patch_sizes), self.step, self.root, self.sift_window).fit()
         return sift.transform(np.asarray(images, np.uint8))
 
     def check_params(self) -> None:
         """Refuse parameters no image can be described with, before any image is read."""
         check_grid_params(self.patch_sizes, self.step, "BagOfWords", self.image_size)
+        check_window(self.sift_window, "BagOfWords", "sift_window")
         if not isinstance(self.n_words, int | np.integer) or self.n_words < 1:
             raise ValueError(f"BagOfWords: n_words must be an integer >= 1, got {self.n_words!r}")
         levels = self.pyramid_levels

@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from imgscale.pipeline.describe._images import check_images
-from imgscale.pipeline.describe.dense_sift import DenseSift, check_grid_params
+from imgscale.pipeline.describe.dense_sift import DenseSift, check_grid_params, check_window
 from imgscale.pipeline.describe.local_color import LocalColor
 from imgscale.pipeline.describe.vocabulary import (
     Chunk,
@@ -107,6 +107,9 @@ class FisherVector(TransformerMixin, BaseEstimator):
     patch_sizes, step : the dense grid (`DenseSift`, `LocalColor`), default 16 px every 8 px.
     root : bool, default=True
         RootSIFT.
+    sift_window : float, default=1.0
+        Side of the window each SIFT descriptor covers, in patch sides (`DenseSift`'s window;
+        1 is the patch alone, as saved vocabularies without it were fitted).
     image_size : int, default=128
         Side of the square RGB images `transform` takes.
     max_iter : int, default=100
@@ -153,6 +156,7 @@ class FisherVector(TransformerMixin, BaseEstimator):
         patch_sizes: tuple[int, ...] = (16,),
         step: int = 8,
         root: bool = True,
+        sift_window: float = 1.0,
         image_size: int = 128,
         max_iter: int = 100,
         tol: float = 1e-4,
@@ -164,6 +168,7 @@ class FisherVector(TransformerMixin, BaseEstimator):
         self.patch_sizes = patch_sizes
         self.step = step
         self.root = root
+        self.sift_window = sift_window
         self.image_size = image_size
         self.max_iter = max_iter
         self.tol = tol
@@ -243,7 +248,7 @@ class FisherVector(TransformerMixin, BaseEstimator):
         local = {}
         if "sift" in self.channels:
             grey = images if mode == "L" else _luma(images)
-            sift = DenseSift(tuple(self.patch_sizes), self.step, self.root).fit()
+            sift = DenseSift(tuple(self.patch_sizes), self.step, self.root, self.sift_window).fit()
             local["sift"] = sift.transform(grey)
         if "color" in self.channels:
             local["color"] = LocalColor(tuple(self.patch_sizes), self.step).fit().transform(images)
@@ -252,6 +257,7 @@ class FisherVector(TransformerMixin, BaseEstimator):
     def check_params(self) -> None:
         """Refuse parameters no image can be described with, before any image is read."""
         check_grid_params(self.patch_sizes, self.step, "FisherVector", self.image_size)
+        check_window(self.sift_window, "FisherVector", "sift_window")
         channels = tuple(self.channels)
         if not channels or len(set(channels)) != len(channels) or set(channels) - set(CHANNELS):
             raise ValueError(

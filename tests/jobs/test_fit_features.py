@@ -80,12 +80,35 @@ def test_the_cluster_fit_is_the_in_process_fit_of_the_same_sample(
     on_cluster, provenance = load(tmp_path / "fv.model")
     assert provenance["sample_images"] == 10
     here = vocabulary_of("fisher", n_gaussians=3, n_components=8, patch_sizes=(16,), step=8,
-                         image_size=SIZE, random_state=4)  # fmt: skip
+                         image_size=SIZE, sift_window=2.25, random_state=4)  # fmt: skip
     chunks = [describe_sample(here, item) for item in sample_partitions(str(photos), 10, 4)]
     here.fit_chunks(InMemoryChunks(chunks), sum(len(c["sift"]) for c in chunks))
     for name in ("sift_components_", "sift_means_", "color_variances_", "color_weights_"):
         np.testing.assert_allclose(getattr(on_cluster, name), getattr(here, name), rtol=1e-6)
     assert on_cluster.n_iter_ == here.n_iter_
+
+
+def test_the_default_working_size_is_the_samples_median_shorter_side_within_bounds(
+    tmp_path, scheduler_address
+):
+    rng = np.random.default_rng(5)
+    sizes = {"a": [(120, 100)] * 3 + [(200, 90)] * 2, "b": [(40, 30)] * 2}  # (width, height)
+    for name, shapes in sizes.items():
+        (tmp_path / "src" / name).mkdir(parents=True)
+        for i, (width, height) in enumerate(shapes):
+            pixels = rng.integers(0, 256, (height, width), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "src" / name / f"{i}.png")
+    options = ("--features", "bow", "--words", "4", "--scheduler", scheduler_address)
+    # Shorter sides 100, 100, 100, 90, 90, 30, 30: the median, 90.
+    summary = run("fit-features", str(tmp_path / "src"), str(tmp_path / "bow.model"), *options)
+    assert summary["image_size"] == 90
+    vocabulary, _ = load(tmp_path / "bow.model")
+    assert vocabulary.image_size == 90 and vocabulary.sift_window == 2.25
+    # Only the small images: their median, 30, is raised to the 64 px of the lower bound.
+    summary = run(
+        "fit-features", str(tmp_path / "src" / "b"), str(tmp_path / "small.model"), *options
+    )
+    assert summary["image_size"] == 64
 
 
 def test_fisher_rows_are_unit_norm_per_channel_and_the_vocabularys_encoding(
@@ -165,6 +188,13 @@ def test_an_image_size_under_one_patch_and_options_of_the_other_kind_are_refused
     message = refused("fit-features", str(photos), str(tmp_path / "v.model"),
                       "--features", "fisher", "--words", "10")  # fmt: skip
     assert "--words: not for --features fisher" in message
+    for size in ("big", "2"):
+        message = refused("fit-features", str(photos), str(tmp_path / "v.model"),
+                          "--features", "bow", "--image-size", size)  # fmt: skip
+        assert f"{size!r}: expected auto or an integer >= 4" in message and "\n" not in message
+    message = refused("fit-features", str(photos), str(tmp_path / "v.model"),
+                      "--features", "bow", "--sift-window", "0")  # fmt: skip
+    assert "--sift-window" in message
     assert not (tmp_path / "v.model").exists()
 
 

@@ -70,3 +70,11 @@ def test_an_image_size_under_one_patch_is_refused_in_one_line():
 def test_images_of_another_size_are_refused(bow):
     with pytest.raises(ValueError, match=r"shape \(n, 64, 64\)"):
         bow.transform(np.zeros((1, 32, 32), np.uint8))
+
+
+def test_the_sift_window_reaches_the_descriptors_and_a_bad_one_is_refused(images):
+    bow = BagOfWords(n_words=4, image_size=64, sift_window=2.25)
+    wide = DenseSift(window=2.25).fit().transform(images[:2]).reshape(-1, 128)
+    np.testing.assert_array_equal(bow.local_descriptors(images[:2])["sift"], wide)
+    with pytest.raises(ValueError, match="sift_window"):
+        BagOfWords(image_size=64, sift_window=0).fit(images)

@@ -104,3 +104,29 @@ def test_opencv_describes_on_one_thread_and_its_setting_is_restored(monkeypatch)
         assert cv2.getNumThreads() == 2
     finally:
         cv2.setNumThreads(before)
+
+
+def test_a_wider_window_is_opencvs_descriptor_at_window_times_patch_over_six():
+    rng = np.random.default_rng(3)
+    image = rng.integers(0, 256, (64, 64), dtype=np.uint8)
+    descriptors = DenseSift(patch_sizes=(16,), step=8, window=2.25).fit().transform(image[None])
+    centres = patch_centres(patch_grid(64, 64, (16,), 8))
+    for at in (0, 24, 48):
+        y, x = centres[at]
+        expected = opencv_descriptor(image, float(y), float(x), 6.0) / 512
+        np.testing.assert_allclose(descriptors[0, at], expected, atol=1e-6)
+    # Pixels 8 px beyond the patch, unseen by the patch alone, change the wider descriptor.
+    at = 24
+    top, left = patch_grid(64, 64, (16,), 8)[at, :2]
+    outside = image.copy()
+    keep = np.zeros_like(image, bool)
+    keep[top - 7 : top + 16 + 7, left - 7 : left + 16 + 7] = True
+    outside[~keep] = 0
+    changed = DenseSift(window=2.25).fit().transform(outside[None])[0, at]
+    assert np.abs(changed - descriptors[0, at]).max() > 20 / 512
+
+
+@pytest.mark.parametrize("window", [0, -1.0, True, "2", 20])
+def test_a_window_outside_its_range_is_refused(window):
+    with pytest.raises(ValueError, match="window"):
+        DenseSift(window=window).fit()

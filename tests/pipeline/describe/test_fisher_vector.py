@@ -6,7 +6,7 @@ import pytest
 from skimage.feature import fisher_vector as skimage_fisher_vector
 from sklearn.mixture import GaussianMixture
 
-from imgscale.pipeline.describe import FisherVector
+from imgscale.pipeline.describe import DenseSift, FisherVector
 from imgscale.pipeline.describe.fisher_vector import fisher_vectors
 
 from .conftest import photos
@@ -105,3 +105,10 @@ def test_an_image_size_under_one_patch_and_unknown_channels_are_refused():
         FisherVector(image_size=8).fit(np.zeros((2, 8, 8, 3), np.uint8))
     with pytest.raises(ValueError, match="channels must be some of"):
         FisherVector(channels=("sift", "hog")).fit(np.zeros((2, 32, 32, 3), np.uint8))
+
+
+def test_the_sift_window_reaches_the_sift_channel():
+    images = photos(64, grey=True)[:2]
+    vocabulary = FisherVector(channels=("sift",), image_size=64, sift_window=2.25)
+    wide = DenseSift(root=True, window=2.25).fit().transform(images).reshape(-1, 128)
+    np.testing.assert_array_equal(vocabulary.local_descriptors(images)["sift"], wide)
