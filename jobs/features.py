@@ -189,7 +189,12 @@ def vocabulary_sha256(vocabulary: BaseEstimator) -> str:
     """sha256 of a fitted vocabulary's class, parameters and fitted arrays (name, dtype, shape,
     bytes): its identity wherever and however its file is stored."""
     digest = hashlib.sha256(type(vocabulary).__name__.encode())
-    digest.update(json.dumps(_json(vocabulary.get_params()), sort_keys=True).encode())
+    params = vocabulary.get_params()
+    if params.get("sift_window") == 1.0:
+        # Vocabularies fitted before the SIFT window was a parameter described at window 1:
+        # left out at that value, their identity (and the stores that record it) is unchanged.
+        del params["sift_window"]
+    digest.update(json.dumps(_json(params), sort_keys=True).encode())
     for name, value in sorted(vars(vocabulary).items()):
         if name.endswith("_") and isinstance(value, np.ndarray):
             digest.update(f"{name}:{value.dtype.str}:{value.shape}".encode())

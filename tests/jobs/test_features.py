@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from imgscale.jobs.features import check_same_features, features_of_store, parse_features
-from imgscale.pipeline.describe import DESCRIPTORS
+from imgscale.jobs.features import (
+    check_same_features,
+    features_of_store,
+    parse_features,
+    vocabulary_sha256,
+)
+from imgscale.pipeline.describe import DESCRIPTORS, BagOfWords, FisherVector
 from imgscale.storage import StoreError
 
 
@@ -98,3 +103,30 @@ def test_an_onnx_model_whose_bytes_changed_is_refused(tmp_path):
         features_of_store(record, "s.zarr")
     with pytest.raises(StoreError, match="refusing rows"):
         check_same_features(record, parse_features(f"onnx:{model}"), "s.zarr")
+
+
+@pytest.mark.parametrize(
+    ("vocabulary_class", "attribute", "digest"),
+    [
+        # Digests of these vocabularies as imgscale computed them before the SIFT window became
+        # a parameter: the identity a store recorded for a vocabulary must stay the same.
+        (
+            BagOfWords,
+            "vocabulary_",
+            "c90924fd4a6a388f9b2f5625124d77fca148dbd8d17130a9a52c45589de4d0a8",
+        ),
+        (
+            FisherVector,
+            "means_",
+            "30b12aa2204787a6a1152bf48d71d8bb815697f74524ef39194a9e122f582c3e",
+        ),
+    ],
+)
+def test_a_vocabulary_at_the_old_sift_window_keeps_the_identity_stores_recorded(
+    vocabulary_class, attribute, digest
+):
+    vocabulary = vocabulary_class()
+    setattr(vocabulary, attribute, np.arange(12, dtype=np.float32).reshape(3, 4))
+    assert vocabulary_sha256(vocabulary) == digest
+    vocabulary.set_params(sift_window=2.25)
+    assert vocabulary_sha256(vocabulary) != digest
