@@ -102,13 +102,18 @@ def training_neighbourhoods(
     n_samples: int,
     alpha: float,
     seed: int,
+    balanced: bool,
+    label_weights: np.ndarray | None,
     instances: np.ndarray,
 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """Target neighbourhoods of `instances` (row ids of X): members, chosen size, posterior.
 
     Distances are Euclidean between rows of `distance_rows` (X itself, or X under a learned
-    metric). Each instance's draws come from its own generator seeded by (seed, instance), so
-    the result does not depend on how instances are split into blocks or where blocks run.
+    metric). Candidates of size k hold k/C rows of each label drawn by rank among that label's
+    rows if `balanced` (§3.1), else k rows drawn by rank among all rows; `label_weights` (C,)
+    weigh each row of a candidate's fit by its label (`local_posteriors`' ``row_weights``).
+    Each instance's draws come from its own generator seeded by (seed, instance), so the result
+    does not depend on how instances are split into blocks or where blocks run.
     """
     sizes = np.asarray(sizes)
     Q = distance_rows[instances].astype(np.float64)
@@ -119,12 +124,14 @@ def training_neighbourhoods(
         rng = np.random.default_rng([seed, int(instance)])
         order = np.argsort(distances[i], kind="stable")
         order = order[order != instance]
-        ranked = [order[y_index[order] == c] for c in range(n_classes)]
+        ranked = [order[y_index[order] == c] for c in range(n_classes)] if balanced else [order]
         posteriors, candidates = [], []
         for k in sizes:
-            sets = sample_candidates(ranked, int(k) // n_classes, n_samples, rng)
+            per_group = int(k) // n_classes if balanced else int(k)
+            sets = sample_candidates(ranked, per_group, n_samples, rng)
             query = np.broadcast_to(X[instance], (n_samples, X.shape[1]))
-            p = local_posteriors(X[sets], y_index[sets], n_classes, query, alpha)
+            weights = None if label_weights is None else label_weights[y_index[sets]]
+            p = local_posteriors(X[sets], y_index[sets], n_classes, query, alpha, weights)
             posteriors.append(p[:, y_index[instance]])
             candidates.append(sets)
         size = int(np.argmax([p.mean() for p in posteriors]))
@@ -159,11 +166,13 @@ def predict_from_confidences(
     sizes: Sequence[int],
     alpha: float,
     balanced: bool = True,
+    label_weights: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Posteriors (q, C) and chosen sizes (q,) of queries with training-row confidences (q, M).
 
-    For each size, the neighbourhood of `neighbourhood_for` trains a local classifier; the one
-    whose posterior for its predicted label is highest answers (§3.3). A neighbourhood holding
+    For each size, the neighbourhood of `neighbourhood_for` trains a local classifier (its rows
+    weighted by `label_weights` (C,) of their labels, if given); the one whose posterior for its
+    predicted label is highest answers (§3.3). A neighbourhood holding
     one label only answers that label with posterior 1, without fitting; one holding no row
     (no positive confidence) answers nothing, and a query with no answer at any size gets
     uniform posteriors.
@@ -181,7 +190,8 @@ def predict_from_confidences(
                 posterior = np.zeros(n_classes)
                 posterior[labels[0]] = 1.0
             else:
-                posterior = local_posteriors(X[rows], labels, n_classes, query, alpha)
+                weights = None if label_weights is None else label_weights[labels]
+                posterior = local_posteriors(X[rows], labels, n_classes, query, alpha, weights)
             if posterior.max() > best:
                 best, out[q], chosen[q] = posterior.max(), posterior, k
     return out, chosen
@@ -197,6 +207,7 @@ def _posterior_block(
     alpha: float,
     neighbourhood: str,
     balanced: bool,
+    label_weights: np.ndarray | None,
     components: np.ndarray | None,
     signs: np.ndarray | None,
     coef: np.ndarray | None,
@@ -220,7 +231,7 @@ def _posterior_block(
             phi = signs.astype(np.float32) / np.sqrt(len(signs))
             confidences = recover(confidences, phi, int(max(sizes)), recovery)
     posteriors, _ = predict_from_confidences(
-        X, y_index, n_classes, queries, confidences, sizes, alpha, balanced
+        X, y_index, n_classes, queries, confidences, sizes, alpha, balanced, label_weights
     )
     return posteriors.astype(np.float32)
 
@@ -250,9 +261,17 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
     neighbourhood : {"predicted", "nearest"}, default="predicted"
         "nearest" is the Local baseline of §4: the k nearest rows, k chosen per query as here.
     balanced : bool, default=True
-        At inference, the k/C most confident (or nearest) rows of each label (§3.3; Local B);
-        False takes the k most confident rows whatever their labels (Local U). The target
-        neighbourhoods of §3.1 are always balanced.
+        The k/C most confident (or nearest) rows of each label (§3.3; Local B), and candidates
+        of k/C rows of each label for the targets (§3.1); False takes the k most confident rows
+        whatever their labels (Local U), and draws candidates from all rows.
+    class_weight : {None, "balanced"}, default=None
+        "balanced" weighs each row of a local classifier's set by M / (C · M_c), its label's
+        share of the training rows inverted (scikit-learn's ``class_weight="balanced"``), so
+        both labels weigh alike, as on balanced test queries, while the set keeps the labels in
+        the proportion in which they surround the query. With rare positives a label-balanced
+        set must reach further for its positives than for its negatives, which puts every
+        query on the negative side; weighting an unbalanced set (``balanced=False``) does not.
+        Beyond the paper, which balances by count (§3.4).
     metric : {"euclidean", "learned"}, default="euclidean"
         Distances for the candidate sampling and for "nearest": "learned" is those of a
         `MetricKNeighborsClassifier` fitted on the training rows (Local+ML of §4).
@@ -310,6 +329,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         "n_samples": (Interval(int, 1, None),),
         "compression": (Interval(float, 0, 1, closed="right"), None),
         "neighbourhood": (Options(NEIGHBOURHOODS),),
+        "class_weight": (Options(("balanced",)), None),
         "metric": (Options(METRICS),),
         "metric_dim": (Interval(int, 1, None),),
         "metric_max_iter": (Interval(int, 1, None),),
@@ -326,6 +346,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         compression: float | None = None,
         neighbourhood: str = "predicted",
         balanced: bool = True,
+        class_weight: str | None = None,
         metric: str = "euclidean",
         metric_dim: int = 64,
         metric_max_iter: int = 1000,
@@ -340,6 +361,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         self.compression = compression
         self.neighbourhood = neighbourhood
         self.balanced = balanced
+        self.class_weight = class_weight
         self.metric = metric
         self.metric_dim = metric_dim
         self.metric_max_iter = metric_max_iter
@@ -391,7 +413,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         distance_rows = X if self.components_ is None else X @ self.components_.T
         shared = (
             X, y_index, distance_rows, len(self.classes_), sizes, int(self.n_samples),
-            float(self.alpha), seed,
+            float(self.alpha), seed, bool(self.balanced), self.label_weights(),
         )  # fmt: skip
         blocks = [
             (instances[start : start + INSTANCES_PER_BLOCK],)
@@ -441,13 +463,20 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
                 out[n] = signs[:, members].sum(axis=1, dtype=np.float32)
         return out if signs is None else out / np.float32(np.sqrt(len(signs)))
 
+    def label_weights(self) -> np.ndarray | None:
+        """M / (C · M_c) of each label c for ``class_weight="balanced"``, else None."""
+        if self.class_weight is None:
+            return None
+        counts = np.bincount(self.training_index_, minlength=len(self.classes_))
+        return len(self.training_index_) / (len(counts) * np.maximum(counts, 1))
+
     def _score_params(self) -> tuple:
         check_is_fitted(self, "training_rows_")
         predicted = self.neighbourhood == "predicted"
         return (
             self.training_rows_, self.training_index_, len(self.classes_),
             tuple(int(k) for k in self.sizes), float(self.alpha), self.neighbourhood,
-            bool(self.balanced), self.components_,
+            bool(self.balanced), self.label_weights(), self.components_,
             self.sensing_signs_ if predicted else None,
             self.regression_coef_ if predicted else None,
             self.regression_mean_ if predicted else None,
