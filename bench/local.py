@@ -156,7 +156,7 @@ def own_targets(model, X_test: np.ndarray, y_test: np.ndarray) -> list[np.ndarra
         members, _, _ = training_neighbourhoods(
             rows, np.append(y_index, label), rows, len(model.classes_), model.sizes,
             model.n_samples, model.alpha, 0, model.balanced, model.label_weights(),
-            np.array([len(X)]),
+            model.prior(), np.array([len(X)]),
         )  # fmt: skip
         targets.append(members[0])
     return targets
@@ -173,7 +173,7 @@ def oracle_records(model, X_test, y_test, name: str, tag: dict) -> list[dict]:
         indicators[q, members] = 1.0
     posteriors, _ = predict_from_confidences(
         X, y_index, len(model.classes_), X_test, indicators, model.sizes, model.alpha,
-        model.balanced, model.label_weights(),
+        model.balanced, model.label_weights(), model.prior(),
     )  # fmt: skip
     oracle = float(np.mean(model.classes_[posteriors.argmax(axis=1)] == y_test))
     confidences = (X_test - model.regression_mean_) @ model.regression_coef_ + model.target_mean_

@@ -53,6 +53,7 @@ from imgscale.pipeline.classify.local_kernels import (
     multi_target_ridge,
     one_blas_thread,
     recover,
+    ridge_weights,
     sensing_signs,
 )
 from imgscale.pipeline.compute import Mapper, compute, run_in_process
@@ -104,6 +105,7 @@ def training_neighbourhoods(
     seed: int,
     balanced: bool,
     label_weights: np.ndarray | None,
+    prior: np.ndarray | None,
     instances: np.ndarray,
 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """Target neighbourhoods of `instances` (row ids of X): members, chosen size, posterior.
@@ -111,7 +113,8 @@ def training_neighbourhoods(
     Distances are Euclidean between rows of `distance_rows` (X itself, or X under a learned
     metric). Candidates of size k hold k/C rows of each label drawn by rank among that label's
     rows if `balanced` (§3.1), else k rows drawn by rank among all rows; `label_weights` (C,)
-    weigh each row of a candidate's fit by its label (`local_posteriors`' ``row_weights``).
+    weigh each row of a candidate's fit by its label (`local_posteriors`' ``row_weights``), and
+    `prior` (d, C') is the weights its ridge shrinks towards (``prior``).
     Each instance's draws come from its own generator seeded by (seed, instance), so the result
     does not depend on how instances are split into blocks or where blocks run.
     """
@@ -131,7 +134,7 @@ def training_neighbourhoods(
             sets = sample_candidates(ranked, per_group, n_samples, rng)
             query = np.broadcast_to(X[instance], (n_samples, X.shape[1]))
             weights = None if label_weights is None else label_weights[y_index[sets]]
-            p = local_posteriors(X[sets], y_index[sets], n_classes, query, alpha, weights)
+            p = local_posteriors(X[sets], y_index[sets], n_classes, query, alpha, weights, prior)
             posteriors.append(p[:, y_index[instance]])
             candidates.append(sets)
         size = int(np.argmax([p.mean() for p in posteriors]))
@@ -167,11 +170,13 @@ def predict_from_confidences(
     alpha: float,
     balanced: bool = True,
     label_weights: np.ndarray | None = None,
+    prior: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Posteriors (q, C) and chosen sizes (q,) of queries with training-row confidences (q, M).
 
     For each size, the neighbourhood of `neighbourhood_for` trains a local classifier (its rows
-    weighted by `label_weights` (C,) of their labels, if given); the one whose posterior for its
+    weighted by `label_weights` (C,) of their labels, if given, and its weights shrunk towards
+    `prior`); the one whose posterior for its
     predicted label is highest answers (§3.3). A neighbourhood holding
     one label only answers that label with posterior 1, without fitting; one holding no row
     (no positive confidence) answers nothing, and a query with no answer at any size gets
@@ -191,7 +196,9 @@ def predict_from_confidences(
                 posterior[labels[0]] = 1.0
             else:
                 weights = None if label_weights is None else label_weights[labels]
-                posterior = local_posteriors(X[rows], labels, n_classes, query, alpha, weights)
+                posterior = local_posteriors(
+                    X[rows], labels, n_classes, query, alpha, weights, prior
+                )
             if posterior.max() > best:
                 best, out[q], chosen[q] = posterior.max(), posterior, k
     return out, chosen
@@ -208,6 +215,7 @@ def _posterior_block(
     neighbourhood: str,
     balanced: bool,
     label_weights: np.ndarray | None,
+    prior: np.ndarray | None,
     components: np.ndarray | None,
     signs: np.ndarray | None,
     coef: np.ndarray | None,
@@ -231,7 +239,7 @@ def _posterior_block(
             phi = signs.astype(np.float32) / np.sqrt(len(signs))
             confidences = recover(confidences, phi, int(max(sizes)), recovery)
     posteriors, _ = predict_from_confidences(
-        X, y_index, n_classes, queries, confidences, sizes, alpha, balanced, label_weights
+        X, y_index, n_classes, queries, confidences, sizes, alpha, balanced, label_weights, prior
     )
     return posteriors.astype(np.float32)
 
@@ -272,6 +280,12 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         set must reach further for its positives than for its negatives, which puts every
         query on the negative side; weighting an unbalanced set (``balanced=False``) does not.
         Beyond the paper, which balances by count (§3.4).
+    local_prior : {None, "global"}, default=None
+        What a local ridge shrinks its weights towards: None, 0 (§3.1's plain local
+        classifier); "global", the weights of the same ridge fitted on all training rows
+        (weighted by ``class_weight``), so a neighbourhood with few rows of a label keeps the
+        global direction and sets its own offset (biased regularisation, beyond the paper;
+        `alpha` is then how far a neighbourhood may pull away from it).
     metric : {"euclidean", "learned"}, default="euclidean"
         Distances for the candidate sampling and for "nearest": "learned" is those of a
         `MetricKNeighborsClassifier` fitted on the training rows (Local+ML of §4).
@@ -296,6 +310,8 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         The training rows local classifiers are drawn from (lazy learning keeps them).
     training_index_ : ndarray (M,) int64, the class index of each.
     components_ : ndarray (d', d) float32 or None, the learned metric's projection.
+    prior_weights_ : ndarray (d, C') float32, the ridge of all training rows (weighted by
+        ``class_weight``), C' = 1 for two classes: what ``local_prior="global"`` shrinks to.
     neighbourhood_instances_ : ndarray (N,) row ids; neighbourhood_indptr_ (N + 1,) and
         neighbourhood_members_: their target neighbourhoods (CSR); neighbourhood_sizes_ (N,) k*.
     sensing_signs_ : ndarray (D, M) int8, φ·√D, or None without compression.
@@ -320,6 +336,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         "target_mean_": ("S",),
         "neighbourhood_instances_": ("M",),
         "neighbourhood_sizes_": ("M",),
+        "prior_weights_": ("D", "P"),
     }
 
     # What each parameter may be (`pipeline.params`), checked when fit reads its rows.
@@ -330,6 +347,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         "compression": (Interval(float, 0, 1, closed="right"), None),
         "neighbourhood": (Options(NEIGHBOURHOODS),),
         "class_weight": (Options(("balanced",)), None),
+        "local_prior": (Options(("global",)), None),
         "metric": (Options(METRICS),),
         "metric_dim": (Interval(int, 1, None),),
         "metric_max_iter": (Interval(int, 1, None),),
@@ -347,6 +365,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         neighbourhood: str = "predicted",
         balanced: bool = True,
         class_weight: str | None = None,
+        local_prior: str | None = None,
         metric: str = "euclidean",
         metric_dim: int = 64,
         metric_max_iter: int = 1000,
@@ -362,6 +381,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         self.neighbourhood = neighbourhood
         self.balanced = balanced
         self.class_weight = class_weight
+        self.local_prior = local_prior
         self.metric = metric
         self.metric_dim = metric_dim
         self.metric_max_iter = metric_max_iter
@@ -390,6 +410,11 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
             raise ValueError(f"sizes {sizes} must be at least the number of classes {len(classes)}")
         self.classes_ = classes
         self.training_rows_, self.training_index_ = X, y_index
+        weights = self.label_weights()
+        self.prior_weights_ = ridge_weights(
+            X, y_index, len(classes), float(self.alpha),
+            None if weights is None else weights[y_index],
+        ).astype(np.float32)  # fmt: skip
         seed = check_random_state(self.random_state).randint(2**31)
         self.components_ = self.embedding_weights_ = self.embedding_offset_ = None
         if self.metric == "learned":
@@ -413,7 +438,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         distance_rows = X if self.components_ is None else X @ self.components_.T
         shared = (
             X, y_index, distance_rows, len(self.classes_), sizes, int(self.n_samples),
-            float(self.alpha), seed, bool(self.balanced), self.label_weights(),
+            float(self.alpha), seed, bool(self.balanced), self.label_weights(), self.prior(),
         )  # fmt: skip
         blocks = [
             (instances[start : start + INSTANCES_PER_BLOCK],)
@@ -463,6 +488,10 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
                 out[n] = signs[:, members].sum(axis=1, dtype=np.float32)
         return out if signs is None else out / np.float32(np.sqrt(len(signs)))
 
+    def prior(self) -> np.ndarray | None:
+        """The weights (d, C') local fits shrink towards (``local_prior``), or None."""
+        return self.prior_weights_ if self.local_prior == "global" else None
+
     def label_weights(self) -> np.ndarray | None:
         """M / (C · M_c) of each label c for ``class_weight="balanced"``, else None."""
         if self.class_weight is None:
@@ -476,7 +505,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         return (
             self.training_rows_, self.training_index_, len(self.classes_),
             tuple(int(k) for k in self.sizes), float(self.alpha), self.neighbourhood,
-            bool(self.balanced), self.label_weights(), self.components_,
+            bool(self.balanced), self.label_weights(), self.prior(), self.components_,
             self.sensing_signs_ if predicted else None,
             self.regression_coef_ if predicted else None,
             self.regression_mean_ if predicted else None,

@@ -99,26 +99,16 @@ def _platt(
     return a, b
 
 
-def local_posteriors(
+def _ridge(
     X_sets: np.ndarray,
     y_sets: np.ndarray,
     n_classes: int,
-    queries: np.ndarray,
     alpha: float,
-    row_weights: np.ndarray | None = None,
-) -> np.ndarray:
-    """Posterior (..., C) of each query under a Platt-scaled ridge classifier of its set.
-
-    `X_sets` (..., k, d) and class indices `y_sets` (..., k) are one neighbourhood per leading
-    index and `queries` (..., d) one row each. Ridge on centred rows and ±1 targets with
-    ρ = alpha · ‖X̃‖²_F / k (scale-free), solved in the primal (d × d) form when d < k, else the
-    dual (k × k); the sigmoid of each target column is fitted on the set's own decisions, and
-    one-vs-rest posteriors are normalised.
-
-    `row_weights` (..., k), if given, weigh each row's squared error and Platt term, the mean,
-    the centring and ρ's norm being weighted alike (rows of weight w count as w rows): the
-    weighted least squares min Σ wᵢ(x̃ᵢw − t̃ᵢ)² + ρ‖w‖², solved through √W X̃.
-    """
+    row_weights: np.ndarray | None,
+    prior: np.ndarray | None,
+) -> tuple[np.ndarray, ...]:
+    """The weighted ridge of each set: (weights (..., d, C'), mean (..., 1, d), target mean
+    (..., 1, C'), row weights (..., k, 1) summing to k, ±1 targets (..., k, C'))."""
     X_sets = np.asarray(X_sets, dtype=np.float64)
     k, d = X_sets.shape[-2:]
     if row_weights is None:
@@ -131,9 +121,10 @@ def local_posteriors(
     rho = alpha * (w * centred**2).sum(axis=(-2, -1)) / k + np.finfo(float).tiny
     targets = _targets(y_sets, n_classes)
     target_mean = (w * targets).sum(axis=-2, keepdims=True) / k
-    offsets = (queries - mean[..., 0, :])[..., None, :]  # (..., 1, d)
+    prior = np.zeros((d, targets.shape[-1])) if prior is None else np.asarray(prior, np.float64)
     root = np.sqrt(w)
-    scaled, scaled_targets = root * centred, root * (targets - target_mean)
+    # weights = prior + the plain ridge of the residual targets t̃ − X̃·prior.
+    scaled, scaled_targets = root * centred, root * (targets - target_mean - centred @ prior)
     transposed = np.swapaxes(scaled, -1, -2)
     if d < k:
         system = transposed @ scaled + rho[..., None, None] * np.eye(d)
@@ -142,6 +133,52 @@ def local_posteriors(
         dual = np.linalg.solve(scaled @ transposed + rho[..., None, None] * np.eye(k),
                                scaled_targets)  # fmt: skip
         weights = transposed @ dual
+    return prior + weights, mean, target_mean, w, targets
+
+
+def ridge_weights(
+    X: np.ndarray,
+    y_index: np.ndarray,
+    n_classes: int,
+    alpha: float,
+    row_weights: np.ndarray | None = None,
+) -> np.ndarray:
+    """Weights (d, C') of the ridge `local_posteriors` fits, on one set X (k, d): the global
+    classifier a local fit may shrink towards (its ``prior``)."""
+    return _ridge(X, y_index, n_classes, alpha, row_weights, None)[0]
+
+
+def local_posteriors(
+    X_sets: np.ndarray,
+    y_sets: np.ndarray,
+    n_classes: int,
+    queries: np.ndarray,
+    alpha: float,
+    row_weights: np.ndarray | None = None,
+    prior: np.ndarray | None = None,
+) -> np.ndarray:
+    """Posterior (..., C) of each query under a Platt-scaled ridge classifier of its set.
+
+    `X_sets` (..., k, d) and class indices `y_sets` (..., k) are one neighbourhood per leading
+    index and `queries` (..., d) one row each. Ridge on centred rows and ±1 targets with
+    ρ = alpha · ‖X̃‖²_F / k (scale-free), solved in the primal (d × d) form when d < k, else the
+    dual (k × k); the sigmoid of each target column is fitted on the set's own decisions, and
+    one-vs-rest posteriors are normalised.
+
+    `row_weights` (..., k), if given, weigh each row's squared error and Platt term, the mean,
+    the centring and ρ's norm being weighted alike (rows of weight w count as w rows): the
+    weighted least squares min Σ wᵢ(x̃ᵢw − t̃ᵢ)² + ρ‖w‖², solved through √W X̃.
+
+    `prior` (d, C'), C' the target columns, makes the ridge shrink the weights towards it
+    rather than towards 0: min Σ wᵢ(x̃ᵢw − t̃ᵢ)² + ρ‖w − prior‖² (biased regularisation, as in
+    hypothesis transfer: Tommasi, Orabona & Caputo, CVPR 2010). A set with few rows of a label
+    then keeps the prior's direction where it says little, and sets its own offset.
+    """
+    weights, mean, target_mean, w, targets = _ridge(
+        X_sets, y_sets, n_classes, alpha, row_weights, prior
+    )
+    centred = np.asarray(X_sets, dtype=np.float64) - mean
+    offsets = (queries - mean[..., 0, :])[..., None, :]  # (..., 1, d)
     train_decisions = centred @ weights + target_mean
     query_decisions = (offsets @ weights + target_mean)[..., 0, :]
     a, b = _platt(

@@ -153,6 +153,48 @@ def test_weighted_local_posterior_is_platt_scaled_weighted_ridge_of_the_set(n, d
     np.testing.assert_allclose(got, [1 - positive, positive], atol=1e-5)
 
 
+@pytest.mark.parametrize("n, d", [(60, 4), (20, 30)], ids=["primal", "dual"])
+def test_a_prior_shrinks_the_weighted_ridge_towards_it(n, d):
+    """min Σ wᵢ(x̃ᵢw − t̃ᵢ)² + ρ‖w − prior‖², solved densely, through the same Platt fit."""
+    X, y = _blobs(n=n, d=d, seed=11)
+    rng = np.random.default_rng(12)
+    query, weights, prior = rng.normal(size=d), rng.uniform(0.2, 5.0, n), rng.normal(size=(d, 1))
+    got = local_posteriors(X, y, 2, query, alpha=0.3, row_weights=weights, prior=prior)
+    w = weights * n / weights.sum()
+    X64 = X.astype(np.float64)
+    mean = (w[:, None] * X64).sum(0) / n
+    centred = X64 - mean
+    rho = 0.3 * (w[:, None] * centred**2).sum() / n
+    t = np.where(y == 1, 1.0, -1.0)
+    t_mean = (w * t).sum() / n
+    coef = np.linalg.solve(centred.T @ (w[:, None] * centred) + rho * np.eye(d),
+                           centred.T @ (w * (t - t_mean)) + rho * prior[:, 0])  # fmt: skip
+    a, b = _weighted_platt_reference(centred @ coef + t_mean, y == 1, w)
+    positive = 1 / (1 + np.exp(a * ((query - mean) @ coef + t_mean) + b))
+    np.testing.assert_allclose(got, [1 - positive, positive], atol=1e-5)
+
+
+def test_the_global_prior_is_the_weighted_ridge_of_all_rows():
+    X, y = _blobs(n=200, d=5, seed=13)
+    keep = np.concatenate([np.flatnonzero(y == 0)[:20], np.flatnonzero(y == 1)])
+    X, y = X[keep], y[keep]
+    model = PredictedNeighbourhoodClassifier(
+        neighbourhood="nearest", balanced=False, class_weight="balanced",
+        local_prior="global", alpha=2.0,
+    ).fit(X, y)  # fmt: skip
+    w = (len(y) / (2 * np.bincount(y)))[y]
+    w = w * len(y) / w.sum()
+    X64 = X.astype(np.float64)
+    mean = (w[:, None] * X64).sum(0) / len(y)
+    centred = X64 - mean
+    rho = 2.0 * (w[:, None] * centred**2).sum() / len(y)
+    t = np.where(y == 1, 1.0, -1.0)
+    expected = np.linalg.solve(centred.T @ (w[:, None] * centred) + rho * np.eye(5),
+                               centred.T @ (w * (t - (w * t).sum() / len(y))))  # fmt: skip
+    np.testing.assert_allclose(model.prior()[:, 0], expected, rtol=1e-4)
+    assert model.set_params(local_prior=None).prior() is None
+
+
 def test_equal_row_weights_change_nothing():
     X, y = _blobs(n=40, d=5, n_classes=3, seed=9)
     query = X[0] + 0.1
