@@ -155,7 +155,8 @@ def own_targets(model, X_test: np.ndarray, y_test: np.ndarray) -> list[np.ndarra
         rows = np.vstack([X, row[None, :]])
         members, _, _ = training_neighbourhoods(
             rows, np.append(y_index, label), rows, len(model.classes_), model.sizes,
-            model.n_samples, model.alpha, 0, np.array([len(X)]),
+            model.n_samples, model.alpha, 0, model.balanced, model.label_weights(),
+            model.prior(), np.array([len(X)]),
         )  # fmt: skip
         targets.append(members[0])
     return targets
@@ -171,8 +172,9 @@ def oracle_records(model, X_test, y_test, name: str, tag: dict) -> list[dict]:
     for q, members in enumerate(targets):
         indicators[q, members] = 1.0
     posteriors, _ = predict_from_confidences(
-        X, y_index, len(model.classes_), X_test, indicators, model.sizes, model.alpha
-    )
+        X, y_index, len(model.classes_), X_test, indicators, model.sizes, model.alpha,
+        model.balanced, model.label_weights(), model.prior(),
+    )  # fmt: skip
     oracle = float(np.mean(model.classes_[posteriors.argmax(axis=1)] == y_test))
     confidences = (X_test - model.regression_mean_) @ model.regression_coef_ + model.target_mean_
     distances = (X.astype(np.float64) ** 2).sum(axis=1) - 2.0 * X_test @ X.T

@@ -54,6 +54,7 @@ MODULES = (
     "local",
     "hope",
     "natural_local",
+    "rare_local",
     "natural_embeddings",
     "natural_hope",
     "natural_ale",

@@ -47,17 +47,23 @@ def _targets(y_set: np.ndarray, n_classes: int) -> np.ndarray:
     return np.where(y_set[..., None] == np.arange(n_classes), 1.0, -1.0)
 
 
-def _platt(decisions: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _platt(
+    decisions: np.ndarray, positive: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Platt's sigmoid P(positive | f) = 1 / (1 + exp(A f + B)) fitted per leading index.
 
     `decisions` and `positive` are (..., k); returns A and B of shape (...). The targets are
     Platt's smoothed (N₊ + 1)/(N₊ + 2) and 1/(N₋ + 2), so separable sets keep a finite fit.
     Newton's method with a backtracking line search (Lin, Lin & Weng 2007, Algorithm 1), all
     fits advancing together; a fit stops moving once its gradient is below their tolerance.
+    `weights` (..., k), scaled to sum to k, weigh each row's term of the likelihood, and N₊, N₋
+    are then the weighted counts.
     """
     f = decisions
-    n_pos = positive.sum(axis=-1, keepdims=True)
-    n_neg = positive.shape[-1] - n_pos
+    w_row = np.ones(f.shape) if weights is None else np.broadcast_to(weights, f.shape)
+    w_row = w_row * (f.shape[-1] / w_row.sum(axis=-1, keepdims=True))
+    n_pos = (w_row * positive).sum(axis=-1, keepdims=True)
+    n_neg = f.shape[-1] - n_pos
     t = np.where(positive, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
     a = np.zeros(f.shape[:-1])
     b = np.log((n_neg[..., 0] + 1.0) / (n_pos[..., 0] + 1.0))
@@ -65,17 +71,17 @@ def _platt(decisions: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.
     def loss(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         z = a[..., None] * f + b[..., None]
         # −log-likelihood: t·log(1 + e^z) + (1 − t)·log(1 + e^−z), written stably.
-        return (t * np.logaddexp(0, z) + (1 - t) * np.logaddexp(0, -z)).sum(axis=-1)
+        return (w_row * (t * np.logaddexp(0, z) + (1 - t) * np.logaddexp(0, -z))).sum(axis=-1)
 
     current = loss(a, b)
     for _ in range(_PLATT_ITERATIONS):
         p = 0.5 * (1 - np.tanh(0.5 * (a[..., None] * f + b[..., None])))  # 1 / (1 + e^z)
-        g = t - p  # ∂loss/∂z
+        g = w_row * (t - p)  # ∂loss/∂z
         ga, gb = (g * f).sum(-1), g.sum(-1)
         moving = np.maximum(np.abs(ga), np.abs(gb)) >= _PLATT_TOLERANCE
         if not moving.any():
             break
-        w = p * (1 - p) + _PLATT_SIGMA
+        w = w_row * p * (1 - p) + _PLATT_SIGMA
         haa, hab, hbb = (w * f * f).sum(-1) + _PLATT_SIGMA, (w * f).sum(-1), w.sum(-1)
         det = haa * hbb - hab * hab
         da_, db_ = -(hbb * ga - hab * gb) / det, -(haa * gb - hab * ga) / det
@@ -93,8 +99,63 @@ def _platt(decisions: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.
     return a, b
 
 
+def _ridge(
+    X_sets: np.ndarray,
+    y_sets: np.ndarray,
+    n_classes: int,
+    alpha: float,
+    row_weights: np.ndarray | None,
+    prior: np.ndarray | None,
+) -> tuple[np.ndarray, ...]:
+    """The weighted ridge of each set: (weights (..., d, C'), mean (..., 1, d), target mean
+    (..., 1, C'), row weights (..., k, 1) summing to k, ±1 targets (..., k, C'))."""
+    X_sets = np.asarray(X_sets, dtype=np.float64)
+    k, d = X_sets.shape[-2:]
+    if row_weights is None:
+        w = np.ones(X_sets.shape[:-1])
+    else:
+        w = np.broadcast_to(np.asarray(row_weights, np.float64), X_sets.shape[:-1])
+    w = (w * (k / w.sum(axis=-1, keepdims=True)))[..., None]  # (..., k, 1), Σ = k
+    mean = (w * X_sets).sum(axis=-2, keepdims=True) / k
+    centred = X_sets - mean
+    rho = alpha * (w * centred**2).sum(axis=(-2, -1)) / k + np.finfo(float).tiny
+    targets = _targets(y_sets, n_classes)
+    target_mean = (w * targets).sum(axis=-2, keepdims=True) / k
+    prior = np.zeros((d, targets.shape[-1])) if prior is None else np.asarray(prior, np.float64)
+    root = np.sqrt(w)
+    # weights = prior + the plain ridge of the residual targets t̃ − X̃·prior.
+    scaled, scaled_targets = root * centred, root * (targets - target_mean - centred @ prior)
+    transposed = np.swapaxes(scaled, -1, -2)
+    if d < k:
+        system = transposed @ scaled + rho[..., None, None] * np.eye(d)
+        weights = np.linalg.solve(system, transposed @ scaled_targets)
+    else:
+        dual = np.linalg.solve(scaled @ transposed + rho[..., None, None] * np.eye(k),
+                               scaled_targets)  # fmt: skip
+        weights = transposed @ dual
+    return prior + weights, mean, target_mean, w, targets
+
+
+def ridge_weights(
+    X: np.ndarray,
+    y_index: np.ndarray,
+    n_classes: int,
+    alpha: float,
+    row_weights: np.ndarray | None = None,
+) -> np.ndarray:
+    """Weights (d, C') of the ridge `local_posteriors` fits, on one set X (k, d): the global
+    classifier a local fit may shrink towards (its ``prior``)."""
+    return _ridge(X, y_index, n_classes, alpha, row_weights, None)[0]
+
+
 def local_posteriors(
-    X_sets: np.ndarray, y_sets: np.ndarray, n_classes: int, queries: np.ndarray, alpha: float
+    X_sets: np.ndarray,
+    y_sets: np.ndarray,
+    n_classes: int,
+    queries: np.ndarray,
+    alpha: float,
+    row_weights: np.ndarray | None = None,
+    prior: np.ndarray | None = None,
 ) -> np.ndarray:
     """Posterior (..., C) of each query under a Platt-scaled ridge classifier of its set.
 
@@ -103,27 +164,28 @@ def local_posteriors(
     ρ = alpha · ‖X̃‖²_F / k (scale-free), solved in the primal (d × d) form when d < k, else the
     dual (k × k); the sigmoid of each target column is fitted on the set's own decisions, and
     one-vs-rest posteriors are normalised.
+
+    `row_weights` (..., k), if given, weigh each row's squared error and Platt term, the mean,
+    the centring and ρ's norm being weighted alike (rows of weight w count as w rows): the
+    weighted least squares min Σ wᵢ(x̃ᵢw − t̃ᵢ)² + ρ‖w‖², solved through √W X̃.
+
+    `prior` (d, C'), C' the target columns, makes the ridge shrink the weights towards it
+    rather than towards 0: min Σ wᵢ(x̃ᵢw − t̃ᵢ)² + ρ‖w − prior‖² (biased regularisation, as in
+    hypothesis transfer: Tommasi, Orabona & Caputo, CVPR 2010). A set with few rows of a label
+    then keeps the prior's direction where it says little, and sets its own offset.
     """
-    X_sets = np.asarray(X_sets, dtype=np.float64)
-    mean = X_sets.mean(axis=-2, keepdims=True)
-    centred = X_sets - mean
-    k, d = centred.shape[-2:]
-    rho = alpha * (centred**2).sum(axis=(-2, -1)) / k + np.finfo(float).tiny
-    targets = _targets(y_sets, n_classes)
-    target_mean = targets.mean(axis=-2, keepdims=True)
+    weights, mean, target_mean, w, targets = _ridge(
+        X_sets, y_sets, n_classes, alpha, row_weights, prior
+    )
+    centred = np.asarray(X_sets, dtype=np.float64) - mean
     offsets = (queries - mean[..., 0, :])[..., None, :]  # (..., 1, d)
-    transposed = np.swapaxes(centred, -1, -2)
-    if d < k:
-        system = transposed @ centred + rho[..., None, None] * np.eye(d)
-        weights = np.linalg.solve(system, transposed @ (targets - target_mean))
-        train_decisions = centred @ weights + target_mean
-        query_decisions = (offsets @ weights + target_mean)[..., 0, :]
-    else:
-        kernel = centred @ transposed
-        dual = np.linalg.solve(kernel + rho[..., None, None] * np.eye(k), targets - target_mean)
-        train_decisions = kernel @ dual + target_mean
-        query_decisions = ((offsets @ transposed) @ dual + target_mean)[..., 0, :]
-    a, b = _platt(np.swapaxes(train_decisions, -1, -2), np.swapaxes(targets > 0, -1, -2))
+    train_decisions = centred @ weights + target_mean
+    query_decisions = (offsets @ weights + target_mean)[..., 0, :]
+    a, b = _platt(
+        np.swapaxes(train_decisions, -1, -2),
+        np.swapaxes(targets > 0, -1, -2),
+        None if row_weights is None else w[..., 0][..., None, :],
+    )
     probability = 0.5 * (1 - np.tanh(0.5 * (a * query_decisions + b)))  # (..., C')
     if targets.shape[-1] == 1:
         return np.concatenate([1 - probability, probability], axis=-1)

@@ -51,7 +51,7 @@ def test_local_trains_on_the_cluster_and_predicts_as_in_process(
     assert isinstance(model, PredictedNeighbourhoodClassifier)
     X, y = splits["train"]
     alone = PredictedNeighbourhoodClassifier(
-        n_neighbourhoods=60, sizes=(12, 24), n_samples=3, random_state=0
+        n_neighbourhoods=60, sizes=(12, 24), n_samples=3, compression=0.15, random_state=0
     ).fit(X, y)
     np.testing.assert_array_equal(model.neighbourhood_members_, alone.neighbourhood_members_)
     Xt, yt = splits["test"]

@@ -114,6 +114,97 @@ def test_local_posterior_is_platt_scaled_ridge_of_the_set(n_classes, n, d):
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+def _weighted_platt_reference(decisions, positive, weights):
+    weights = weights * len(weights) / weights.sum()
+    n_pos = weights[positive].sum()
+    n_neg = len(weights) - n_pos
+    t = np.where(positive, (n_pos + 1) / (n_pos + 2), 1 / (n_neg + 2))
+
+    def loss(ab):
+        z = ab[0] * decisions + ab[1]
+        return np.sum(weights * (t * np.logaddexp(0, z) + (1 - t) * np.logaddexp(0, -z)))
+
+    return optimize.minimize(
+        loss,
+        [0.0, 0.0],
+        method="Nelder-Mead",
+        options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20_000},
+    ).x
+
+
+@pytest.mark.parametrize("n, d", [(60, 4), (20, 30)], ids=["primal", "dual"])
+def test_weighted_local_posterior_is_platt_scaled_weighted_ridge_of_the_set(n, d):
+    """min Σ wᵢ(x̃ᵢw − t̃ᵢ)² + ρ‖w‖², weighted mean and ρ, solved densely; weighted Platt."""
+    X, y = _blobs(n=n, d=d, seed=7)
+    rng = np.random.default_rng(8)
+    query, weights = rng.normal(size=d), rng.uniform(0.2, 5.0, n)
+    got = local_posteriors(X, y, 2, query, alpha=0.3, row_weights=weights)
+    w = weights * n / weights.sum()
+    X64 = X.astype(np.float64)
+    mean = (w[:, None] * X64).sum(0) / n
+    centred = X64 - mean
+    rho = 0.3 * (w[:, None] * centred**2).sum() / n
+    t = np.where(y == 1, 1.0, -1.0)
+    t_mean = (w * t).sum() / n
+    coef = np.linalg.solve(centred.T @ (w[:, None] * centred) + rho * np.eye(d),
+                           centred.T @ (w * (t - t_mean)))  # fmt: skip
+    a, b = _weighted_platt_reference(centred @ coef + t_mean, y == 1, w)
+    positive = 1 / (1 + np.exp(a * ((query - mean) @ coef + t_mean) + b))
+    np.testing.assert_allclose(got, [1 - positive, positive], atol=1e-5)
+
+
+@pytest.mark.parametrize("n, d", [(60, 4), (20, 30)], ids=["primal", "dual"])
+def test_a_prior_shrinks_the_weighted_ridge_towards_it(n, d):
+    """min Σ wᵢ(x̃ᵢw − t̃ᵢ)² + ρ‖w − prior‖², solved densely, through the same Platt fit."""
+    X, y = _blobs(n=n, d=d, seed=11)
+    rng = np.random.default_rng(12)
+    query, weights, prior = rng.normal(size=d), rng.uniform(0.2, 5.0, n), rng.normal(size=(d, 1))
+    got = local_posteriors(X, y, 2, query, alpha=0.3, row_weights=weights, prior=prior)
+    w = weights * n / weights.sum()
+    X64 = X.astype(np.float64)
+    mean = (w[:, None] * X64).sum(0) / n
+    centred = X64 - mean
+    rho = 0.3 * (w[:, None] * centred**2).sum() / n
+    t = np.where(y == 1, 1.0, -1.0)
+    t_mean = (w * t).sum() / n
+    coef = np.linalg.solve(centred.T @ (w[:, None] * centred) + rho * np.eye(d),
+                           centred.T @ (w * (t - t_mean)) + rho * prior[:, 0])  # fmt: skip
+    a, b = _weighted_platt_reference(centred @ coef + t_mean, y == 1, w)
+    positive = 1 / (1 + np.exp(a * ((query - mean) @ coef + t_mean) + b))
+    np.testing.assert_allclose(got, [1 - positive, positive], atol=1e-5)
+
+
+def test_the_global_prior_is_the_weighted_ridge_of_all_rows():
+    X, y = _blobs(n=200, d=5, seed=13)
+    keep = np.concatenate([np.flatnonzero(y == 0)[:20], np.flatnonzero(y == 1)])
+    X, y = X[keep], y[keep]
+    model = PredictedNeighbourhoodClassifier(
+        neighbourhood="nearest", balanced=False, class_weight="balanced",
+        local_prior="global", alpha=2.0,
+    ).fit(X, y)  # fmt: skip
+    w = (len(y) / (2 * np.bincount(y)))[y]
+    w = w * len(y) / w.sum()
+    X64 = X.astype(np.float64)
+    mean = (w[:, None] * X64).sum(0) / len(y)
+    centred = X64 - mean
+    rho = 2.0 * (w[:, None] * centred**2).sum() / len(y)
+    t = np.where(y == 1, 1.0, -1.0)
+    expected = np.linalg.solve(centred.T @ (w[:, None] * centred) + rho * np.eye(5),
+                               centred.T @ (w * (t - (w * t).sum() / len(y))))  # fmt: skip
+    np.testing.assert_allclose(model.prior()[:, 0], expected, rtol=1e-4)
+    assert model.set_params(local_prior=None).prior() is None
+
+
+def test_equal_row_weights_change_nothing():
+    X, y = _blobs(n=40, d=5, n_classes=3, seed=9)
+    query = X[0] + 0.1
+    np.testing.assert_allclose(
+        local_posteriors(X, y, 3, query, 0.5, row_weights=np.full(40, 3.0)),
+        local_posteriors(X, y, 3, query, 0.5),
+        rtol=1e-10,
+    )
+
+
 def test_multi_target_ridge_solves_the_dense_system_at_the_gcv_choice():
     rng = np.random.default_rng(4)
     X = rng.normal(size=(80, 5)).astype(np.float32)
@@ -178,6 +269,27 @@ def test_target_neighbourhoods_are_balanced_hold_their_size_and_exclude_the_inst
         assert len(members) == model.neighbourhood_sizes_[n]
         assert np.bincount(y[members], minlength=2).tolist() == [len(members) // 2] * 2
         assert instance not in members
+
+
+def test_unbalanced_targets_draw_from_all_rows_and_weigh_labels_by_their_rarity():
+    X, y = _blobs(n=300)
+    rare = np.flatnonzero(y == 0)[:30]
+    keep = np.sort(np.concatenate([rare, np.flatnonzero(y == 1)]))
+    X, y = X[keep], y[keep]
+    model = PredictedNeighbourhoodClassifier(
+        n_neighbourhoods=60, sizes=(10, 20), n_samples=3, balanced=False,
+        class_weight="balanced", random_state=0,
+    ).fit(X, y)  # fmt: skip
+    counts = np.bincount(y)
+    np.testing.assert_allclose(model.label_weights(), len(y) / (2 * counts))
+    bounds = model.neighbourhood_indptr_
+    shares = []
+    for n in range(len(model.neighbourhood_instances_)):
+        members = model.neighbourhood_members_[bounds[n] : bounds[n + 1]]
+        assert len(members) == model.neighbourhood_sizes_[n]
+        shares.append(np.mean(y[members] == 0))
+    # Drawn by rank among all rows, the rare label is nowhere near half of every target.
+    assert np.mean(shares) < 0.35
 
 
 def test_neighbourhoods_do_not_depend_on_how_instances_are_blocked(monkeypatch):
