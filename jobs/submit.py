@@ -82,12 +82,12 @@ def _with_scheduler(job, scheduler: str | None) -> dict[str, Any]:
 @click.group(invoke_without_command=True)
 @click.option("--since", help="Runs started in the last 90m, 2h, 1d, or since an ISO time.")
 @click.option("--kind", help="Only runs of this command (ingest, train, ...).")
-@json_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON list of runs only.")
 @ledger_option
 @verbose_option
 @click.pass_context
 def runs(ctx: click.Context, since: str | None, kind: str | None, as_json: bool, ledger) -> None:
-    """List the runs in the ledger, oldest first, with the progress of running ones.
+    """List the runs in the ledger, newest first, with the progress of running ones.
 
     With --json: a list of objects (run_id, kind, outcome, started, ended, seconds, rows,
     rows_done, rows_total, current_pass, progress_unit, error); a running job's progress is
@@ -99,7 +99,7 @@ def runs(ctx: click.Context, since: str | None, kind: str | None, as_json: bool,
         return
     book = open_ledger(ledger)
     records = book.runs(since=None if since is None else _since(since), kind=kind)
-    listing = [_summary(r) for r in records]
+    listing = [_summary(r) for r in reversed(records)]
     if as_json:
         click.echo(json.dumps(listing))
         return

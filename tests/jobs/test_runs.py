@@ -92,8 +92,9 @@ def test_runs_lists_as_json_filtered_by_kind_and_start(digits_splits, tmp_path):
     listed = json.loads(_imgscale("runs", "--json", ledger=ledger).stdout)
     assert [(r["kind"], r["outcome"]) for r in listed] == [("ingest", "ok")] * 2
     assert {"run_id", "kind", "outcome", "started", "ended"} <= set(listed[0])
-    assert [r["rows"] for r in listed] == [len(np.load(digits_splits[s])["y"]) for s in
-                                           ("train", "test")]  # fmt: skip
+    assert [r["rows"] for r in listed] == [
+        len(np.load(digits_splits[s])["y"]) for s in ("test", "train")
+    ]  # newest first
     assert json.loads(_imgscale("runs", "--json", "--kind", "train", ledger=ledger).stdout) == []
     recent = _imgscale("runs", "--json", "--since", "1h", ledger=ledger)
     assert len(json.loads(recent.stdout)) == 2

@@ -114,7 +114,7 @@ def test_the_per_user_default_ledger_takes_in_the_older_sqlite_ledger_beside_it(
         listed = CliRunner().invoke(cli, ["runs", "--json"])
         assert listed.exit_code == 0, listed.output
         runs = json.loads(listed.stdout)
-        assert [r["outcome"] for r in runs] == ["ok", "failed", "lost"]
+        assert [r["outcome"] for r in runs] == ["lost", "failed", "ok"]  # newest first
     assert (tmp_path / "imgscale" / "ledger" / "runs" / "killed0train").is_dir()
 
 
