@@ -8,14 +8,17 @@ submitted a few at a time (`stream_map`), so the workers hold a bounded number o
 however large the source.
 
 The client appends the rows through the store's ordinary writer, one commit per chunk of rows
-or per `COMMIT_SECONDS`, whichever comes first. Each image's id is its source key, and ids are
-unique in a store, so a run killed at any moment (kill -9 included) loses only its uncommitted
-rows, and the next run, listing the source again, skips every key already committed: the store
-ends up holding every image exactly once, and a folder that grew is brought up to date by
-ingesting it again. An image whose bytes are already committed under another key (a renamed or
-copied file, the same photo in another split) is not decoded again: it is refused as a
-duplicate, with the key it duplicates. Refused images go to the store's table of rejects
-(`imgscale info --rejected`); a refused image that is fixed is read again by the next run.
+or per `COMMIT_SECONDS`, whichever comes first. Each image's id is its source key, qualified by
+its split when that is not ``train`` (`image_id`: ``test/cat/0000.jpg``), so the usual layout of
+datasets, ``photos/train/<class>/0000.jpg`` beside a different ``photos/test/<class>/0000.jpg``,
+gives each photo its own id with no flag. Ids are unique in a store, so a run killed at any
+moment (kill -9 included) loses only its uncommitted rows, and the next run, listing the source
+again, skips every key already committed: the store ends up holding every image exactly once,
+and a folder that grew is brought up to date by ingesting it again. An image whose bytes are
+already committed under another key (a renamed or copied file, the same photo in another split)
+is not decoded again: it is refused as a duplicate, with the key it duplicates. Refused images
+go to the store's table of rejects (`imgscale info --rejected`); a refused image that is fixed
+is read again by the next run.
 
 With ``--pq M`` (signatures of a vocabulary, ``bow:`` or ``fisher:``), the store keeps product
 quantization codes instead of float rows (paper 002 §4.1: 64K-D Fisher vectors of 1.2M images
@@ -74,23 +77,38 @@ EMPTY_SHA256 = hashlib.sha256(b"").digest()
 # Images whose signatures train a PQ codebook: faiss's 39 a centroid (39 × 256 = 9,984), 2.4 GiB
 # of 64K-D signatures, held by the workers.
 DEFAULT_PQ_SAMPLE = 10_000
+# The split whose images' ids are their keys as the source gives them; other splits' are qualified.
+DEFAULT_SPLIT = "train"
+
+
+def image_id(split: str, key: str) -> str:
+    """The id in a store of the image ``key`` of a source ingested as ``split``: the key itself
+    for the default split, ``SPLIT/KEY`` for another, so that a test split reusing the train
+    split's file names (``cat/0000.jpg`` in both) neither collides with it nor vanishes."""
+    return key if split == DEFAULT_SPLIT else f"{split}/{key}"
 
 
 @dataclass(frozen=True)
 class Known:
     """What the store already holds, sent once to every worker: hashes of the committed ids
-    (sorted; a key whose hash is among them is not read), and the committed images' sha256
-    digests (sorted by their first 8 bytes), with the id each belongs to."""
+    (sorted; a key whose id's hash is among them is not read), and the committed images' sha256
+    digests (sorted by their first 8 bytes), with the id each belongs to; and the split this
+    ingest names its images' ids by (`image_id`)."""
 
     key_hashes: np.ndarray
     digest_prefixes: np.ndarray
     digests: np.ndarray
     digest_ids: list[str]
+    split: str = DEFAULT_SPLIT
+
+    def id_of_key(self, key: str) -> str:
+        return image_id(self.split, key)
 
     def has_key(self, key: str) -> bool:
+        """Whether the id of the source's image ``key`` is committed."""
         if not len(self.key_hashes):
             return False
-        h = np.uint64(key_hash(key))
+        h = np.uint64(key_hash(self.id_of_key(key)))
         i = int(self.key_hashes.searchsorted(h))
         return i < len(self.key_hashes) and self.key_hashes[i] == h
 
@@ -114,10 +132,10 @@ def key_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
 
 
-def known_of(store: FeatureStore | None) -> Known:
+def known_of(store: FeatureStore | None, split: str = DEFAULT_SPLIT) -> Known:
     if store is None or store.committed_rows == 0:
         empty = np.empty(0, np.uint64)
-        return Known(empty, empty, np.empty((0, 32), np.uint8), [])
+        return Known(empty, empty, np.empty((0, 32), np.uint8), [], split)
     ids = store.rows(columns=["id"]).column("id")
     content = store.content_hashes()
     digests = np.frombuffer(
@@ -131,6 +149,7 @@ def known_of(store: FeatureStore | None) -> Known:
         prefixes[order],
         digests[order],
         [digest_ids[i] for i in order],
+        split,
     )
 
 
@@ -154,26 +173,27 @@ def describe_partition(features: Features, known: Known, partition: ImagePartiti
     accepted, decoded = [], []
     for image in read_partition(partition, skip=known.has_key):
         out.images_seen += 1
+        key = known.id_of_key(image.key)
         if image.problem is not None:
-            out.refused.append((image.key, EMPTY_SHA256, image.problem))
+            out.refused.append((key, EMPTY_SHA256, image.problem))
             continue
         digest = hashlib.sha256(image.data).digest()
         holder = known.id_of(digest)
         if holder is not None:
-            out.refused.append((image.key, digest, f"same bytes as {holder!r}, already stored"))
+            out.refused.append((key, digest, f"same bytes as {holder!r}, already stored"))
             continue
         try:
             decoded.append(decode_image(image.data, features.requests))
         except Exception as exc:
-            out.refused.append((image.key, digest, refusal(exc)))
+            out.refused.append((key, digest, refusal(exc)))
             continue
-        accepted.append((image, digest))
+        accepted.append((key, image, digest))
     rows, problems = describe_each(features, decoded)
-    for (image, digest), problem in zip(accepted, problems, strict=True):
+    for (key, image, digest), problem in zip(accepted, problems, strict=True):
         if problem is not None:
-            out.refused.append((image.key, digest, problem))
+            out.refused.append((key, digest, problem))
             continue
-        out.keys.append(image.key)
+        out.keys.append(key)
         out.labels.append(image.label)
         out.digests.append(digest)
     out.rows = rows[[problem is None for problem in problems]]
@@ -309,7 +329,7 @@ def train_sub_spaces(
 
 @dataclass
 class _Pending:
-    """Rows and refusals received, not yet committed."""
+    """Rows (by id) and refusals received, not yet committed."""
 
     keys: list[str] = field(default_factory=list)
     labels: list[str | None] = field(default_factory=list)
@@ -325,7 +345,8 @@ class _Pending:
 class IngestPlan:
     """What an ingest will do, found on the client before any cluster is needed: the
     descriptors, what the store holds, and the partitions holding new images (``total``: their
-    count, None when listing cannot tell, as for tar shards and parquet)."""
+    count, None when listing cannot tell, as for tar shards and parquet), committed as
+    ``split``."""
 
     source: str
     store_path: Any
@@ -341,6 +362,7 @@ class IngestPlan:
     pq_sample: int = DEFAULT_PQ_SAMPLE
     pq_seed: int = 0
     source_options: dict[str, str] | None = None
+    split: str = DEFAULT_SPLIT
 
 
 def plan_ingest(
@@ -353,11 +375,13 @@ def plan_ingest(
     pq: int | None = None,
     pq_sample: int = DEFAULT_PQ_SAMPLE,
     pq_seed: int = 0,
+    split: str = DEFAULT_SPLIT,
 ) -> IngestPlan:
     """List SOURCE and keep the partitions with images STORE lacks. ``features`` is
     ``--features``: required for a new store; an existing one is described as its record says,
     and refuses other descriptors. ``pq`` is ``--pq``: a new store keeps codes of that many
-    sub-quantizers; an existing store keeps its encoding, and refuses another."""
+    sub-quantizers; an existing store keeps its encoding, and refuses another. ``split`` names
+    the rows (and qualifies their ids, `image_id`)."""
     started = time.perf_counter()
     images = open_image_source(source, **(source_options or {}))
     existing = _open_existing(store_path)
@@ -376,15 +400,15 @@ def plan_ingest(
     if pq_sample < 1:
         raise ValueError(f"--pq-sample {pq_sample}: expected at least 1 image")
     partitions = images.partitions(images_per_partition)
-    counts = _new_images(partitions, existing)
+    counts = _new_images(partitions, existing, split)
     total = None
     if counts is not None:
         partitions = [p for p, n in zip(partitions, counts, strict=True) if n]
         total = sum(counts)
-    known = known_of(existing) if partitions else known_of(None)
+    known = known_of(existing if partitions else None, split)
     return IngestPlan(
         source, store_path, described_by, known, partitions, total, started,
-        pq, codec, pq_sample, pq_seed, source_options,
+        pq, codec, pq_sample, pq_seed, source_options, split,
     )  # fmt: skip
 
 
@@ -422,12 +446,12 @@ def ingest_images(
     plan: IngestPlan,
     client: Any,
     *,
-    split: str = "train",
     commit_rows: int | None = None,
     progress: Callable[[int, int | None, int, int], None] | None = None,
     codec_progress: StageProgress | None = None,
 ) -> dict[str, Any]:
-    """Describe the planned images on ``client``'s cluster and append them; returns a summary.
+    """Describe the planned images on ``client``'s cluster and append them as ``plan.split``;
+    returns a summary.
 
     ``commit_rows`` (default: the store's rows per chunk) and `COMMIT_SECONDS` bound the work a
     kill loses. ``progress(done, total, rows, refused)`` is called as partitions finish;
@@ -473,13 +497,13 @@ def ingest_images(
             summary["images_seen"] += result.images_seen
             _receive(pending, result, seen, ids)
             if len(pending) >= commit_rows or time.monotonic() - last_commit > COMMIT_SECONDS:
-                _commit(store, pending, split, summary)
+                _commit(store, pending, plan.split, summary)
                 pending, last_commit = _Pending(), time.monotonic()
             if progress is not None:
                 done = summary["rows"] + len(pending)
                 refused = summary["refused"] + len(pending.refused)
                 progress(summary["images_seen"], plan.total, done, refused)
-        _commit(store, pending, split, summary)
+        _commit(store, pending, plan.split, summary)
         summary["store_rows"] = store.committed_rows
     return finish_summary(plan, summary)
 
@@ -513,13 +537,15 @@ def _open_existing(store_path: Any) -> FeatureStore | None:
         return None
 
 
-def _new_images(partitions: list[ImagePartition], store: FeatureStore | None) -> list[int] | None:
+def _new_images(
+    partitions: list[ImagePartition], store: FeatureStore | None, split: str
+) -> list[int] | None:
     """New images in each partition, when listing gave their keys (a folder, a list file)."""
     if any(p.keys is None for p in partitions):
         return None
     if store is None or store.committed_rows == 0:
         return [len(p.keys) for p in partitions]
-    keys = [k for p in partitions for k in p.keys]
+    keys = [image_id(split, k) for p in partitions for k in p.keys]
     new = ~store.has_ids(keys)
     counts, at = [], 0
     for p in partitions:

@@ -113,9 +113,10 @@ def ingest(
     \b
     Images: a folder (ROOT/<class>/<file>, or flat: unlabelled), a list file (.csv or parquet
     with a path column), WebDataset tar shards (shards-{0000..0099}.tar), or parquet with a
-    column of image bytes; local or on s3://. Each image's id is its key; images already in
-    STORE (by key, or by content) are skipped, so naming a grown folder again adds only the new
-    images. Bad images are refused into STORE's table of rejects (imgscale info --rejected).
+    column of image bytes; local or on s3://. Each image's id is its key, after SPLIT/ for a
+    split other than train (photos/test/cat/0.jpg --split test: test/cat/0.jpg); images already
+    in STORE (by id, or by content) are skipped, so naming a grown folder again adds only the
+    new images. Bad images are refused into STORE's table of rejects (imgscale info --rejected).
 
     Rows of vectors already committed (same content, from any file) are skipped.
     """
@@ -202,7 +203,9 @@ def _ingest_images(
     if not is_url(src):
         src = str(shared_path(src))
     store = shared_path(store)
-    plan = plan_ingest(src, store, features=features, source_options=source_options, **pq_options)
+    plan = plan_ingest(
+        src, store, features=features, source_options=source_options, split=split, **pq_options
+    )
     if not plan.partitions and plan.total == 0:  # every image listed is in the store
         summary = nothing_to_do(plan)
     else:
@@ -211,7 +214,6 @@ def _ingest_images(
             summary = ingest_images(
                 plan,
                 client,
-                split=split,
                 commit_rows=commit_rows,
                 progress=images_progress_line(quiet=as_json),
                 codec_progress=stage_progress_line(quiet=as_json),

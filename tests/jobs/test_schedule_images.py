@@ -69,7 +69,7 @@ def test_each_turn_adds_exactly_the_new_images_to_store_embedding_and_prediction
     turn()
     store = open_store(photos)
     assert store.committed_rows == 36 + 4
-    assert sorted(store.ids(split="incoming")) == sorted(first)
+    assert sorted(store.ids(split="incoming")) == sorted(f"incoming/{key}" for key in first)
     assert list(open_store(embedded).ids()) == list(store.ids())
     parts = predicted_ids(tmp_path / "predictions")
     assert parts == [list(store.ids())]
@@ -79,11 +79,11 @@ def test_each_turn_adds_exactly_the_new_images_to_store_embedding_and_prediction
     turn()
     store = open_store(photos)
     assert store.committed_rows == 40 + 3
-    assert sorted(store.ids()[40:]) == sorted(second)
-    assert [r["key"] for r in store.rejected().to_pylist()] == ["broken.jpg"]
+    assert sorted(store.ids()[40:]) == sorted(f"incoming/{key}" for key in second)
+    assert [r["key"] for r in store.rejected().to_pylist()] == ["incoming/broken.jpg"]
     assert list(open_store(embedded).ids()) == list(store.ids())
     parts = predicted_ids(tmp_path / "predictions")
-    assert len(parts) == 2 and sorted(parts[1]) == sorted(second)
+    assert len(parts) == 2 and sorted(parts[1]) == sorted(f"incoming/{key}" for key in second)
 
     turn()  # nothing new: nothing added anywhere
     assert open_store(photos).committed_rows == 43
