@@ -37,21 +37,13 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from distributed import as_completed
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from imgscale.jobs.fanout import stream_map
-from imgscale.jobs.features import (
-    VOCABULARY_KINDS,
-    Features,
-    check_same_features,
-    features_of_store,
-    parse_features,
-)
-from imgscale.jobs.fit_features import SampledPartition, sample_partitions
-from imgscale.pipeline.pq_codec import PQCodec, check_m, check_training_rows
+from imgscale.jobs.feature_records import spelling
 from imgscale.storage import (
     FeatureStore,
     ImagePartition,
@@ -64,6 +56,15 @@ from imgscale.storage import (
     open_image_source,
     read_partition,
 )
+
+if TYPE_CHECKING:
+    from imgscale.jobs.features import Features
+    from imgscale.jobs.fit_features import SampledPartition
+    from imgscale.pipeline.pq_codec import PQCodec
+
+# The descriptors, the codec, the cluster and the sampling of a PQ codebook are imported where
+# they are first needed: an ingest with nothing new (a scheduled turn, most minutes) decides so
+# from the listing and the store alone, without scikit-learn, numba or distributed.
 
 # (stage, done, total, unit): progress of work in stages, e.g. ("pq codebook", 512, 8192,
 # "sub-quantizers").
@@ -281,6 +282,11 @@ def train_codec(
     columns, so the codebook is the one `PQCodec.train` learns on all of them at once, and the
     8,192 k-means of a 64K-D codebook share the cores.
     """
+    from distributed import as_completed
+
+    from imgscale.jobs.fit_features import sample_partitions
+    from imgscale.pipeline.pq_codec import PQCodec, check_training_rows
+
     items = sample_partitions(plan.source, plan.pq_sample, plan.pq_seed, plan.source_options)
     signatures = client.map(describe_sampled, [plan.features] * len(items), items, pure=False)
     tell = progress or (lambda *_: None)
@@ -316,6 +322,8 @@ def train_sub_spaces(
     faiss on one thread, as the worker has one core)."""
     import faiss
 
+    from imgscale.pipeline.pq_codec import PQCodec
+
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
@@ -346,11 +354,12 @@ class IngestPlan:
     """What an ingest will do, found on the client before any cluster is needed: the
     descriptors, what the store holds, and the partitions holding new images (``total``: their
     count, None when listing cannot tell, as for tar shards and parquet), committed as
-    ``split``."""
+    ``split``. ``features`` is None when the store describes them and listing found nothing new
+    (`nothing_to_do`): no descriptor is loaded then."""
 
     source: str
     store_path: Any
-    features: Features
+    features: Features | None
     known: Known
     partitions: list[ImagePartition]
     total: int | None
@@ -385,18 +394,11 @@ def plan_ingest(
     started = time.perf_counter()
     images = open_image_source(source, **(source_options or {}))
     existing = _open_existing(store_path)
-    if features is None:
-        if existing is None or existing.descriptor is None:
-            raise StoreError(
-                f"{source}: say which descriptors to compute, e.g. --features gist "
-                f"(store {store_path} has no record of any)"
-            )
-        described_by = features_of_store(existing.descriptor, str(store_path))
-    else:
-        described_by = parse_features(features)
-        if existing is not None:
-            check_same_features(existing.descriptor, described_by, str(store_path))
-    pq, codec = _pq_of(described_by, existing, pq, str(store_path))
+    if features is None and (existing is None or existing.descriptor is None):
+        raise StoreError(
+            f"{source}: say which descriptors to compute, e.g. --features gist "
+            f"(store {store_path} has no record of any)"
+        )
     if pq_sample < 1:
         raise ValueError(f"--pq-sample {pq_sample}: expected at least 1 image")
     partitions = images.partitions(images_per_partition)
@@ -405,6 +407,18 @@ def plan_ingest(
     if counts is not None:
         partitions = [p for p, n in zip(partitions, counts, strict=True) if n]
         total = sum(counts)
+    if features is None and total == 0 and pq is None:
+        return IngestPlan(source, store_path, None, known_of(None, split), [], 0, started,
+                          split=split)  # fmt: skip
+    from imgscale.jobs.features import check_same_features, features_of_store, parse_features
+
+    if features is None:
+        described_by = features_of_store(existing.descriptor, str(store_path))
+    else:
+        described_by = parse_features(features)
+        if existing is not None:
+            check_same_features(existing.descriptor, described_by, str(store_path))
+    pq, codec = _pq_of(described_by, existing, pq, str(store_path))
     known = known_of(existing if partitions else None, split)
     return IngestPlan(
         source, store_path, described_by, known, partitions, total, started,
@@ -416,6 +430,9 @@ def _pq_of(
     features: Features, existing: FeatureStore | None, pq: int | None, store: str
 ) -> tuple[int | None, PQCodec | None]:
     """(sub-quantizers, the existing store's codec) of an ingest given ``--pq`` (or not)."""
+    from imgscale.jobs.features import VOCABULARY_KINDS
+    from imgscale.pipeline.pq_codec import check_m
+
     if existing is not None and existing.encoding == "pq":
         codec = existing.codec
         if pq is not None and pq != codec.m:
@@ -457,6 +474,9 @@ def ingest_images(
     kill loses. ``progress(done, total, rows, refused)`` is called as partitions finish;
     ``codec_progress`` follows the training of a new store's PQ codebook (`train_codec`).
     """
+    from imgscale.jobs.fanout import stream_map
+    from imgscale.jobs.features import check_same_features
+
     described_by = plan.features
     provenance = {"source": str(plan.source)}
     if plan.pq is None:
@@ -508,15 +528,19 @@ def ingest_images(
     return finish_summary(plan, summary)
 
 
-def finish_summary(plan: IngestPlan, summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary of a run, with its wall time, rate and descriptors."""
+def finish_summary(
+    plan: IngestPlan, summary: dict[str, Any], record: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The summary of a run, with its wall time, rate and descriptors (``record``'s, a store's
+    record of them, when the plan loaded none)."""
     seconds = time.perf_counter() - plan.started
+    record = plan.features.record if plan.features is not None else record
     return {
         **summary,
         "seconds": seconds,
         "images_per_second": summary["images_seen"] / seconds if seconds else 0.0,
-        "features": plan.features.label,
-        "dim": plan.features.dim,
+        "features": ",".join(spelling(entry) for entry in record["features"]),
+        "dim": record["dim"],
     }
 
 
@@ -525,7 +549,7 @@ def nothing_to_do(plan: IngestPlan) -> dict[str, Any]:
     store = _open_existing(plan.store_path)
     summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0}
     summary["store_rows"] = store.committed_rows if store is not None else 0
-    return finish_summary(plan, summary)
+    return finish_summary(plan, summary, store.descriptor if store is not None else None)
 
 
 def _open_existing(store_path: Any) -> FeatureStore | None:
@@ -545,8 +569,9 @@ def _new_images(
         return None
     if store is None or store.committed_rows == 0:
         return [len(p.keys) for p in partitions]
-    keys = [image_id(split, k) for p in partitions for k in p.keys]
-    new = ~store.has_ids(keys)
+    keys = pa.array([image_id(split, k) for p in partitions for k in p.keys], pa.string())
+    committed = store.rows(columns=["id"]).column("id")  # compared by pyarrow: no id hashing
+    new = np.asarray(pc.invert(pc.is_in(keys, value_set=committed)))
     counts, at = [], 0
     for p in partitions:
         counts.append(int(new[at : at + len(p.keys)].sum()))

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from imgscale.storage.create import create_store as create_store
     from imgscale.storage.errors import StoreError as StoreError
     from imgscale.storage.export import export_rows as export_rows
+    from imgscale.storage.fs import absolute as absolute
     from imgscale.storage.fs import current_storage_options as current_storage_options
     from imgscale.storage.fs import is_url as is_url
     from imgscale.storage.fs import location as location

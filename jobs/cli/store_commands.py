@@ -196,19 +196,22 @@ def _is_image_source(src: str, features: str | None, store: str) -> bool:
 def _ingest_images(
     src, store, features, split, scheduler, as_json, commit_rows, source_options, pq_options
 ) -> None:
-    from imgscale.jobs.cluster import connect, shared_path
     from imgscale.jobs.ingest_images import ingest_images, nothing_to_do, plan_ingest
-    from imgscale.storage import is_url
+    from imgscale.storage import absolute, is_url, location
 
+    # Absolute paths for the workers; jobs.cluster (distributed, dask.array) is imported only
+    # when there is work, so that an ingest with nothing new stays a quick look.
     if not is_url(src):
-        src = str(shared_path(src))
-    store = shared_path(store)
+        src = str(absolute(location(src)))
+    store = absolute(location(store))
     plan = plan_ingest(
         src, store, features=features, source_options=source_options, split=split, **pq_options
     )
     if not plan.partitions and plan.total == 0:  # every image listed is in the store
         summary = nothing_to_do(plan)
     else:
+        from imgscale.jobs.cluster import connect
+
         local = [Path(src)] if not is_url(src) and Path(src).exists() else []
         with connect(scheduler, quiet=as_json, shared_paths=[*local, store.parent]) as client:
             summary = ingest_images(
