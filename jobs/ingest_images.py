@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from imgscale.jobs.feature_records import spelling
+from imgscale.jobs.image_changes import Changes, find_changes
 from imgscale.storage import (
     FeatureStore,
     ImagePartition,
@@ -372,6 +373,9 @@ class IngestPlan:
     pq_seed: int = 0
     source_options: dict[str, str] | None = None
     split: str = DEFAULT_SPLIT
+    changes: Changes | None = None
+    """Committed images whose file changed or is gone since the source's last ingest (None:
+    a source whose files are not compared, `jobs.image_changes`)."""
 
 
 def plan_ingest(
@@ -402,6 +406,7 @@ def plan_ingest(
     if pq_sample < 1:
         raise ValueError(f"--pq-sample {pq_sample}: expected at least 1 image")
     partitions = images.partitions(images_per_partition)
+    changes = find_changes(existing, source, partitions, partial(image_id, split))
     counts = _new_images(partitions, existing, split)
     total = None
     if counts is not None:
@@ -409,7 +414,7 @@ def plan_ingest(
         total = sum(counts)
     if features is None and total == 0 and pq is None:
         return IngestPlan(source, store_path, None, known_of(None, split), [], 0, started,
-                          split=split)  # fmt: skip
+                          split=split, changes=changes)  # fmt: skip
     from imgscale.jobs.features import check_same_features, features_of_store, parse_features
 
     if features is None:
@@ -422,7 +427,7 @@ def plan_ingest(
     known = known_of(existing if partitions else None, split)
     return IngestPlan(
         source, store_path, described_by, known, partitions, total, started,
-        pq, codec, pq_sample, pq_seed, source_options, split,
+        pq, codec, pq_sample, pq_seed, source_options, split, changes,
     )  # fmt: skip
 
 
@@ -535,8 +540,11 @@ def finish_summary(
     record of them, when the plan loaded none)."""
     seconds = time.perf_counter() - plan.started
     record = plan.features.record if plan.features is not None else record
+    changes = plan.changes
     return {
         **summary,
+        "changed": len(changes.changed) if changes is not None else 0,
+        "deleted": len(changes.deleted) if changes is not None else 0,
         "seconds": seconds,
         "images_per_second": summary["images_seen"] / seconds if seconds else 0.0,
         "features": ",".join(spelling(entry) for entry in record["features"]),

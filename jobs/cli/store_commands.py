@@ -196,6 +196,7 @@ def _is_image_source(src: str, features: str | None, store: str) -> bool:
 def _ingest_images(
     src, store, features, split, scheduler, as_json, commit_rows, source_options, pq_options
 ) -> None:
+    from imgscale.jobs.image_changes import keep_listing
     from imgscale.jobs.ingest_images import ingest_images, nothing_to_do, plan_ingest
     from imgscale.storage import absolute, is_url, location
 
@@ -222,6 +223,15 @@ def _ingest_images(
                 codec_progress=stage_progress_line(quiet=as_json),
             )
     end_progress_line()
+    keep_listing(store, src, plan.changes)
+    if summary["changed"] or summary["deleted"]:
+        click.echo(
+            f"imgscale: warning: {src}: {summary['changed']} images changed (other bytes under a "
+            f"name already stored) and {summary['deleted']} deleted since they were ingested; "
+            f"their rows are the old files': `imgscale ingest {src} {store} --refresh` replaces "
+            "the changed ones and forgets the deleted ones",
+            err=True,
+        )
     none = (
         " (every image read was refused: nothing to add)"
         if (summary["images_seen"] and not summary["rows"])

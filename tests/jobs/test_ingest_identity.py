@@ -4,7 +4,10 @@ the train/test layout, symlinked class folders (real files, real cluster)."""
 from __future__ import annotations
 
 import io
+import json
 import os
+import subprocess
+import sys
 import tarfile
 
 import numpy as np
@@ -94,3 +97,34 @@ def test_a_folder_link_loop_is_refused_naming_the_link(tmp_path, scheduler_addre
     assert f"{photos / 'digit-0' / 'again'}: a symbolic link to" in message
     assert "(a loop)" in message
     assert not (tmp_path / "s.zarr").exists()
+
+
+def rerun(*args: str) -> tuple[dict, str]:
+    """``imgscale ingest ARGS --json`` in its own process: its summary and its stderr."""
+    result = subprocess.run(
+        [sys.executable, "-m", "imgscale", "ingest", *args, "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout), result.stderr
+
+
+def test_rewritten_and_deleted_files_are_reported_by_count_with_the_command_resolving_them(
+    tmp_path, scheduler_address
+):
+    """A camera's IMG_0001.jpg reused for a new photo, an edited photo, a deleted one: each
+    counted and said; a file touched with the same bytes is not."""
+    photos, store = tmp_path / "incoming", tmp_path / "s.zarr"
+    images = digit_images(2)
+    write_folder(photos, images)
+    ingest(str(photos), str(store), "--features", "gist-tiny", scheduler=scheduler_address)
+    digit_images(1, classes=(7,))["digit-7/000.png"].save(photos / "digit-0" / "000.png")
+    (photos / "digit-1" / "001.png").write_bytes(png_bytes(images["digit-2/000.png"]))
+    (photos / "digit-2" / "001.png").unlink()
+    os.utime(photos / "digit-2" / "000.png", ns=(1, 10**18))  # touched: same bytes
+    summary, stderr = rerun(str(photos), str(store))
+    assert (summary["changed"], summary["deleted"], summary["rows"]) == (2, 1, 0)
+    assert "2 images changed" in stderr and "1 deleted" in stderr
+    assert f"imgscale ingest {photos} {store} --refresh" in stderr
+    # Still so on the next run: nothing was resolved.
+    assert rerun(str(photos), str(store))[0]["changed"] == 2
