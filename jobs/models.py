@@ -72,12 +72,13 @@ def save(
 
 def store_provenance(store: FeatureStore) -> dict:
     """What a model records of the store it is trained on: the store's creation stamp and its
-    live batches (id and content digest), so `store_changes` can tell later which of them the
-    store no longer holds as they were, and what described its rows (None for vectors), so
+    live batches (id, content digest and rows forgotten so far), so `store_changes` can tell
+    later which of them the store no longer holds as they were and `imgscale update` which rows
+    it gained and lost (`storage.changes`), and what described its rows (None for vectors), so
     `check_store_features` can refuse a store described otherwise."""
     return {
         "store_created": store.created,
-        "store_batches": [[b["batch_id"], b["digest"]] for b in store.batches()],
+        "store_batches": [[b["batch_id"], b["digest"], b["forgotten"]] for b in store.batches()],
         "store_descriptor": store.descriptor,
     }
 
@@ -97,8 +98,8 @@ def store_changes(provenance: dict, store: FeatureStore, path: str | os.PathLike
     if recorded is None or provenance.get("store_created") != store.created:
         return None
     now = {b["batch_id"]: b["digest"] for b in store.batches()}
-    removed = [batch for batch, _ in recorded if batch not in now]
-    changed = [batch for batch, digest in recorded if batch in now and now[batch] != digest]
+    removed = [batch for batch, *_ in recorded if batch not in now]
+    changed = [batch for batch, digest, *_ in recorded if batch in now and now[batch] != digest]
     if not removed and not changed:
         return None
     what = []

@@ -98,6 +98,17 @@ class RowStats:
             gram=None if a.gram is None else a.gram + b.gram,
         )
 
+    def __sub__(self, other: RowStats) -> RowStats:
+        """The statistics of these rows without ``other``'s, a subset of them (rows removed
+        from a store: `imgscale update`)."""
+        return self + RowStats(
+            n_rows=-other.n_rows,
+            feature_sum=-other.feature_sum,
+            class_sums=-other.class_sums,
+            class_counts=-other.class_counts,
+            gram=None if other.gram is None else -other.gram,
+        )
+
 
 @numba.njit(cache=True, nogil=True)
 def _accumulate_sums(X, y_index, feature_sum, class_sums, class_counts):  # pragma: no cover

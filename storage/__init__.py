@@ -5,6 +5,12 @@ Other layers use only the names listed here; zarr and parquet details stay insid
 - Stores: `create_store`, `create_pq_store`, `create_or_open` (atomic, removed again if the
   first write fails), `open_store`, `FeatureStore` (read rows, labels, codes; append through
   `FeatureStore.writer`; `FeatureStore.record_pq_statistics`), `ingest_file`.
+- Forgetting single rows by id or image digest in one commit (a row-level tombstone):
+  `forget_rows` (`FeatureStore.forget`).
+- Rewriting a store without its removed and forgotten rows, crash-safely: `compact_store`.
+- What a store gained and lost since a model recorded its batches (`imgscale update`):
+  `rows_changed_since`, a `StoreChange`; the rows it names are read by
+  `FeatureStore.features_at` and `FeatureStore.codes_at`.
 - Copying a store chunk-parallel (`imgscale compress`): `CopyWriter`, `write_row_chunk`.
 - Coded stores: a PQ store's codec is `imgscale.pipeline.pq_codec.PQCodec`, found by its
   encoding's ``imgscale.codecs`` entry point (storage/row_codecs.py); this layer imports no codec.
@@ -26,12 +32,16 @@ from imgscale.exports import declared_exports, lazy_exports
 # checkers, IDEs, import-linter) read these imports as written; at run time they only list what
 # `lazy_exports` serves.
 if TYPE_CHECKING:
+    from imgscale.storage.changes import StoreChange as StoreChange
+    from imgscale.storage.changes import rows_changed_since as rows_changed_since
     from imgscale.storage.classes import read_class_names as read_class_names
+    from imgscale.storage.compact import compact_store as compact_store
     from imgscale.storage.create import create_or_open as create_or_open
     from imgscale.storage.create import create_pq_store as create_pq_store
     from imgscale.storage.create import create_store as create_store
     from imgscale.storage.errors import StoreError as StoreError
     from imgscale.storage.export import export_rows as export_rows
+    from imgscale.storage.forget import forget_rows as forget_rows
     from imgscale.storage.fs import absolute as absolute
     from imgscale.storage.fs import current_storage_options as current_storage_options
     from imgscale.storage.fs import is_url as is_url

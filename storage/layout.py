@@ -240,7 +240,7 @@ def read_record(path: Location) -> dict[str, Any]:
     expected = schema_version(record)
     # A record that lost its tombstones keeps its version: the row ranges then say what is wrong.
     if found != expected and not (
-        found == expected + TOMBSTONES_VERSION_STEP and "removed" in record
+        found == expected + TOMBSTONES_VERSION_STEP and ("removed" in record or "forgets" in record)
     ):
         raise StoreError(
             f"{meta_file}: schema_version {found!r}, expected {expected}; "
@@ -250,9 +250,11 @@ def read_record(path: Location) -> dict[str, Any]:
 
 
 def schema_version(record: dict[str, Any]) -> int:
-    """The schema version a commit record must carry: its encoding's, one later with tombstones."""
+    """The schema version a commit record must carry: its encoding's, one later with tombstones
+    (removed batches, or forgotten rows of live batches: `storage.forget`)."""
     base = PQ_SCHEMA_VERSION if record.get("encoding") == "pq" else SCHEMA_VERSION
-    return base + (TOMBSTONES_VERSION_STEP if record.get("removed") else 0)
+    forgotten = any(b.get("forgotten") for b in record["batches"])
+    return base + (TOMBSTONES_VERSION_STEP if record.get("removed") or forgotten else 0)
 
 
 def write_record(path: Location, record: dict[str, Any]) -> None:
@@ -336,14 +338,17 @@ def check_row_ranges(path: Location, record: dict[str, Any]) -> None:
 
 
 def live_mask(record: dict[str, Any]) -> np.ndarray | None:
-    """Which of the ``committed_rows`` rows are live (not of a removed batch), or None when all
-    are (a store from which no batch was removed, or only trailing ones)."""
+    """Which of the ``committed_rows`` rows are live (not of a removed batch, not forgotten:
+    `storage.forget`), or None when all are (a store from which no batch was removed, or only
+    trailing ones, and no row forgotten)."""
     n = record["committed_rows"]
-    if sum(b["stop"] - b["start"] for b in record["batches"]) == n:
+    forgotten = any(b.get("forgotten") for b in record["batches"])
+    if not forgotten and sum(b["stop"] - b["start"] for b in record["batches"]) == n:
         return None
     mask = np.zeros(n, dtype=bool)
     for batch in record["batches"]:
         mask[batch["start"] : batch["stop"]] = True
+        mask[batch["start"] + np.asarray(batch.get("forgotten", []), dtype=np.int64)] = False
     return mask
 
 
@@ -352,7 +357,10 @@ def batch_digest(path: Location, batch: dict[str, Any]) -> str:
     for rows ingested from files or images, each row's sha256), as 8 hex digits. A rows file is
     never rewritten, so the digest names this commit of the batch: the same batch id ingested
     again with other rows has another. A batch committed before rows files were checksummed has
-    its file's checksum computed here."""
+    its file's checksum computed here. A batch that compaction rewrote keeps the digest it was
+    committed with (``digest``): its rows are those rows still (`storage.compact`)."""
+    if "digest" in batch:
+        return batch["digest"]
     crc = batch.get("crc32c")
     if crc is None:
         try:

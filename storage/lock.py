@@ -31,18 +31,24 @@ class FileLock:
         self.fileno: int | None = None
 
     def acquire(self, *, blocking: bool = True) -> bool:
-        """Take the lock, waiting for it unless ``blocking`` is False; whether it was taken."""
-        fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        """Take the lock, waiting for it unless ``blocking`` is False; whether it was taken.
+
+        A lock taken on a file that was meanwhile swapped for another at its path (a store
+        compacted while this waited: `storage.compact`) is let go and taken on the new file."""
+        while True:
+            fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if _same_file(fd, self.file):
+                    self.fileno = fd
+                    return True
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            except BaseException:
+                os.close(fd)
+                raise
             os.close(fd)
-            return False
-        except BaseException:
-            os.close(fd)
-            raise
-        self.fileno = fd
-        return True
 
     def release(self) -> None:
         if self.fileno is not None:
@@ -55,6 +61,14 @@ class FileLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _same_file(fd: int, file: Path) -> bool:
+    """Whether ``file`` is still the file open at ``fd``."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(file))
+    except FileNotFoundError:
+        return False
 
 
 def writer_lock(path: Location) -> FileLock | CommitClaim:

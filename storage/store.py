@@ -13,6 +13,13 @@ import pyarrow.compute as pc
 from imgscale.storage.chunks import SplitRows
 from imgscale.storage.classes import check_class_names
 from imgscale.storage.errors import StoreError
+from imgscale.storage.forget import (
+    forget_rows,
+    forgotten_count,
+    forgotten_offsets,
+    live_offsets,
+    live_rows,
+)
 from imgscale.storage.fs import (
     Location,
     absolute,
@@ -83,8 +90,8 @@ class FeatureStore:
 
     @property
     def committed_rows(self) -> int:
-        """Rows of the live batches (a removed batch's rows are not counted)."""
-        return sum(b["stop"] - b["start"] for b in self._record()["batches"])
+        """Rows of the live batches (a removed batch's rows and forgotten rows are not counted)."""
+        return sum(live_rows(b) for b in self._record()["batches"])
 
     def _record(self) -> dict[str, Any]:
         """The commit record, its row ranges checked (`storage.layout.check_row_ranges`)."""
@@ -131,15 +138,17 @@ class FeatureStore:
         return any(b["batch_id"] == batch_id for b in read_record(self.path)["batches"])
 
     def batches(self) -> list[dict[str, Any]]:
-        """The live batches in row order: ``batch_id``, ``rows`` and ``digest`` (the content
-        digest of this commit of the batch, `storage.layout.batch_digest`), so a model or an
-        embedded store can record which batches it was made from and tell later which of them
-        were removed or committed again with other rows."""
+        """The live batches in row order: ``batch_id``, ``rows`` (live ones), ``digest`` (the
+        content digest of this commit of the batch, `storage.layout.batch_digest`) and
+        ``forgotten`` (how many of its rows were forgotten so far), so a model or an embedded
+        store can record which batches it was made from and tell later which of them were
+        removed, committed again with other rows, or lost rows since."""
         return [
             {
                 "batch_id": b["batch_id"],
-                "rows": b["stop"] - b["start"],
+                "rows": live_rows(b),
                 "digest": batch_digest(self.path, b),
+                "forgotten": forgotten_count(b),
             }
             for b in self._record()["batches"]
         ]
@@ -156,6 +165,13 @@ class FeatureStore:
         self._id_hashes = HashRuns()
         self._ids_files.clear()
         return removed
+
+    def forget(
+        self, ids: Sequence[str] = (), *, sha256: Sequence[str] = (), reason: str = ""
+    ) -> int:
+        """Forget single rows by id or content digest in one commit (`storage.forget`); returns
+        their count. Every read after it skips them."""
+        return forget_rows(self, ids, sha256=sha256, reason=reason)
 
     def split_counts(self) -> dict[str, int]:
         """Rows per split name, in order of first appearance."""
@@ -208,6 +224,19 @@ class FeatureStore:
         reader = rows_codec(self.path, record).codes_reader(record["committed_rows"])
         return self._dask_rows("imgscale-codes-", reader, record, split)
 
+    def features_at(self, positions: np.ndarray) -> da.Array:
+        """Rows at ``positions`` of the row array (sorted; live, forgotten or of a removed
+        batch: `storage.changes`), chunked like `features`."""
+        record = self._record()
+        reader = rows_codec(self.path, record).reader(record["committed_rows"])
+        return self._dask_rows("imgscale-features-", reader, record, None, at=positions)
+
+    def codes_at(self, positions: np.ndarray) -> da.Array:
+        """A coded store's codes at ``positions`` of the row array (see `features_at`)."""
+        record = self._record()
+        reader = rows_codec(self.path, record).codes_reader(record["committed_rows"])
+        return self._dask_rows("imgscale-codes-", reader, record, None, at=positions)
+
     def _dask_rows(
         self,
         prefix: str,
@@ -215,9 +244,11 @@ class FeatureStore:
         record: dict[str, Any],
         split: str | None,
         where: np.ndarray | None = None,
+        at: np.ndarray | None = None,
     ) -> da.Array:
         """One task per zarr chunk of ``reader``, of the chunk's live rows kept by ``split`` and
-        ``where`` (`SplitRows`: chunks stay aligned to the zarr chunks, some shorter or empty)."""
+        ``where``, or of its rows at positions ``at`` (`SplitRows`: chunks stay aligned to the
+        zarr chunks, some shorter or empty)."""
         # Imported here: commands that only describe a store (`imgscale info`) never need dask.
         import dask.array as da
         from dask.base import tokenize
@@ -227,7 +258,7 @@ class FeatureStore:
         batches = [(b["batch_id"], b["rows_file"], b.get("crc32c")) for b in record["batches"]]
         n, width = reader.shape
         row_chunks = self.rows_per_chunk
-        live = live_mask(record)
+        live = live_mask(record) if at is None else _positions_mask(at, n, self.path)
         mask = None  # over the live rows
         if split is not None:
             # Compared by arrow: a numpy object array of 1M split names took 0.1 s more.
@@ -294,11 +325,16 @@ class FeatureStore:
         """Hashes of the ids of all committed rows (`storage.ids`); after the first call, only
         new batches' ids are read. The ids themselves are not kept."""
         record = self._record()
+        keys = {_ids_key(batch) for batch in record["batches"]}
+        if self._ids_files - keys:  # a batch removed, or rows forgotten, since: hash again
+            self._id_hashes = HashRuns()
+            self._ids_files.clear()
         for batch in record["batches"]:
-            if _file_key(batch) not in self._ids_files:
+            if _ids_key(batch) not in self._ids_files:
                 ids = self._read_batch_rows(record, batch, ["id"]).column("id")
-                self._id_hashes.add(id_hashes(ids))
-                self._ids_files.add(_file_key(batch))
+                kept = live_offsets(batch)
+                self._id_hashes.add(id_hashes(ids if kept is None else ids.take(kept)))
+                self._ids_files.add(_ids_key(batch))
         return self._id_hashes
 
     def has_ids(self, ids: Sequence[str]) -> np.ndarray:
@@ -370,11 +406,12 @@ class FeatureStore:
     def _batch_rows(
         self, record: dict[str, Any], batch: dict[str, Any], columns: Sequence[str]
     ) -> pa.Table:
-        """One batch's metadata ``columns``, each read once and cached.
+        """One batch's metadata ``columns`` of its live rows, each column read once and cached.
 
         A pass needs labels and splits; ids (a string per row) are most of a large store's
         metadata and are read only when asked for. ``split`` and ``batch_id`` take few distinct
-        values, so they are kept dictionary-encoded: an int32 a row, not a string.
+        values, so they are kept dictionary-encoded: an int32 a row, not a string. The cache
+        holds the whole file's columns; forgotten rows are left out on the way out.
         """
         key = _file_key(batch)
         missing = [c for c in columns if (key, c) not in self._rows_cache]
@@ -382,7 +419,9 @@ class FeatureStore:
             table = self._read_batch_rows(record, batch, missing)
             for column in missing:
                 self._rows_cache[(key, column)] = table.column(column)
-        return pa.table({c: self._rows_cache[(key, c)] for c in columns})
+        table = pa.table({c: self._rows_cache[(key, c)] for c in columns})
+        kept = live_offsets(batch)
+        return table if kept is None else table.take(kept)
 
     def _read_batch_rows(
         self, record: dict[str, Any], batch: dict[str, Any], columns: Sequence[str]
@@ -432,6 +471,7 @@ class FeatureStore:
             _label_key(int(v), names): int(c) for v, c in zip(values, counts, strict=True)
         }
         removed = record.get("removed", [])
+        forgotten = sum(len(forgotten_offsets(b)) for b in record["batches"])
         summary = {
             "rows": rows.num_rows,
             "dim": record["dim"],
@@ -446,6 +486,10 @@ class FeatureStore:
             # Removed batches whose rows are still in the row chunks (skipped by every read).
             "removed_batches": [r["batch_id"] for r in removed],
             "removed_rows_on_disk": sum(r["stop"] - r["start"] for r in removed),
+            # Forgotten rows of live batches, skipped by every read, whose bytes stay in the row
+            # chunks until `imgscale compact`.
+            "forgotten_rows": forgotten,
+            "forgotten_bytes_on_disk": forgotten * _row_bytes(self.path, record),
             "rejected": self.rejected().num_rows if record.get("rejected") else 0,
         }
         if record.get("descriptor") is not None:
@@ -470,13 +514,13 @@ def _batches(record: dict[str, Any], rows: pa.Table) -> list[dict[str, Any]]:
     out = []
     offset = 0  # of the batch among the live rows
     for batch in record["batches"]:
-        splits = rows.column("split").slice(offset, batch["stop"] - batch["start"])
-        offset += batch["stop"] - batch["start"]
+        splits = rows.column("split").slice(offset, live_rows(batch))
+        offset += live_rows(batch)
         names = pc.unique(splits).to_pylist()
         out.append(
             {
                 "batch_id": batch["batch_id"],
-                "rows": batch["stop"] - batch["start"],
+                "rows": live_rows(batch),
                 "split": ",".join(names),
             }
         )
@@ -493,6 +537,17 @@ def _label_key(label: int, names: list[str]) -> str:
 def _file_key(batch: dict[str, Any]) -> tuple[str, int | None]:
     """A committed rows file: its name and checksum (None for a file from before checksums)."""
     return batch["rows_file"], batch.get("crc32c")
+
+
+def _ids_key(batch: dict[str, Any]) -> tuple[str, int | None, int]:
+    """A committed rows file and how many of its rows are forgotten: its live ids."""
+    return *_file_key(batch), len(forgotten_offsets(batch))
+
+
+def _row_bytes(path: Location, record: dict[str, Any]) -> int:
+    """Bytes one row takes in the row chunks (uncompressed)."""
+    array = rows_codec(path, record).open_array()
+    return array.dtype.itemsize * array.shape[1]
 
 
 def _check_labels(
@@ -517,6 +572,19 @@ def _check_labels(
 def open_store(path: str | Path | Location) -> FeatureStore:
     """Open an existing store; StoreError if missing, not a store, or of another schema version."""
     return FeatureStore(path)
+
+
+def _positions_mask(positions: np.ndarray, n: int, path: Location) -> np.ndarray:
+    """A mask over the ``n`` rows of the row array, True at ``positions``."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if len(positions) and (positions.min() < 0 or positions.max() >= n):
+        raise StoreError(
+            f"store {path}: rows {positions.min()}–{positions.max()} asked for, but the row "
+            f"array holds {n} rows (rows dropped since they were listed)"
+        )
+    mask = np.zeros(n, dtype=bool)
+    mask[positions] = True
+    return mask
 
 
 def _subset(mask: np.ndarray, where: Any, path: Location) -> np.ndarray:

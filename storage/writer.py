@@ -336,12 +336,14 @@ def _record_batch(
 
 def remove_uncommitted(path: Path, record: dict[str, Any] | None = None) -> None:
     """Remove what a writer that failed or died before its commit left behind: tmp files, rows
-    and rejects files the record does not name, class tables of more classes than the record's,
-    and row chunks wholly past the committed rows (the row array shrinks to the committed rows,
-    which drops their chunk files). Only safe while holding the lock."""
+    and rejects files the record does not name (a removed batch's tombstone names its rows
+    file), class tables of more classes than the record's, and row chunks wholly past the
+    committed rows (the row array shrinks to the committed rows, which drops their chunk files).
+    Only safe while holding the lock."""
     record = read_record(path) if record is None else record
     remove_partials(path)
     named = {b["rows_file"] for b in record["batches"]}
+    named.update(r["rows_file"] for r in record.get("removed", []) if "rows_file" in r)
     named.update(r["file"] for r in record.get("rejected", []))
     for folder in (ROWS_DIR, REJECTED_DIR):
         for file in (path / folder).glob("*.parquet"):
@@ -385,9 +387,13 @@ class CopyWriter(_LockedWriter):
         source = read_record(self.source.path)
         check_row_ranges(self.source.path, source)
         kept = [r["batch_id"] for r in source.get("removed", [])]
+        what = "removed batches"
+        if not kept:
+            kept = [b["batch_id"] for b in source["batches"] if b.get("forgotten")]
+            what = "the forgotten rows of batches"
         if kept:
             raise StoreError(
-                f"store {self.source.path}: removed batches {kept[:5]} still have their rows in "
+                f"store {self.source.path}: {what} {kept[:5]} still have their rows in "
                 "its row chunks, and a chunk-parallel copy copies whole chunks; export its rows "
                 "(`imgscale export`) and ingest them into a new store to copy it"
             )
@@ -488,6 +494,12 @@ def remove_batches(store: WritableStore, batch_ids: Sequence[str]) -> int:
                 "start": b["start"],
                 "stop": b["stop"],
                 "digest": batch_digest(store.path, b),
+                # Its rows file stays, so a model that learned from the batch can subtract its
+                # rows exactly (`storage.changes`) until compaction drops them.
+                "rows_file": b["rows_file"],
+                **({"crc32c": b["crc32c"]} if b.get("crc32c") is not None else {}),
+                # Its rows forgotten before, which a model that follows the store never had.
+                **{k: b[k] for k in ("forgotten", "forgotten_before") if b.get(k)},
             }
             for b in gone
         ]

@@ -27,11 +27,14 @@ from imgscale.jobs.cli.model_commands import (
     plot,
     predict,
     train,
+    update,
 )
 from imgscale.jobs.cli.store_commands import (
+    compact,
     compress,
     export,
     fit_features,
+    forget,
     info,
     ingest,
     remove_batch,
@@ -147,7 +150,7 @@ def schedule(every, cron, lock, max_runs, command) -> None:
 for command in (
     ingest, fit_features, remove_batch, info, export, compress,
     train, predict, evaluate, plot, add_class, embed_command,
-    demo, schedule, run, runs,
+    demo, schedule, run, runs, forget, update, compact,
 ):  # fmt: skip
     cli.add_command(command)
 

@@ -149,6 +149,7 @@ def train(
             model,
             store=str(shared_path(feature_store.path)),
             split=split,
+            val_split=val_split,
             rows=len(feature_store.labels(split)),
             committed_rows=feature_store.committed_rows,
             class_names=feature_store.class_names,
@@ -366,3 +367,56 @@ def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> 
         f"batches, {summary['rows_after']} of {summary['source_rows']} source rows held"
         f"{removed} ({summary['seconds']:.1f} s, {summary['rows_per_second']:.0f} rows/s)",
     )
+
+
+@click.command(cls=RecordedCommand)
+@click.argument("model", type=StorePath(exists=True))
+@click.argument("store", type=StorePath(exists=True))
+@click.option("--out", type=StorePath(), help="Save the updated model here (default: MODEL).")
+@click.option(
+    "--refit-embedding",
+    is_flag=True,
+    help="ssl: refit the embedding's eigenfunctions on the rows as they now are (a train "
+    "again; by default they are kept and only the labelled statistics follow the store).",
+)
+@scheduler_option
+@json_option
+@verbose_option
+def update(model, store, out, refit_embedding, scheduler, as_json) -> None:
+    """Bring MODEL up to date with STORE: add the rows of batches added since it was trained,
+    subtract those of batches removed or replaced and of rows forgotten since.
+
+    Reads only the changed rows of the split MODEL was trained on (and, where ρ or λ is chosen
+    on it, the validation split); the result is the model `train` would fit on STORE as it now
+    is. NCM (raw and PQ stores) and ridge follow their store exactly; ncm-metric keeps its
+    learned W and ssl its embedding's eigenfunctions (both said); other methods are refused,
+    saying to train again.
+    """
+    from imgscale.jobs import models
+    from imgscale.jobs.update import update_model
+
+    if out is not None:
+        check_new_path(out, "--out")
+    fitted, provenance = models.load(model)
+    with store_on_cluster(store, scheduler, quiet=as_json) as feature_store:
+        fitted, provenance, summary = update_model(
+            fitted, provenance, feature_store, model, refit_embedding=refit_embedding
+        )
+        models.save(fitted, out or model, replace=out is None, **provenance)
+    summary = {"model": str(out or model), **summary}
+    removed = summary["classes_removed"]
+    message = (
+        f"{summary['model']}: +{summary['rows_added']} rows, -{summary['rows_removed']} rows"
+        + (f", classes added {summary['classes_added']}" if summary["classes_added"] else "")
+        + (f", classes left without rows removed {removed}" if removed else "")
+        + (f", rho={summary['rho']:g}" if summary["rho"] is not None else "")
+        + (", the embedding's eigenfunctions kept" if summary["embedding"] == "kept" else "")
+        + (
+            f", W kept (learned on {summary['metric_learned_rows']} rows; "
+            f"{summary['rows_changed_since_metric']} rows changed since)"
+            if summary["metric_learned_rows"] is not None
+            else ""
+        )
+        + f" ({summary['seconds']:.1f} s)"
+    )
+    print_summary(summary, as_json, message)

@@ -1,4 +1,5 @@
-"""`imgscale` commands on stores: ingest, fit-features, remove-batch, info, export, compress."""
+"""`imgscale` commands on stores: ingest, fit-features, remove-batch, forget, compact, info,
+export, compress."""
 
 from __future__ import annotations
 
@@ -480,4 +481,60 @@ def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
         f"(compression {summary['compression_ratio']:.1f}× of raw float32); "
         f"encode {summary['encode_rows_per_second']:.0f} rows/s",
         err=False,
+    )
+
+
+@click.command()
+@click.argument("store", type=StorePath(exists=True, file_okay=False))
+@click.argument("ids", nargs=-1)
+@click.option(
+    "--sha256",
+    "digests",
+    multiple=True,
+    metavar="HEX",
+    help="Forget the rows of the image with this content digest (64 hex digits); repeatable.",
+)
+@click.option("--reason", default="", help="Why, kept in the store's record of forgets.")
+@json_option
+@verbose_option
+def forget(store, ids, digests, reason, as_json) -> None:
+    """Forget single rows of STORE by id (or by image digest), in one atomic commit.
+
+    Every command then reads the other rows only: `export`, `predict`, `embed` never see them
+    again, and `imgscale update` subtracts exactly them from a model. Their bytes stay in the row
+    chunks until `imgscale compact` (`imgscale info` counts them). An id that names no live row
+    is refused and nothing changes.
+    """
+    from imgscale.storage import open_store
+
+    if not ids and not digests:
+        raise click.UsageError("give the ids of the rows to forget, or --sha256")
+    rows = open_store(store).forget(ids, sha256=digests, reason=reason)
+    summary = {"rows": rows}
+    print_summary(summary, as_json, f"{store}: {rows} rows forgotten", recorded=False)
+
+
+@click.command()
+@click.argument("store", type=StorePath(exists=True, file_okay=False))
+@json_option
+@verbose_option
+def compact(store, as_json) -> None:
+    """Rewrite STORE without the rows of removed batches and forgotten rows, so that their
+    bytes leave the disk.
+
+    Crash-safe: a process killed at any moment leaves the old store or the new one. Models and
+    embedded stores made from STORE stay valid (they refer to batches, not row positions);
+    `imgscale update` refuses, by name, a model that would need rows compaction dropped.
+    Run it when no other command is reading STORE.
+    """
+    from imgscale.storage import compact_store
+
+    summary = compact_store(store, progress=progress_line("compact", quiet=as_json))
+    end_progress_line()
+    freed = summary["bytes_before"] - summary["bytes_after"]
+    print_summary(
+        summary,
+        as_json,
+        f"{store}: {summary['rows_dropped']} rows dropped, {freed / 2**20:.1f} MiB freed",
+        recorded=False,
     )

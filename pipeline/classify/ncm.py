@@ -11,6 +11,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, grown_classes
+from imgscale.pipeline.classify._row_stats import changed_stats
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.params import check_params
 from imgscale.pipeline.pq_codes import check_codebook, code_row_stats
@@ -75,6 +76,51 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         """`partial_fit` from codes: add rows and new classes without decoding."""
         first = not hasattr(self, "classes_")
         return self._add_codes(codes, y, codebook, rotation, classes, first=first)
+
+    def update(self, added: tuple[Any, Any], removed: tuple[Any, Any]) -> np.ndarray:
+        """Bring the fit up to date with rows added and rows removed, each an (X, y) pair, in
+        one pass over them only; returns the classes left with no rows (removed from the model).
+
+        The result is the fit from scratch on the rows as they now are (classes sorted as `fit`
+        sorts them), to float64 rounding of the class sums: a class mean is a sum (paper 002
+        §1, §4.4).
+        """
+
+        def stats_of(X: Any, y_index: Any, n_classes: int) -> RowStats:
+            return row_stats(self._check_rows(X), y_index, n_classes, gram=False)
+
+        return self._apply_change(stats_of, added, removed)
+
+    def update_codes(
+        self,
+        added: tuple[Any, Any],
+        removed: tuple[Any, Any],
+        codebook: Any,
+        rotation: Any = None,
+    ) -> np.ndarray:
+        """`update` from product-quantization codes (the (codes, y) pairs), without decoding."""
+        codebook, rotation = check_codebook(codebook, rotation)
+
+        def stats_of(codes: Any, y_index: Any, n_classes: int) -> RowStats:
+            return code_row_stats(codes, y_index, codebook, n_classes, rotation)
+
+        return self._apply_change(stats_of, added, removed)
+
+    def _apply_change(self, stats_of: Any, added: tuple, removed: tuple) -> np.ndarray:
+        check_is_fitted(self)
+        kept = RowStats(0, np.zeros(self.n_features_in_), self.class_sums_, self.class_counts_)
+        stats, classes, dropped = changed_stats(
+            kept, np.asarray(self.classes_), stats_of, added, removed
+        )
+        if len(classes) == 0:
+            raise ValueError("no labelled rows are left: the model would have no classes")
+        means = np.zeros(stats.class_sums.shape, dtype=np.float32)
+        means[:] = stats.class_sums / stats.class_counts[:, None]
+        self.classes_ = classes
+        self.class_sums_ = stats.class_sums
+        self.class_counts_ = stats.class_counts
+        self.means_ = means
+        return dropped
 
     def add_class(self, X: Any, label: Any, *, replace: bool = False) -> NearestClassMean:
         """Add class ``label`` from its rows X, or add them to the class if it exists; with

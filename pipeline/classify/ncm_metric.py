@@ -248,6 +248,22 @@ class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
         )
         return self
 
+    def _apply_change(self, stats_of: Any, added: tuple, removed: tuple) -> np.ndarray:
+        """`NearestClassMean.update`'s class means, projected by the kept W (not relearned:
+        paper 002 §4.4 adds classes under a fixed W); refused for a model with zero-shot
+        priors, whose MAP means are not a plain sum of rows."""
+        self._check_has_metric()
+        priors = getattr(self, "prior_means_", None)
+        if priors is not None and not np.isnan(priors).all():
+            raise ValueError(
+                "classes with zero-shot prior means (add_class_prior) have MAP means that are "
+                "not a sum over rows; fit the model again"
+            )
+        dropped = super()._apply_change(stats_of, added, removed)
+        self.projected_means_ = self.means_ @ self.components_.T
+        self.__dict__.pop("prior_means_", None)
+        return dropped
+
     def _forget(self) -> None:
         for name in ("components_", "projected_means_", "prior_means_"):
             self.__dict__.pop(name, None)

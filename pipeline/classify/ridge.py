@@ -8,6 +8,7 @@ import dask.array as da
 import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from imgscale.pipeline.classify._base import (
     LinearClassifierMixin,
@@ -16,7 +17,11 @@ from imgscale.pipeline.classify._base import (
     grown_classes,
     unique_labels,
 )
-from imgscale.pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
+from imgscale.pipeline.classify._row_stats import (
+    RowStatsMixin,
+    changed_stats,
+    row_stats_attributes,
+)
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.gram import GRAM_PRECISIONS
@@ -186,6 +191,39 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
                 keep = (float(self.rho_), np.asarray(self.rho_scores_))
         self._set_state(self._solve(stats, all_classes, grid, keep=keep))
         return self
+
+    def update(
+        self,
+        added: tuple[Any, Any],
+        removed: tuple[Any, Any],
+        X_val: Any = None,
+        y_val: Any = None,
+    ) -> np.ndarray:
+        """Bring the fit up to date with rows added and rows removed, each an (X, y) pair, in
+        one pass over them only; returns the classes left with no rows (removed from the model).
+
+        The Gram, XᵀY, row and class sums are updated, the centring becomes the mean of the rows
+        as they now are, and ρ is chosen again as `fit` chooses it: on (X_val, y_val) if given
+        (one pass over them), else by GCV, unless `rho` is fixed; one eigendecomposition. The
+        result is the fit from scratch on the rows as they now are, to float64 rounding of the
+        statistics.
+        """
+        check_is_fitted(self)
+        grid = self._checked_grid()
+        if (X_val is None) != (y_val is None):
+            raise ValueError("pass both X_val and y_val, or neither")
+
+        def stats_of(X: Any, y_index: Any, n_classes: int) -> RowStats:
+            return ridge_stats(self._check_rows(X), y_index, n_classes, self.gram_precision)
+
+        stats, classes, dropped = changed_stats(
+            self._row_stats(), np.asarray(self.classes_), stats_of, added, removed
+        )
+        if len(classes) == 0:
+            raise ValueError("no labelled rows are left: the model would have no classes")
+        validation = None if X_val is None else (self._check_rows(X_val), y_val)
+        self._set_state(self._solve(stats, classes, grid, validation=validation))
+        return dropped
 
     def _checked_grid(self) -> np.ndarray:
         if self.gram_precision not in GRAM_PRECISIONS:

@@ -13,6 +13,7 @@ import dask.array as da
 import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from imgscale.pipeline.classify._base import (
     LinearClassifierMixin,
@@ -21,7 +22,11 @@ from imgscale.pipeline.classify._base import (
     grown_classes,
     unique_labels,
 )
-from imgscale.pipeline.classify._row_stats import RowStatsMixin, row_stats_attributes
+from imgscale.pipeline.classify._row_stats import (
+    RowStatsMixin,
+    changed_stats,
+    row_stats_attributes,
+)
 from imgscale.pipeline.classify.ridge import RidgeClassifier, grid_rates
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.reductions import RowStats, row_stats
@@ -147,6 +152,40 @@ class SemiSupervisedEigenSolver(RowStatsMixin, LinearClassifierMixin, BaseEstima
         lam = float(self.lam) if self.lam is not None else float(self.lam_)
         self._solve(stats, all_classes, sigma, np.array([lam]), None)
         return self
+
+    def update(
+        self,
+        added: tuple[Any, Any],
+        removed: tuple[Any, Any],
+        X_val: Any = None,
+        y_val: Any = None,
+    ) -> np.ndarray:
+        """Bring the fit up to date with embedded rows added and removed, each a (U, y) pair,
+        in one pass over them only; returns the classes left with no rows (removed).
+
+        UᵀΛU, UᵀΛY and the row count n are updated and eq. 3 solved again with the kept
+        eigenvalues Σ (the eigenfunctions are not refitted); λ is chosen again on (X_val,
+        y_val) when `lam` is None, as `fit` chooses it. The result is `fit` on the rows as they
+        now are with the same eigenvalues, to float64 rounding of the statistics.
+        """
+        check_is_fitted(self)
+        grid = self._checked_grid()
+        if (X_val is None) != (y_val is None):
+            raise ValueError("pass both X_val and y_val, or neither")
+        if self.lam is None and X_val is None:
+            raise ValueError("lam=None selects λ on validation rows: pass X_val and y_val")
+
+        def stats_of(X: Any, y_index: Any, n_classes: int) -> RowStats:
+            return row_stats(self._check_rows(X), y_index, n_classes, gram=True)
+
+        stats, classes, dropped = changed_stats(
+            self._row_stats(), np.asarray(self.classes_), stats_of, added, removed
+        )
+        if len(classes) == 0:
+            raise ValueError("no labelled rows are left: the model would have no classes")
+        validation = None if X_val is None else (self._check_rows(X_val), y_val)
+        self._solve(stats, classes, self.eigenvalues_, grid, validation)
+        return dropped
 
     def _checked_grid(self) -> np.ndarray:
         return checked_grid(self.lam_grid, self.lam, "lam")
