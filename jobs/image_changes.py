@@ -7,7 +7,8 @@ Each ingest keeps the size and modification time of the files it listed in the s
 (`imgscale.storage.read_listing`); the next one compares: a committed image whose size or time
 differs is read and hashed (sha256, no decoding), and is changed when the digest is not its
 row's. A touched file with the same bytes is not. Deleted images are those the last listing held,
-still committed, no longer listed.
+still committed, no longer listed. ``ingest --refresh`` forgets both kinds of rows in one commit
+(`forget_changed`), after which the changed files are new images to the same ingest.
 """
 
 from __future__ import annotations
@@ -90,6 +91,15 @@ def find_changes(
         }
     )
     return Changes([id_of_key(k) for k in changed], [id_of_key(k) for k in deleted], listing)
+
+
+def forget_changed(store: FeatureStore, changes: Changes) -> int:
+    """Forget the rows of the changed and deleted images in one commit (`FeatureStore.forget`),
+    so that the changed files' ids are free for their new bytes; returns the rows forgotten."""
+    ids = [*changes.changed, *changes.deleted]
+    if not ids:
+        return 0
+    return store.forget(ids, reason="file changed or deleted since ingested (ingest --refresh)")
 
 
 def keep_listing(store_path: str | os.PathLike, source: str, changes: Changes | None) -> None:

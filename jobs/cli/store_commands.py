@@ -80,6 +80,12 @@ from imgscale.jobs.runs import RecordedCommand
     help="--pq: images drawn from SRC (seeded) whose signatures train the codebook [10000].",
 )
 @click.option(
+    "--refresh",
+    is_flag=True,
+    help="Images: forget the rows of images whose file changed or was deleted since they were "
+    "ingested (one commit), and ingest the changed files again.",
+)
+@click.option(
     "--commit-rows",
     type=click.IntRange(min=1),
     help="Images: rows a commit holds at most (default: a chunk of rows; a commit a minute at "
@@ -104,6 +110,7 @@ def ingest(
     batch_id,
     pq,
     pq_sample,
+    refresh,
     commit_rows,
     scheduler,
     as_json,
@@ -128,14 +135,15 @@ def ingest(
         if given:
             raise click.UsageError(f"{', '.join(given)}: for files of vectors, not images")
         _ingest_images(
-            src, store, features, split, scheduler, as_json, commit_rows,
+            src, store, features, split, scheduler, as_json, commit_rows, refresh,
             {"image_column": image_column, "label_column": y_key or "label",
              "id_column": ids_key or "id", "path_column": path_column},
             {"pq": pq, **({"pq_sample": pq_sample} if pq_sample else {})},
         )  # fmt: skip
         return
-    if commit_rows:
-        raise click.UsageError("--commit-rows: for images; a file of vectors is one commit")
+    if commit_rows or refresh:
+        flag = "--commit-rows" if commit_rows else "--refresh"
+        raise click.UsageError(f"{flag}: for images; a file of vectors is one commit")
     if pq or pq_sample:
         raise click.UsageError("--pq: for images; `imgscale compress` codes a store of vectors")
     from imgscale.storage import ingest_file, read_class_names
@@ -195,11 +203,12 @@ def _is_image_source(src: str, features: str | None, store: str) -> bool:
 
 
 def _ingest_images(
-    src, store, features, split, scheduler, as_json, commit_rows, source_options, pq_options
-) -> None:
-    from imgscale.jobs.image_changes import keep_listing
+    src, store, features, split, scheduler, as_json, commit_rows, refresh, source_options,
+    pq_options,
+) -> None:  # fmt: skip
+    from imgscale.jobs.image_changes import forget_changed, keep_listing
     from imgscale.jobs.ingest_images import ingest_images, nothing_to_do, plan_ingest
-    from imgscale.storage import absolute, is_url, location
+    from imgscale.storage import absolute, is_url, location, open_store
 
     # Absolute paths for the workers; jobs.cluster (distributed, dask.array) is imported only
     # when there is work, so that an ingest with nothing new stays a quick look.
@@ -209,6 +218,13 @@ def _ingest_images(
     plan = plan_ingest(
         src, store, features=features, source_options=source_options, split=split, **pq_options
     )
+    forgotten = 0
+    if refresh and plan.changes is not None and (plan.changes.changed or plan.changes.deleted):
+        forgotten = forget_changed(open_store(store), plan.changes)
+        plan = plan_ingest(
+            src, store, features=features, source_options=source_options, split=split,
+            **pq_options,
+        )  # fmt: skip
     if not plan.partitions and plan.total == 0:  # every image listed is in the store
         summary = nothing_to_do(plan)
     else:
@@ -224,6 +240,7 @@ def _ingest_images(
                 codec_progress=stage_progress_line(quiet=as_json),
             )
     end_progress_line()
+    summary["forgotten"] = forgotten
     keep_listing(store, src, plan.changes)
     if summary["changed"] or summary["deleted"]:
         click.echo(

@@ -109,7 +109,7 @@ def rerun(*args: str) -> tuple[dict, str]:
     return json.loads(result.stdout), result.stderr
 
 
-def test_rewritten_and_deleted_files_are_reported_by_count_with_the_command_resolving_them(
+def test_rewritten_and_deleted_files_are_reported_by_count_until_ingest_refresh_replaces_them(
     tmp_path, scheduler_address
 ):
     """A camera's IMG_0001.jpg reused for a new photo, an edited photo, a deleted one: each
@@ -118,8 +118,9 @@ def test_rewritten_and_deleted_files_are_reported_by_count_with_the_command_reso
     images = digit_images(2)
     write_folder(photos, images)
     ingest(str(photos), str(store), "--features", "gist-tiny", scheduler=scheduler_address)
-    digit_images(1, classes=(7,))["digit-7/000.png"].save(photos / "digit-0" / "000.png")
-    (photos / "digit-1" / "001.png").write_bytes(png_bytes(images["digit-2/000.png"]))
+    new_photos = digit_images(1, classes=(7, 8))
+    new_photos["digit-7/000.png"].save(photos / "digit-0" / "000.png")
+    new_photos["digit-8/000.png"].save(photos / "digit-1" / "001.png")
     (photos / "digit-2" / "001.png").unlink()
     os.utime(photos / "digit-2" / "000.png", ns=(1, 10**18))  # touched: same bytes
     summary, stderr = rerun(str(photos), str(store))
@@ -128,3 +129,15 @@ def test_rewritten_and_deleted_files_are_reported_by_count_with_the_command_reso
     assert f"imgscale ingest {photos} {store} --refresh" in stderr
     # Still so on the next run: nothing was resolved.
     assert rerun(str(photos), str(store))[0]["changed"] == 2
+
+    refreshed, _ = rerun(str(photos), str(store), "--refresh", "--scheduler", scheduler_address)
+    assert (refreshed["forgotten"], refreshed["rows"], refreshed["store_rows"]) == (3, 2, 5)
+    opened = open_store(store)
+    ids = list(opened.ids())
+    assert sorted(ids) == sorted(set(images) - {"digit-2/001.png"})
+    X = opened.features().compute()
+    reference = gist_tiny([Image.open(photos / key) for key in ids])
+    np.testing.assert_allclose(X, reference, rtol=1e-5, atol=1e-6)
+    after, stderr = rerun(str(photos), str(store))
+    assert (after["changed"], after["deleted"], after["images_seen"]) == (0, 0, 0)
+    assert "changed" not in stderr
