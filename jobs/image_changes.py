@@ -37,11 +37,13 @@ from imgscale.storage import (
 @dataclass(frozen=True)
 class Changes:
     """Committed ids whose file changed (``changed``) or is gone (``deleted``) since the last
-    listing of the source, and the listing to keep once the ingest is done (``listing``)."""
+    listing of the source, the keys whose file has the size and time it had then
+    (``unchanged``), and the listing to keep once the ingest is done (``listing``)."""
 
     changed: list[str]
     deleted: list[str]
     listing: pa.Table
+    unchanged: frozenset[str] = frozenset()
 
 
 def find_changes(
@@ -90,7 +92,12 @@ def find_changes(
             "mtime_ns": pa.array([s[1] for s in stats], pa.int64()),
         }
     )
-    return Changes([id_of_key(k) for k in changed], [id_of_key(k) for k in deleted], listing)
+    unchanged = frozenset(
+        key for key, stat in zip(files, stats_now, strict=True) if seen.get(key) == stat
+    )
+    return Changes(
+        [id_of_key(k) for k in changed], [id_of_key(k) for k in deleted], listing, unchanged
+    )
 
 
 def forget_changed(store: FeatureStore, changes: Changes) -> int:

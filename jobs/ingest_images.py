@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -134,11 +134,15 @@ def key_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
 
 
-def known_of(store: FeatureStore | None, split: str = DEFAULT_SPLIT) -> Known:
+def known_of(
+    store: FeatureStore | None, split: str = DEFAULT_SPLIT, unread: Sequence[str] = ()
+) -> Known:
+    """What ``store`` holds, for an ingest as ``split``; ``unread`` are more ids not to read."""
     if store is None or store.committed_rows == 0:
         empty = np.empty(0, np.uint64)
-        return Known(empty, empty, np.empty((0, 32), np.uint8), [], split)
-    ids = store.rows(columns=["id"]).column("id")
+        hashes = np.sort(np.fromiter(map(key_hash, unread), np.uint64, len(unread)))
+        return Known(hashes, empty, np.empty((0, 32), np.uint8), [], split)
+    ids = [*store.rows(columns=["id"]).column("id").to_pylist(), *unread]
     content = store.content_hashes()
     digests = np.frombuffer(
         content.column("sha256").combine_chunks().buffers()[1], np.uint8
@@ -147,7 +151,7 @@ def known_of(store: FeatureStore | None, split: str = DEFAULT_SPLIT) -> Known:
     order = np.argsort(prefixes, kind="stable")
     digest_ids = content.column("id").to_pylist()
     return Known(
-        np.sort(np.fromiter((key_hash(i) for i in ids.to_pylist()), np.uint64, len(ids))),
+        np.sort(np.fromiter(map(key_hash, ids), np.uint64, len(ids))),
         prefixes[order],
         digests[order],
         [digest_ids[i] for i in order],
@@ -374,6 +378,8 @@ class IngestPlan:
     source_options: dict[str, str] | None = None
     split: str = DEFAULT_SPLIT
     changes: Changes | None = None
+    refused_unchanged: int = 0
+    """Images refused before whose file is unchanged, not read again (`_refused_unchanged`)."""
     """Committed images whose file changed or is gone since the source's last ingest (None:
     a source whose files are not compared, `jobs.image_changes`)."""
 
@@ -407,14 +413,16 @@ def plan_ingest(
         raise ValueError(f"--pq-sample {pq_sample}: expected at least 1 image")
     partitions = images.partitions(images_per_partition)
     changes = find_changes(existing, source, partitions, partial(image_id, split))
-    counts = _new_images(partitions, existing, split)
+    unread = _refused_unchanged(existing, changes, split)
+    counts = _new_images(partitions, existing, split, unread)
     total = None
     if counts is not None:
         partitions = [p for p, n in zip(partitions, counts, strict=True) if n]
         total = sum(counts)
     if features is None and total == 0 and pq is None:
         return IngestPlan(source, store_path, None, known_of(None, split), [], 0, started,
-                          split=split, changes=changes)  # fmt: skip
+                          split=split, changes=changes,
+                          refused_unchanged=len(unread))  # fmt: skip
     from imgscale.jobs.features import check_same_features, features_of_store, parse_features
 
     if features is None:
@@ -424,10 +432,10 @@ def plan_ingest(
         if existing is not None:
             check_same_features(existing.descriptor, described_by, str(store_path))
     pq, codec = _pq_of(described_by, existing, pq, str(store_path))
-    known = known_of(existing if partitions else None, split)
+    known = known_of(existing if partitions else None, split, unread)
     return IngestPlan(
         source, store_path, described_by, known, partitions, total, started,
-        pq, codec, pq_sample, pq_seed, source_options, split, changes,
+        pq, codec, pq_sample, pq_seed, source_options, split, changes, len(unread),
     )  # fmt: skip
 
 
@@ -545,6 +553,7 @@ def finish_summary(
         **summary,
         "changed": len(changes.changed) if changes is not None else 0,
         "deleted": len(changes.deleted) if changes is not None else 0,
+        "refused_unchanged": plan.refused_unchanged,
         "seconds": seconds,
         "images_per_second": summary["images_seen"] / seconds if seconds else 0.0,
         "features": ",".join(spelling(entry) for entry in record["features"]),
@@ -569,17 +578,38 @@ def _open_existing(store_path: Any) -> FeatureStore | None:
         return None
 
 
+def _refused_unchanged(
+    store: FeatureStore | None, changes: Changes | None, split: str
+) -> list[str]:
+    """Ids of refused images whose file has the size and time it had when listed at their
+    refusal: the same bytes would be refused again (a duplicate never becomes new, a broken file
+    stays broken until rewritten). Images that could not be read at all are read again."""
+    if store is None or changes is None or not changes.unchanged:
+        return []
+    rejected = store.rejected()
+    unchanged = {image_id(split, key) for key in changes.unchanged}
+    return [
+        key
+        for key, digest in zip(
+            rejected.column("key").to_pylist(), rejected.column("sha256").to_pylist(), strict=True
+        )
+        if key in unchanged and digest != EMPTY_SHA256
+    ]
+
+
 def _new_images(
-    partitions: list[ImagePartition], store: FeatureStore | None, split: str
+    partitions: list[ImagePartition], store: FeatureStore | None, split: str, unread: list[str]
 ) -> list[int] | None:
-    """New images in each partition, when listing gave their keys (a folder, a list file)."""
+    """New images in each partition, when listing gave their keys (a folder, a list file):
+    neither committed nor among the ``unread`` ids."""
     if any(p.keys is None for p in partitions):
         return None
-    if store is None or store.committed_rows == 0:
+    if store is None:
         return [len(p.keys) for p in partitions]
     keys = pa.array([image_id(split, k) for p in partitions for k in p.keys], pa.string())
     committed = store.rows(columns=["id"]).column("id")  # compared by pyarrow: no id hashing
-    new = np.asarray(pc.invert(pc.is_in(keys, value_set=committed)))
+    skip = pa.concat_arrays([committed.combine_chunks(), pa.array(unread, pa.string())])
+    new = np.asarray(pc.invert(pc.is_in(keys, value_set=skip)))
     counts, at = [], 0
     for p in partitions:
         counts.append(int(new[at : at + len(p.keys)].sum()))

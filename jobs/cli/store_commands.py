@@ -252,9 +252,14 @@ def _ingest_images(
         )
     none = (
         " (every image read was refused: nothing to add)"
-        if (summary["images_seen"] and not summary["rows"])
+        if (summary["images_seen"] and summary["refused"] == summary["images_seen"])
         else ""
     )
+    if summary["refused_unchanged"]:
+        none += (
+            f"; {summary['refused_unchanged']} refused before and unchanged since, not read "
+            f"again (imgscale info {store} --rejected)"
+        )
     print_summary(
         summary,
         as_json,
