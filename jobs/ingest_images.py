@@ -54,6 +54,8 @@ from imgscale.storage import (
     create_pq_store,
     create_store,
     decode_image,
+    default_rows_per_chunk,
+    image_rows_per_chunk,
     open_image_source,
     read_partition,
 )
@@ -483,8 +485,10 @@ def ingest_images(
     """Describe the planned images on ``client``'s cluster and append them as ``plan.split``;
     returns a summary.
 
-    ``commit_rows`` (default: the store's rows per chunk) and `COMMIT_SECONDS` bound the work a
-    kill loses. ``progress(done, total, rows, refused)`` is called as partitions finish;
+    ``commit_rows`` (default: a 64 MiB float32 chunk's rows, `default_rows_per_chunk`) and
+    `COMMIT_SECONDS` bound the work a kill loses; a commit holds at most ``commit_rows`` rows
+    unless one partition (a tar shard, a parquet row group) holds more.
+    ``progress(done, total, rows, refused)`` is called as partitions finish;
     ``codec_progress`` follows the training of a new store's PQ codebook (`train_codec`).
     """
     from imgscale.jobs.fanout import stream_map
@@ -495,7 +499,7 @@ def ingest_images(
     if plan.pq is None:
         create = partial(
             create_store, dim=described_by.dim, descriptor=described_by.record,
-            provenance=provenance,
+            provenance=provenance, rows_per_chunk=image_rows_per_chunk(described_by.dim),
         )  # fmt: skip
     else:
         codec, sampled = (
@@ -511,7 +515,7 @@ def ingest_images(
         check_same_features(store.descriptor, described_by, str(plan.store_path))
         # The store's own codec: another ingest may have created the store meanwhile.
         codec = _pq_of(described_by, store, plan.pq, str(plan.store_path))[1]
-        commit_rows = commit_rows or store.rows_per_chunk
+        commit_rows = commit_rows or max(store.rows_per_chunk, default_rows_per_chunk(store.dim))
         threads = max(1, sum(client.nthreads().values())) if plan.partitions else 1
         pending, last_commit = _Pending(), time.monotonic()
         seen: dict[bytes, str] = {}
@@ -528,6 +532,9 @@ def ingest_images(
         for result in results:
             summary["partitions"] += 1
             summary["images_seen"] += result.images_seen
+            if len(pending) and len(pending) + len(result.keys) > commit_rows:
+                _commit(store, pending, plan.split, summary)  # a commit holds ≤ commit_rows
+                pending, last_commit = _Pending(), time.monotonic()
             _receive(pending, result, seen, ids)
             if len(pending) >= commit_rows or time.monotonic() - last_commit > COMMIT_SECONDS:
                 _commit(store, pending, plan.split, summary)

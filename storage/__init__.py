@@ -66,6 +66,8 @@ if TYPE_CHECKING:
     from imgscale.storage.ingest import FORMATS as FORMATS
     from imgscale.storage.ingest import Ingested as Ingested
     from imgscale.storage.ingest import ingest_file as ingest_file
+    from imgscale.storage.layout import default_rows_per_chunk as default_rows_per_chunk
+    from imgscale.storage.layout import image_rows_per_chunk as image_rows_per_chunk
     from imgscale.storage.ledger import OUTCOMES as OUTCOMES
     from imgscale.storage.ledger import Ledger as Ledger
     from imgscale.storage.lock import FileLock as FileLock

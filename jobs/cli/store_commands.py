@@ -88,8 +88,9 @@ from imgscale.jobs.runs import RecordedCommand
 @click.option(
     "--commit-rows",
     type=click.IntRange(min=1),
-    help="Images: rows a commit holds at most (default: a chunk of rows; a commit a minute at "
-    "least); a killed ingest loses at most one commit's work.",
+    help="Images: rows a commit holds at most (default: 64 MiB of float32 rows; a commit a "
+    "minute at least; a tar shard or a parquet row group is never split); a killed ingest loses "
+    "at most one commit's work.",
 )
 @scheduler_option
 @json_option
@@ -207,7 +208,12 @@ def _ingest_images(
     pq_options,
 ) -> None:  # fmt: skip
     from imgscale.jobs.image_changes import forget_changed, keep_listing
-    from imgscale.jobs.ingest_images import ingest_images, nothing_to_do, plan_ingest
+    from imgscale.jobs.ingest_images import (
+        IMAGES_PER_PARTITION,
+        ingest_images,
+        nothing_to_do,
+        plan_ingest,
+    )
     from imgscale.storage import absolute, is_url, location, open_store
 
     # Absolute paths for the workers; jobs.cluster (distributed, dask.array) is imported only
@@ -215,16 +221,15 @@ def _ingest_images(
     if not is_url(src):
         src = str(absolute(location(src)))
     store = absolute(location(store))
-    plan = plan_ingest(
-        src, store, features=features, source_options=source_options, split=split, **pq_options
-    )
+    # Partitions no larger than a commit, so that a commit holds at most --commit-rows rows.
+    per_partition = min(IMAGES_PER_PARTITION, commit_rows or IMAGES_PER_PARTITION)
+    options = {"features": features, "source_options": source_options, "split": split,
+               "images_per_partition": per_partition, **pq_options}  # fmt: skip
+    plan = plan_ingest(src, store, **options)
     forgotten = 0
     if refresh and plan.changes is not None and (plan.changes.changed or plan.changes.deleted):
         forgotten = forget_changed(open_store(store), plan.changes)
-        plan = plan_ingest(
-            src, store, features=features, source_options=source_options, split=split,
-            **pq_options,
-        )  # fmt: skip
+        plan = plan_ingest(src, store, **options)
     if not plan.partitions and plan.total == 0:  # every image listed is in the store
         summary = nothing_to_do(plan)
     else:
