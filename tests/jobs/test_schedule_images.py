@@ -72,7 +72,7 @@ def test_each_turn_adds_exactly_the_new_images_to_store_embedding_and_prediction
     assert sorted(store.ids(split="incoming")) == sorted(f"incoming/{key}" for key in first)
     assert list(open_store(embedded).ids()) == list(store.ids())
     parts = predicted_ids(tmp_path / "predictions")
-    assert parts == [list(store.ids())]
+    assert parts == [list(store.ids(split="incoming"))]  # the new rows, not the training rows
 
     second = save_digits(incoming, unseen[4:7], lambda r: f"new-{r}.jpg")
     (incoming / "broken.jpg").write_bytes((incoming / second[0]).read_bytes()[:200])
