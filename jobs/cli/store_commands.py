@@ -121,11 +121,12 @@ def ingest(
 
     \b
     Images: a folder (ROOT/<class>/<file>, or flat: unlabelled), a list file (.csv or parquet
-    with a path column; relative paths are relative to the list's folder), WebDataset tar shards (shards-{0000..0099}.tar), or parquet with a
-    column of image bytes; local or on s3://. Each image's id is its key, after SPLIT/ for a
-    split other than train (photos/test/cat/0.jpg --split test: test/cat/0.jpg); images already
-    in STORE (by id, or by content) are skipped, so naming a grown folder again adds only the
-    new images. Bad images are refused into STORE's table of rejects (imgscale info --rejected).
+    with a path column; relative paths are relative to the list's folder), WebDataset tar
+    shards (shards-{0000..0099}.tar), or parquet with a column of image bytes; local or on
+    s3://. Each image's id is its key, after SPLIT/ for a split other than train
+    (photos/test/cat/0.jpg --split test: test/cat/0.jpg); images already in STORE (by id, or
+    by content) are skipped, so naming a grown folder again adds only the new images. Bad
+    images are refused into STORE's table of rejects (imgscale info --rejected).
 
     Rows of vectors already committed (same content, from any file) are skipped.
     """
