@@ -71,10 +71,13 @@ def test_storage_exports_are_the_names_its_init_imports_for_type_checking():
     import imgscale.storage as storage
 
     expected = {
+        "changes": ["StoreChange", "rows_changed_since"],
         "classes": ["read_class_names"],
+        "compact": ["compact_store"],
         "create": ["create_or_open", "create_pq_store", "create_store"],
         "errors": ["StoreError"],
         "export": ["export_rows"],
+        "forget": ["forget_rows"],
         "ingest": ["FORMATS", "Ingested", "ingest_file"],
         "ledger": ["OUTCOMES", "Ledger"],
         "fs": ["current_storage_options", "is_url", "location", "publish_file",
