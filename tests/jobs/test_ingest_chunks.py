@@ -36,4 +36,5 @@ def test_each_commit_holds_at_most_commit_rows(tmp_path, scheduler_address):
     summary = ingest(str(tmp_path / "photos"), str(tmp_path / "s.zarr"), "--features",
                      "gist-tiny", "--commit-rows", "4", scheduler=scheduler_address)  # fmt: skip
     assert (summary["rows"], summary["commits"]) == (9, 3)
-    assert [batch["rows"] for batch in info(tmp_path / "s.zarr")["batches"]] == [4, 4, 1]
+    # Partitions finish in any order: two of 4 images and one of 1, each its own commit.
+    assert sorted(batch["rows"] for batch in info(tmp_path / "s.zarr")["batches"]) == [1, 4, 4]
