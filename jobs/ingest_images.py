@@ -8,14 +8,17 @@ submitted a few at a time (`stream_map`), so the workers hold a bounded number o
 however large the source.
 
 The client appends the rows through the store's ordinary writer, one commit per chunk of rows
-or per `COMMIT_SECONDS`, whichever comes first. Each image's id is its source key, and ids are
-unique in a store, so a run killed at any moment (kill -9 included) loses only its uncommitted
-rows, and the next run, listing the source again, skips every key already committed: the store
-ends up holding every image exactly once, and a folder that grew is brought up to date by
-ingesting it again. An image whose bytes are already committed under another key (a renamed or
-copied file, the same photo in another split) is not decoded again: it is refused as a
-duplicate, with the key it duplicates. Refused images go to the store's table of rejects
-(`imgscale info --rejected`); a refused image that is fixed is read again by the next run.
+or per `COMMIT_SECONDS`, whichever comes first. Each image's id is its source key, qualified by
+its split when that is not ``train`` (`image_id`: ``test/cat/0000.jpg``), so the usual layout of
+datasets, ``photos/train/<class>/0000.jpg`` beside a different ``photos/test/<class>/0000.jpg``,
+gives each photo its own id with no flag. Ids are unique in a store, so a run killed at any
+moment (kill -9 included) loses only its uncommitted rows, and the next run, listing the source
+again, skips every key already committed: the store ends up holding every image exactly once,
+and a folder that grew is brought up to date by ingesting it again. An image whose bytes are
+already committed under another key (a renamed or copied file, the same photo in another split)
+is not decoded again: it is refused as a duplicate, with the key it duplicates. Refused images
+go to the store's table of rejects (`imgscale info --rejected`); a refused image that is fixed
+is read again by the next run.
 
 With ``--pq M`` (signatures of a vocabulary, ``bow:`` or ``fisher:``), the store keeps product
 quantization codes instead of float rows (paper 002 §4.1: 64K-D Fisher vectors of 1.2M images
@@ -31,24 +34,17 @@ from __future__ import annotations
 import hashlib
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from distributed import as_completed
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from imgscale.jobs.fanout import stream_map
-from imgscale.jobs.features import (
-    VOCABULARY_KINDS,
-    Features,
-    check_same_features,
-    features_of_store,
-    parse_features,
-)
-from imgscale.jobs.fit_features import SampledPartition, sample_partitions
-from imgscale.pipeline.pq_codec import PQCodec, check_m, check_training_rows
+from imgscale.jobs.feature_records import spelling
+from imgscale.jobs.image_changes import Changes, find_changes
 from imgscale.storage import (
     FeatureStore,
     ImagePartition,
@@ -58,9 +54,20 @@ from imgscale.storage import (
     create_pq_store,
     create_store,
     decode_image,
+    default_rows_per_chunk,
+    image_rows_per_chunk,
     open_image_source,
     read_partition,
 )
+
+if TYPE_CHECKING:
+    from imgscale.jobs.features import Features
+    from imgscale.jobs.fit_features import SampledPartition
+    from imgscale.pipeline.pq_codec import PQCodec
+
+# The descriptors, the codec, the cluster and the sampling of a PQ codebook are imported where
+# they are first needed: an ingest with nothing new (a scheduled turn, most minutes) decides so
+# from the listing and the store alone, without scikit-learn, numba or distributed.
 
 # (stage, done, total, unit): progress of work in stages, e.g. ("pq codebook", 512, 8192,
 # "sub-quantizers").
@@ -74,23 +81,38 @@ EMPTY_SHA256 = hashlib.sha256(b"").digest()
 # Images whose signatures train a PQ codebook: faiss's 39 a centroid (39 × 256 = 9,984), 2.4 GiB
 # of 64K-D signatures, held by the workers.
 DEFAULT_PQ_SAMPLE = 10_000
+# The split whose images' ids are their keys as the source gives them; other splits' are qualified.
+DEFAULT_SPLIT = "train"
+
+
+def image_id(split: str, key: str) -> str:
+    """The id in a store of the image ``key`` of a source ingested as ``split``: the key itself
+    for the default split, ``SPLIT/KEY`` for another, so that a test split reusing the train
+    split's file names (``cat/0000.jpg`` in both) neither collides with it nor vanishes."""
+    return key if split == DEFAULT_SPLIT else f"{split}/{key}"
 
 
 @dataclass(frozen=True)
 class Known:
     """What the store already holds, sent once to every worker: hashes of the committed ids
-    (sorted; a key whose hash is among them is not read), and the committed images' sha256
-    digests (sorted by their first 8 bytes), with the id each belongs to."""
+    (sorted; a key whose id's hash is among them is not read), and the committed images' sha256
+    digests (sorted by their first 8 bytes), with the id each belongs to; and the split this
+    ingest names its images' ids by (`image_id`)."""
 
     key_hashes: np.ndarray
     digest_prefixes: np.ndarray
     digests: np.ndarray
     digest_ids: list[str]
+    split: str = DEFAULT_SPLIT
+
+    def id_of_key(self, key: str) -> str:
+        return image_id(self.split, key)
 
     def has_key(self, key: str) -> bool:
+        """Whether the id of the source's image ``key`` is committed."""
         if not len(self.key_hashes):
             return False
-        h = np.uint64(key_hash(key))
+        h = np.uint64(key_hash(self.id_of_key(key)))
         i = int(self.key_hashes.searchsorted(h))
         return i < len(self.key_hashes) and self.key_hashes[i] == h
 
@@ -114,11 +136,15 @@ def key_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
 
 
-def known_of(store: FeatureStore | None) -> Known:
+def known_of(
+    store: FeatureStore | None, split: str = DEFAULT_SPLIT, unread: Sequence[str] = ()
+) -> Known:
+    """What ``store`` holds, for an ingest as ``split``; ``unread`` are more ids not to read."""
     if store is None or store.committed_rows == 0:
         empty = np.empty(0, np.uint64)
-        return Known(empty, empty, np.empty((0, 32), np.uint8), [])
-    ids = store.rows(columns=["id"]).column("id")
+        hashes = np.sort(np.fromiter(map(key_hash, unread), np.uint64, len(unread)))
+        return Known(hashes, empty, np.empty((0, 32), np.uint8), [], split)
+    ids = [*store.rows(columns=["id"]).column("id").to_pylist(), *unread]
     content = store.content_hashes()
     digests = np.frombuffer(
         content.column("sha256").combine_chunks().buffers()[1], np.uint8
@@ -127,10 +153,11 @@ def known_of(store: FeatureStore | None) -> Known:
     order = np.argsort(prefixes, kind="stable")
     digest_ids = content.column("id").to_pylist()
     return Known(
-        np.sort(np.fromiter((key_hash(i) for i in ids.to_pylist()), np.uint64, len(ids))),
+        np.sort(np.fromiter(map(key_hash, ids), np.uint64, len(ids))),
         prefixes[order],
         digests[order],
         [digest_ids[i] for i in order],
+        split,
     )
 
 
@@ -154,26 +181,27 @@ def describe_partition(features: Features, known: Known, partition: ImagePartiti
     accepted, decoded = [], []
     for image in read_partition(partition, skip=known.has_key):
         out.images_seen += 1
+        key = known.id_of_key(image.key)
         if image.problem is not None:
-            out.refused.append((image.key, EMPTY_SHA256, image.problem))
+            out.refused.append((key, EMPTY_SHA256, image.problem))
             continue
         digest = hashlib.sha256(image.data).digest()
         holder = known.id_of(digest)
         if holder is not None:
-            out.refused.append((image.key, digest, f"same bytes as {holder!r}, already stored"))
+            out.refused.append((key, digest, f"same bytes as {holder!r}, already stored"))
             continue
         try:
             decoded.append(decode_image(image.data, features.requests))
         except Exception as exc:
-            out.refused.append((image.key, digest, refusal(exc)))
+            out.refused.append((key, digest, refusal(exc)))
             continue
-        accepted.append((image, digest))
+        accepted.append((key, image, digest))
     rows, problems = describe_each(features, decoded)
-    for (image, digest), problem in zip(accepted, problems, strict=True):
+    for (key, image, digest), problem in zip(accepted, problems, strict=True):
         if problem is not None:
-            out.refused.append((image.key, digest, problem))
+            out.refused.append((key, digest, problem))
             continue
-        out.keys.append(image.key)
+        out.keys.append(key)
         out.labels.append(image.label)
         out.digests.append(digest)
     out.rows = rows[[problem is None for problem in problems]]
@@ -261,6 +289,11 @@ def train_codec(
     columns, so the codebook is the one `PQCodec.train` learns on all of them at once, and the
     8,192 k-means of a 64K-D codebook share the cores.
     """
+    from distributed import as_completed
+
+    from imgscale.jobs.fit_features import sample_partitions
+    from imgscale.pipeline.pq_codec import PQCodec, check_training_rows
+
     items = sample_partitions(plan.source, plan.pq_sample, plan.pq_seed, plan.source_options)
     signatures = client.map(describe_sampled, [plan.features] * len(items), items, pure=False)
     tell = progress or (lambda *_: None)
@@ -296,6 +329,8 @@ def train_sub_spaces(
     faiss on one thread, as the worker has one core)."""
     import faiss
 
+    from imgscale.pipeline.pq_codec import PQCodec
+
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
@@ -309,7 +344,7 @@ def train_sub_spaces(
 
 @dataclass
 class _Pending:
-    """Rows and refusals received, not yet committed."""
+    """Rows (by id) and refusals received, not yet committed."""
 
     keys: list[str] = field(default_factory=list)
     labels: list[str | None] = field(default_factory=list)
@@ -325,11 +360,13 @@ class _Pending:
 class IngestPlan:
     """What an ingest will do, found on the client before any cluster is needed: the
     descriptors, what the store holds, and the partitions holding new images (``total``: their
-    count, None when listing cannot tell, as for tar shards and parquet)."""
+    count, None when listing cannot tell, as for tar shards and parquet), committed as
+    ``split``. ``features`` is None when the store describes them and listing found nothing new
+    (`nothing_to_do`): no descriptor is loaded then."""
 
     source: str
     store_path: Any
-    features: Features
+    features: Features | None
     known: Known
     partitions: list[ImagePartition]
     total: int | None
@@ -341,6 +378,12 @@ class IngestPlan:
     pq_sample: int = DEFAULT_PQ_SAMPLE
     pq_seed: int = 0
     source_options: dict[str, str] | None = None
+    split: str = DEFAULT_SPLIT
+    changes: Changes | None = None
+    refused_unchanged: int = 0
+    """Images refused before whose file is unchanged, not read again (`_refused_unchanged`)."""
+    """Committed images whose file changed or is gone since the source's last ingest (None:
+    a source whose files are not compared, `jobs.image_changes`)."""
 
 
 def plan_ingest(
@@ -353,38 +396,48 @@ def plan_ingest(
     pq: int | None = None,
     pq_sample: int = DEFAULT_PQ_SAMPLE,
     pq_seed: int = 0,
+    split: str = DEFAULT_SPLIT,
 ) -> IngestPlan:
     """List SOURCE and keep the partitions with images STORE lacks. ``features`` is
     ``--features``: required for a new store; an existing one is described as its record says,
     and refuses other descriptors. ``pq`` is ``--pq``: a new store keeps codes of that many
-    sub-quantizers; an existing store keeps its encoding, and refuses another."""
+    sub-quantizers; an existing store keeps its encoding, and refuses another. ``split`` names
+    the rows (and qualifies their ids, `image_id`)."""
     started = time.perf_counter()
     images = open_image_source(source, **(source_options or {}))
     existing = _open_existing(store_path)
+    if features is None and (existing is None or existing.descriptor is None):
+        raise StoreError(
+            f"{source}: say which descriptors to compute, e.g. --features gist "
+            f"(store {store_path} has no record of any)"
+        )
+    if pq_sample < 1:
+        raise ValueError(f"--pq-sample {pq_sample}: expected at least 1 image")
+    partitions = images.partitions(images_per_partition)
+    changes = find_changes(existing, source, partitions, partial(image_id, split))
+    unread = _refused_unchanged(existing, changes, split)
+    counts = _new_images(partitions, existing, split, unread)
+    total = None
+    if counts is not None:
+        partitions = [p for p, n in zip(partitions, counts, strict=True) if n]
+        total = sum(counts)
+    if features is None and total == 0 and pq is None:
+        return IngestPlan(source, store_path, None, known_of(None, split), [], 0, started,
+                          split=split, changes=changes,
+                          refused_unchanged=len(unread))  # fmt: skip
+    from imgscale.jobs.features import check_same_features, features_of_store, parse_features
+
     if features is None:
-        if existing is None or existing.descriptor is None:
-            raise StoreError(
-                f"{source}: say which descriptors to compute, e.g. --features gist "
-                f"(store {store_path} has no record of any)"
-            )
         described_by = features_of_store(existing.descriptor, str(store_path))
     else:
         described_by = parse_features(features)
         if existing is not None:
             check_same_features(existing.descriptor, described_by, str(store_path))
     pq, codec = _pq_of(described_by, existing, pq, str(store_path))
-    if pq_sample < 1:
-        raise ValueError(f"--pq-sample {pq_sample}: expected at least 1 image")
-    partitions = images.partitions(images_per_partition)
-    counts = _new_images(partitions, existing)
-    total = None
-    if counts is not None:
-        partitions = [p for p, n in zip(partitions, counts, strict=True) if n]
-        total = sum(counts)
-    known = known_of(existing) if partitions else known_of(None)
+    known = known_of(existing if partitions else None, split, unread)
     return IngestPlan(
         source, store_path, described_by, known, partitions, total, started,
-        pq, codec, pq_sample, pq_seed, source_options,
+        pq, codec, pq_sample, pq_seed, source_options, split, changes, len(unread),
     )  # fmt: skip
 
 
@@ -392,6 +445,9 @@ def _pq_of(
     features: Features, existing: FeatureStore | None, pq: int | None, store: str
 ) -> tuple[int | None, PQCodec | None]:
     """(sub-quantizers, the existing store's codec) of an ingest given ``--pq`` (or not)."""
+    from imgscale.jobs.features import VOCABULARY_KINDS
+    from imgscale.pipeline.pq_codec import check_m
+
     if existing is not None and existing.encoding == "pq":
         codec = existing.codec
         if pq is not None and pq != codec.m:
@@ -422,23 +478,28 @@ def ingest_images(
     plan: IngestPlan,
     client: Any,
     *,
-    split: str = "train",
     commit_rows: int | None = None,
     progress: Callable[[int, int | None, int, int], None] | None = None,
     codec_progress: StageProgress | None = None,
 ) -> dict[str, Any]:
-    """Describe the planned images on ``client``'s cluster and append them; returns a summary.
+    """Describe the planned images on ``client``'s cluster and append them as ``plan.split``;
+    returns a summary.
 
-    ``commit_rows`` (default: the store's rows per chunk) and `COMMIT_SECONDS` bound the work a
-    kill loses. ``progress(done, total, rows, refused)`` is called as partitions finish;
+    ``commit_rows`` (default: a 64 MiB float32 chunk's rows, `default_rows_per_chunk`) and
+    `COMMIT_SECONDS` bound the work a kill loses; a commit holds at most ``commit_rows`` rows
+    unless one partition (a tar shard, a parquet row group) holds more.
+    ``progress(done, total, rows, refused)`` is called as partitions finish;
     ``codec_progress`` follows the training of a new store's PQ codebook (`train_codec`).
     """
+    from imgscale.jobs.fanout import stream_map
+    from imgscale.jobs.features import check_same_features
+
     described_by = plan.features
     provenance = {"source": str(plan.source)}
     if plan.pq is None:
         create = partial(
             create_store, dim=described_by.dim, descriptor=described_by.record,
-            provenance=provenance,
+            provenance=provenance, rows_per_chunk=image_rows_per_chunk(described_by.dim),
         )  # fmt: skip
     else:
         codec, sampled = (
@@ -454,7 +515,7 @@ def ingest_images(
         check_same_features(store.descriptor, described_by, str(plan.store_path))
         # The store's own codec: another ingest may have created the store meanwhile.
         codec = _pq_of(described_by, store, plan.pq, str(plan.store_path))[1]
-        commit_rows = commit_rows or store.rows_per_chunk
+        commit_rows = commit_rows or max(store.rows_per_chunk, default_rows_per_chunk(store.dim))
         threads = max(1, sum(client.nthreads().values())) if plan.partitions else 1
         pending, last_commit = _Pending(), time.monotonic()
         seen: dict[bytes, str] = {}
@@ -471,28 +532,39 @@ def ingest_images(
         for result in results:
             summary["partitions"] += 1
             summary["images_seen"] += result.images_seen
+            if len(pending) and len(pending) + len(result.keys) > commit_rows:
+                _commit(store, pending, plan.split, summary)  # a commit holds ≤ commit_rows
+                pending, last_commit = _Pending(), time.monotonic()
             _receive(pending, result, seen, ids)
             if len(pending) >= commit_rows or time.monotonic() - last_commit > COMMIT_SECONDS:
-                _commit(store, pending, split, summary)
+                _commit(store, pending, plan.split, summary)
                 pending, last_commit = _Pending(), time.monotonic()
             if progress is not None:
                 done = summary["rows"] + len(pending)
                 refused = summary["refused"] + len(pending.refused)
                 progress(summary["images_seen"], plan.total, done, refused)
-        _commit(store, pending, split, summary)
+        _commit(store, pending, plan.split, summary)
         summary["store_rows"] = store.committed_rows
     return finish_summary(plan, summary)
 
 
-def finish_summary(plan: IngestPlan, summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary of a run, with its wall time, rate and descriptors."""
+def finish_summary(
+    plan: IngestPlan, summary: dict[str, Any], record: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The summary of a run, with its wall time, rate and descriptors (``record``'s, a store's
+    record of them, when the plan loaded none)."""
     seconds = time.perf_counter() - plan.started
+    record = plan.features.record if plan.features is not None else record
+    changes = plan.changes
     return {
         **summary,
+        "changed": len(changes.changed) if changes is not None else 0,
+        "deleted": len(changes.deleted) if changes is not None else 0,
+        "refused_unchanged": plan.refused_unchanged,
         "seconds": seconds,
         "images_per_second": summary["images_seen"] / seconds if seconds else 0.0,
-        "features": plan.features.label,
-        "dim": plan.features.dim,
+        "features": ",".join(spelling(entry) for entry in record["features"]),
+        "dim": record["dim"],
     }
 
 
@@ -501,7 +573,7 @@ def nothing_to_do(plan: IngestPlan) -> dict[str, Any]:
     store = _open_existing(plan.store_path)
     summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0}
     summary["store_rows"] = store.committed_rows if store is not None else 0
-    return finish_summary(plan, summary)
+    return finish_summary(plan, summary, store.descriptor if store is not None else None)
 
 
 def _open_existing(store_path: Any) -> FeatureStore | None:
@@ -513,14 +585,38 @@ def _open_existing(store_path: Any) -> FeatureStore | None:
         return None
 
 
-def _new_images(partitions: list[ImagePartition], store: FeatureStore | None) -> list[int] | None:
-    """New images in each partition, when listing gave their keys (a folder, a list file)."""
+def _refused_unchanged(
+    store: FeatureStore | None, changes: Changes | None, split: str
+) -> list[str]:
+    """Ids of refused images whose file has the size and time it had when listed at their
+    refusal: the same bytes would be refused again (a duplicate never becomes new, a broken file
+    stays broken until rewritten). Images that could not be read at all are read again."""
+    if store is None or changes is None or not changes.unchanged:
+        return []
+    rejected = store.rejected()
+    unchanged = {image_id(split, key) for key in changes.unchanged}
+    return [
+        key
+        for key, digest in zip(
+            rejected.column("key").to_pylist(), rejected.column("sha256").to_pylist(), strict=True
+        )
+        if key in unchanged and digest != EMPTY_SHA256
+    ]
+
+
+def _new_images(
+    partitions: list[ImagePartition], store: FeatureStore | None, split: str, unread: list[str]
+) -> list[int] | None:
+    """New images in each partition, when listing gave their keys (a folder, a list file):
+    neither committed nor among the ``unread`` ids."""
     if any(p.keys is None for p in partitions):
         return None
-    if store is None or store.committed_rows == 0:
+    if store is None:
         return [len(p.keys) for p in partitions]
-    keys = [k for p in partitions for k in p.keys]
-    new = ~store.has_ids(keys)
+    keys = pa.array([image_id(split, k) for p in partitions for k in p.keys], pa.string())
+    committed = store.rows(columns=["id"]).column("id")  # compared by pyarrow: no id hashing
+    skip = pa.concat_arrays([committed.combine_chunks(), pa.array(unread, pa.string())])
+    new = np.asarray(pc.invert(pc.is_in(keys, value_set=skip)))
     counts, at = [], 0
     for p in partitions:
         counts.append(int(new[at : at + len(p.keys)].sum()))

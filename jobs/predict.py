@@ -55,7 +55,7 @@ def predict_to_parquet(
         where = np.arange(len(ids)) >= first_row
         ids, labels = ids[first_row:], labels[first_row:]
     top_k = model.predict_top_k(store.features(split, where=where), k=k)
-    true = to_model_labels(labels, store, names, f"split {split!r}")
+    true = to_model_labels(labels, store, names, f"split {split!r}" if split else "its rows")
     numbered = is_numbered(names)
     label_type = pa.int32() if numbered else pa.string()
     table = np.arange(len(names), dtype=np.int32) if numbered else np.array(names, dtype=object)
@@ -110,28 +110,34 @@ def predict_new_rows(
     *,
     k: int = 5,
     class_names: list[str] | None = None,
+    split: str | None = None,
 ) -> tuple[int, int]:
-    """Predict the store's rows past the last part of the dataset folder ``out`` into a new
-    part; returns (first row, rows predicted). The rows already predicted must still be the
-    store's (same id at the last predicted row), else the dataset belongs to another store."""
+    """Predict the store's rows (of ``split``, else all) past the last part of the dataset
+    folder ``out`` into a new part; returns (first row, rows predicted), counted among the
+    split's rows. The rows already predicted must still be the store's (same id at the last
+    predicted row), else the dataset belongs to another store or split."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     parts = sorted(folder.glob("rows-*-*.parquet"))
     first = int(parts[-1].stem.split("-")[2]) if parts else 0
-    n = store.committed_rows
+    store.require_split(split)
+    ids = store.ids(split)
+    n = len(ids)
     if first > n:
         raise ValueError(f"{folder}: predicts {first} rows, more than store {store.path} holds")
     if first:
         last_id = pq.read_table(parts[-1], columns=["id"]).column("id")[-1].as_py()
-        if store.ids()[first - 1] != last_id:
+        if ids[first - 1] != last_id:
             raise ValueError(
                 f"{folder}: its row {first - 1} is {last_id!r}, store {store.path}'s is "
-                f"{store.ids()[first - 1]!r}; a batch was removed from the store since (its "
+                f"{ids[first - 1]!r}; a batch was removed from the store since (its "
                 "rows moved up) or these predictions are of another store: predict into a new "
                 "folder"
             )
     if first == n:
         return first, 0
     part = folder / f"rows-{first:012d}-{n:012d}.parquet"
-    rows = predict_to_parquet(model, store, part, k=k, class_names=class_names, first_row=first)
+    rows = predict_to_parquet(
+        model, store, part, split=split, k=k, class_names=class_names, first_row=first
+    )
     return first, rows

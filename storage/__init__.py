@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from imgscale.storage.errors import StoreError as StoreError
     from imgscale.storage.export import export_rows as export_rows
     from imgscale.storage.forget import forget_rows as forget_rows
+    from imgscale.storage.fs import absolute as absolute
     from imgscale.storage.fs import current_storage_options as current_storage_options
     from imgscale.storage.fs import is_url as is_url
     from imgscale.storage.fs import location as location
@@ -51,6 +52,11 @@ if TYPE_CHECKING:
     from imgscale.storage.images.decode import ImageRejected as ImageRejected
     from imgscale.storage.images.decode import ImageRequest as ImageRequest
     from imgscale.storage.images.decode import decode_image as decode_image
+    from imgscale.storage.images.listing import file_sha256 as file_sha256
+    from imgscale.storage.images.listing import image_files as image_files
+    from imgscale.storage.images.listing import read_listing as read_listing
+    from imgscale.storage.images.listing import stat_files as stat_files
+    from imgscale.storage.images.listing import write_listing as write_listing
     from imgscale.storage.images.source_types import IMAGE_EXTENSIONS as IMAGE_EXTENSIONS
     from imgscale.storage.images.source_types import EncodedImage as EncodedImage
     from imgscale.storage.images.source_types import ImagePartition as ImagePartition
@@ -60,6 +66,8 @@ if TYPE_CHECKING:
     from imgscale.storage.ingest import FORMATS as FORMATS
     from imgscale.storage.ingest import Ingested as Ingested
     from imgscale.storage.ingest import ingest_file as ingest_file
+    from imgscale.storage.layout import default_rows_per_chunk as default_rows_per_chunk
+    from imgscale.storage.layout import image_rows_per_chunk as image_rows_per_chunk
     from imgscale.storage.ledger import OUTCOMES as OUTCOMES
     from imgscale.storage.ledger import Ledger as Ledger
     from imgscale.storage.lock import FileLock as FileLock

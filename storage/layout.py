@@ -122,6 +122,20 @@ def default_rows_per_chunk(dim: int) -> int:
     return max(1, CHUNK_BYTES // (4 * dim))
 
 
+# A store of images grows from a few rows, a commit at a time, and zarr writes every chunk whole:
+# its chunks hold about this many bytes, so that 300 rows take a megabyte, not 64, and a commit
+# rewrites at most one such chunk besides its own rows; and at least this many rows (a partition
+# of images), so that a wide store's chunks stay few.
+IMAGE_CHUNK_BYTES = 2**20
+IMAGE_CHUNK_MIN_ROWS = 256
+
+
+def image_rows_per_chunk(dim: int) -> int:
+    """Rows a chunk of a store of ``dim``-D float32 image descriptors holds."""
+    rows = max(IMAGE_CHUNK_MIN_ROWS, IMAGE_CHUNK_BYTES // (4 * dim))
+    return min(rows, default_rows_per_chunk(dim))
+
+
 def rows_file_name(start: int) -> str:
     return f"{ROWS_DIR}/{start:012d}.parquet"
 

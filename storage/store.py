@@ -385,9 +385,15 @@ class FeatureStore:
         _, last = np.unique(keys[::-1], return_index=True)
         keep = np.sort(len(keys) - 1 - last)
         table = table.take(pa.array(keep))
-        row = pc.index_in(table.column("key"), value_set=self.rows(columns=["id"]).column("id"))
-        since = pc.greater_equal(row, pa.array(rows_then[keep]))
-        return table.filter(pc.invert(pc.fill_null(since, False)))
+        # Where each live row's batch starts, to tell a commit after the refusal from its own.
+        batches = record["batches"]
+        batch_start = np.repeat([b["start"] for b in batches], [live_rows(b) for b in batches])
+        ids = self._rows(record, None, ["id"]).column("id")
+        row = pc.index_in(table.column("key"), value_set=ids).to_numpy(zero_copy_only=False)
+        held = ~np.isnan(row.astype(float))
+        since = np.zeros(len(row), bool)
+        since[held] = batch_start[row[held].astype(np.int64)] >= rows_then[keep][held]
+        return table.filter(pa.array(~since))
 
     def _rows(
         self, record: dict[str, Any], split: str | None, columns: Sequence[str] | None = None

@@ -196,8 +196,8 @@ def best_iteration_text(classifier: Any) -> str:
     "--new",
     "new_rows",
     is_flag=True,
-    help="OUT is a folder of parquet parts: predict only the rows past its last part, as a new "
-    "part (for scheduled runs as the store grows).",
+    help="OUT is a folder of parquet parts: predict only the rows (of --split, if given) past "
+    "its last part, as a new part (for scheduled runs as the store grows).",
 )
 @scheduler_option
 @json_option
@@ -209,8 +209,8 @@ def predict(model, store, out, split, top_k, new_rows, scheduler, as_json) -> No
     from imgscale.jobs.predict import predict_new_rows, predict_to_parquet
     from imgscale.storage import is_url
 
-    if new_rows and (split or is_url(out)):
-        raise click.UsageError("--new predicts every new row into a local folder: no --split")
+    if new_rows and is_url(out):
+        raise click.UsageError("--new predicts new rows into a local folder, not a URL")
     if not new_rows:
         check_new_path(out, "OUT")
     fitted, provenance = models.load(model)
@@ -219,7 +219,9 @@ def predict(model, store, out, split, top_k, new_rows, scheduler, as_json) -> No
         warn(models.store_changes(provenance, feature_store, model))
         names = model_class_names(provenance, feature_store)
         if new_rows:
-            first, rows = predict_new_rows(fitted, feature_store, out, k=top_k, class_names=names)
+            first, rows = predict_new_rows(
+                fitted, feature_store, out, k=top_k, class_names=names, split=split
+            )
         else:
             first, rows = (
                 0,

@@ -80,10 +80,17 @@ from imgscale.jobs.runs import RecordedCommand
     help="--pq: images drawn from SRC (seeded) whose signatures train the codebook [10000].",
 )
 @click.option(
+    "--refresh",
+    is_flag=True,
+    help="Images: forget the rows of images whose file changed or was deleted since they were "
+    "ingested (one commit), and ingest the changed files again.",
+)
+@click.option(
     "--commit-rows",
     type=click.IntRange(min=1),
-    help="Images: rows a commit holds at most (default: a chunk of rows; a commit a minute at "
-    "least); a killed ingest loses at most one commit's work.",
+    help="Images: rows a commit holds at most (default: 64 MiB of float32 rows; a commit a "
+    "minute at least; a tar shard or a parquet row group is never split); a killed ingest loses "
+    "at most one commit's work.",
 )
 @scheduler_option
 @json_option
@@ -104,6 +111,7 @@ def ingest(
     batch_id,
     pq,
     pq_sample,
+    refresh,
     commit_rows,
     scheduler,
     as_json,
@@ -113,10 +121,12 @@ def ingest(
 
     \b
     Images: a folder (ROOT/<class>/<file>, or flat: unlabelled), a list file (.csv or parquet
-    with a path column), WebDataset tar shards (shards-{0000..0099}.tar), or parquet with a
-    column of image bytes; local or on s3://. Each image's id is its key; images already in
-    STORE (by key, or by content) are skipped, so naming a grown folder again adds only the new
-    images. Bad images are refused into STORE's table of rejects (imgscale info --rejected).
+    with a path column; relative paths are relative to the list's folder), WebDataset tar
+    shards (shards-{0000..0099}.tar), or parquet with a column of image bytes; local or on
+    s3://. Each image's id is its key, after SPLIT/ for a split other than train
+    (photos/test/cat/0.jpg --split test: test/cat/0.jpg); images already in STORE (by id, or
+    by content) are skipped, so naming a grown folder again adds only the new images. Bad
+    images are refused into STORE's table of rejects (imgscale info --rejected).
 
     Rows of vectors already committed (same content, from any file) are skipped.
     """
@@ -127,14 +137,15 @@ def ingest(
         if given:
             raise click.UsageError(f"{', '.join(given)}: for files of vectors, not images")
         _ingest_images(
-            src, store, features, split, scheduler, as_json, commit_rows,
+            src, store, features, split, scheduler, as_json, commit_rows, refresh,
             {"image_column": image_column, "label_column": y_key or "label",
              "id_column": ids_key or "id", "path_column": path_column},
             {"pq": pq, **({"pq_sample": pq_sample} if pq_sample else {})},
         )  # fmt: skip
         return
-    if commit_rows:
-        raise click.UsageError("--commit-rows: for images; a file of vectors is one commit")
+    if commit_rows or refresh:
+        flag = "--commit-rows" if commit_rows else "--refresh"
+        raise click.UsageError(f"{flag}: for images; a file of vectors is one commit")
     if pq or pq_sample:
         raise click.UsageError("--pq: for images; `imgscale compress` codes a store of vectors")
     from imgscale.storage import ingest_file, read_class_names
@@ -194,35 +205,67 @@ def _is_image_source(src: str, features: str | None, store: str) -> bool:
 
 
 def _ingest_images(
-    src, store, features, split, scheduler, as_json, commit_rows, source_options, pq_options
-) -> None:
-    from imgscale.jobs.cluster import connect, shared_path
-    from imgscale.jobs.ingest_images import ingest_images, nothing_to_do, plan_ingest
-    from imgscale.storage import is_url
+    src, store, features, split, scheduler, as_json, commit_rows, refresh, source_options,
+    pq_options,
+) -> None:  # fmt: skip
+    from imgscale.jobs.image_changes import forget_changed, keep_listing
+    from imgscale.jobs.ingest_images import (
+        IMAGES_PER_PARTITION,
+        ingest_images,
+        nothing_to_do,
+        plan_ingest,
+    )
+    from imgscale.storage import absolute, is_url, location, open_store
 
+    # Absolute paths for the workers; jobs.cluster (distributed, dask.array) is imported only
+    # when there is work, so that an ingest with nothing new stays a quick look.
     if not is_url(src):
-        src = str(shared_path(src))
-    store = shared_path(store)
-    plan = plan_ingest(src, store, features=features, source_options=source_options, **pq_options)
+        src = str(absolute(location(src)))
+    store = absolute(location(store))
+    # Partitions no larger than a commit, so that a commit holds at most --commit-rows rows.
+    per_partition = min(IMAGES_PER_PARTITION, commit_rows or IMAGES_PER_PARTITION)
+    options = {"features": features, "source_options": source_options, "split": split,
+               "images_per_partition": per_partition, **pq_options}  # fmt: skip
+    plan = plan_ingest(src, store, **options)
+    forgotten = 0
+    if refresh and plan.changes is not None and (plan.changes.changed or plan.changes.deleted):
+        forgotten = forget_changed(open_store(store), plan.changes)
+        plan = plan_ingest(src, store, **options)
     if not plan.partitions and plan.total == 0:  # every image listed is in the store
         summary = nothing_to_do(plan)
     else:
+        from imgscale.jobs.cluster import connect
+
         local = [Path(src)] if not is_url(src) and Path(src).exists() else []
         with connect(scheduler, quiet=as_json, shared_paths=[*local, store.parent]) as client:
             summary = ingest_images(
                 plan,
                 client,
-                split=split,
                 commit_rows=commit_rows,
                 progress=images_progress_line(quiet=as_json),
                 codec_progress=stage_progress_line(quiet=as_json),
             )
     end_progress_line()
+    summary["forgotten"] = forgotten
+    keep_listing(store, src, plan.changes)
+    if summary["changed"] or summary["deleted"]:
+        click.echo(
+            f"imgscale: warning: {src}: {summary['changed']} images changed (other bytes under a "
+            f"name already stored) and {summary['deleted']} deleted since they were ingested; "
+            f"their rows are the old files': `imgscale ingest {src} {store} --refresh` replaces "
+            "the changed ones and forgets the deleted ones",
+            err=True,
+        )
     none = (
         " (every image read was refused: nothing to add)"
-        if (summary["images_seen"] and not summary["rows"])
+        if (summary["images_seen"] and summary["refused"] == summary["images_seen"])
         else ""
     )
+    if summary["refused_unchanged"]:
+        none += (
+            f"; {summary['refused_unchanged']} refused before and unchanged since, not read "
+            f"again (imgscale info {store} --rejected)"
+        )
     print_summary(
         summary,
         as_json,

@@ -6,4 +6,6 @@ and decoding to the arrays a descriptor works on.
 - One module per kind of source: `files` (folders and list files), `shards` (WebDataset tar
   shards, with `braces` expanding their names), `parquet_images` (image bytes in parquet).
 - `decode`: `decode_image`, `ImageRequest`, `ImageRejected`.
+- `listing`: each local image file's size and time as an ingest saw them, kept in the store, to
+  find files changed or deleted since.
 """

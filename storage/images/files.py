@@ -38,11 +38,12 @@ class FilePartition(ImagePartition):
         for key, file, label in zip(self.keys, self.files, self.labels, strict=True):
             if skip is not None and skip(key):
                 continue
+            path = file_at(self.root, file)
             try:
-                data = file_at(self.root, file).read_bytes()
+                data = path.read_bytes()
             except OSError as exc:  # vanished since listing, unreadable, a folder now...
                 reason = exc.strerror or str(exc) or type(exc).__name__
-                yield EncodedImage(key, label, b"", problem=f"cannot read {file}: {reason}")
+                yield EncodedImage(key, label, b"", problem=f"cannot read {path}: {reason}")
                 continue
             yield EncodedImage(key, label, data)
 

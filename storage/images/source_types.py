@@ -10,6 +10,7 @@ from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 
+from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import Location, is_url, location
 
 # File name endings of the images a folder, a list file or a tar shard holds (case-insensitive).
@@ -110,18 +111,36 @@ def file_at(root: Location, entry: str) -> Location:
 
 
 def files_under(root: Location) -> list[str]:
-    """Every file below the folder ``root`` that is not hidden, as sorted relative posix paths."""
+    """Every file below the folder ``root`` that is not hidden, as sorted relative posix paths.
+    Symbolic links to folders are followed as those to files are; a link to a folder holding it
+    (a loop) raises StoreError naming it."""
     if is_url(root):
         base = root.path.rstrip("/") + "/"
         found = (path.removeprefix(base) for path in root.fs.find(root.path))
         return sorted(path for path in found if not is_hidden(path))
     files = []
-    for folder, subfolders, names in os.walk(root):
+    for folder, subfolders, names in os.walk(root, followlinks=True):
         subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+        _refuse_loops(Path(root), Path(folder), subfolders)
         prefix = Path(folder).relative_to(root).as_posix()
         prefix = "" if prefix == "." else prefix + "/"
         files.extend(prefix + name for name in names if not name.startswith("."))
     return sorted(files)
+
+
+def _refuse_loops(root: Path, folder: Path, subfolders: list[str]) -> None:
+    """StoreError if a link among ``subfolders`` of ``folder`` leads to a folder it was reached
+    through (from ``root``): following it would list the same files forever."""
+    walked = [folder, *folder.relative_to(root).parents]
+    reached_through = {os.path.realpath(root / part) for part in walked[1:]}
+    reached_through.add(os.path.realpath(folder))
+    for name in subfolders:
+        link = folder / name
+        if link.is_symlink() and os.path.realpath(link) in reached_through:
+            raise StoreError(
+                f"{link}: a symbolic link to {os.path.realpath(link)}, a folder it is reached "
+                "through (a loop); remove the link or name a folder without one"
+            )
 
 
 def chunks(items: list, size: int) -> list[list]:

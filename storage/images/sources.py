@@ -62,6 +62,12 @@ def open_image_source(
         if tables:
             return open_parquet_images(url, [(target / file, file) for file in tables], **columns)
         extensions = ", ".join(sorted(IMAGE_EXTENSIONS))
+        shards = sorted(file for file in files if file.lower().endswith(".tar"))
+        if shards:
+            raise StoreError(
+                f"{url}: a folder of {len(shards)} tar shards ({shards[0]}...); name them with a "
+                f"pattern: '{target / '*.tar'}' or a brace range, e.g. shards-{{0000..0099}}.tar"
+            )
         raise StoreError(f"{url}: no images found; expected image files ({extensions}) or parquet")
     name = target.name.lower()
     if name.endswith(".parquet"):

@@ -3,6 +3,10 @@ a descriptor that is NaN on one image, an id a source gives twice (real files, r
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -11,7 +15,13 @@ from onnx import TensorProto, helper
 from PIL import Image
 
 from imgscale.storage import open_store
-from tests.jobs.test_ingest_images import digit_images, ingest, png_bytes, rejected
+from tests.jobs.test_ingest_images import (
+    digit_images,
+    ingest,
+    png_bytes,
+    rejected,
+    write_folder,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -83,3 +93,28 @@ def test_an_id_given_twice_refuses_the_second_image_and_stores_the_rest(
     assert (summary["rows"], summary["refused"]) == (5, 1)
     assert sorted(open_store(store).ids()) == sorted(set(ids))
     assert f"id {keys[1]!r} is another image's" in rejected(store)[keys[1]]
+
+
+def test_a_rerun_reads_no_refused_image_whose_file_is_unchanged(tmp_path, scheduler_address):
+    """Refused duplicates and broken files are not read again, and no cluster is started,
+    until their file changes; then only that file is read."""
+    photos, store = tmp_path / "photos", tmp_path / "s.zarr"
+    write_folder(photos, digit_images(2, classes=(0,)))
+    shutil.copy(photos / "digit-0" / "000.png", photos / "digit-0" / "copy.png")
+    (photos / "digit-0" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    first = ingest(str(photos), str(store), "--features", "gist-tiny", scheduler=scheduler_address)
+    assert (first["rows"], first["refused"]) == (2, 2)
+    result = subprocess.run(
+        [sys.executable, "-m", "imgscale", "ingest", str(photos), str(store)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    said = result.stdout + result.stderr
+    assert "0 images added, 0 refused, 0 read" in said
+    assert "2 refused before and unchanged since, not read again" in said
+    assert "every image read was refused" not in said
+    assert "dask: started" not in said
+    Image.new("RGB", (40, 40), (9, 99, 199)).save(photos / "digit-0" / "broken.png")
+    fixed = ingest(str(photos), str(store), scheduler=scheduler_address)
+    assert (fixed["images_seen"], fixed["rows"], fixed["refused_unchanged"]) == (1, 1, 1)
+    assert set(rejected(store)) == {"digit-0/copy.png"}

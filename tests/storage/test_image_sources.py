@@ -101,6 +101,14 @@ def test_a_folder_without_images_is_refused(tmp_path):
     assert refusal(tmp_path).startswith(f"{tmp_path}: no images found")
 
 
+def test_a_folder_of_tar_shards_is_refused_naming_the_pattern_to_use(tmp_path):
+    write(tmp_path / "shards-0000.tar", b"")
+    write(tmp_path / "shards-0001.tar", b"")
+    message = refusal(tmp_path)
+    assert message.startswith(f"{tmp_path}: a folder of 2 tar shards (shards-0000.tar...)")
+    assert f"'{tmp_path / '*.tar'}'" in message
+
+
 def test_a_path_that_does_not_exist_is_refused(tmp_path):
     assert refusal(tmp_path / "nowhere") == f"{tmp_path / 'nowhere'}: no such file or folder"
 
@@ -131,7 +139,18 @@ def test_an_image_that_vanished_after_listing_comes_with_a_problem(tree):
     (tree / "dog" / "0003.webp").unlink()
     vanished = read_all(source)[-1]
     assert (vanished.key, vanished.label, vanished.data) == ("dog/0003.webp", "dog", b"")
-    assert vanished.problem == "cannot read dog/0003.webp: No such file or directory"
+    missing = tree / "dog" / "0003.webp"  # the path read, resolved: a list's are relative
+    assert vanished.problem == f"cannot read {missing}: No such file or directory"
+
+
+def test_a_missing_file_of_a_list_is_named_by_the_path_it_resolved_to(tmp_path):
+    listing = tmp_path / "lists" / "train.csv"
+    write(tmp_path / "lists" / "imgs" / "a.jpg", fake_jpeg(1))
+    listing.write_text("path\nimgs/a.jpg\nimgs/gone.jpg\n")
+    gone = read_all(open_image_source(listing))[-1]
+    assert gone.problem == (
+        f"cannot read {tmp_path / 'lists' / 'imgs' / 'gone.jpg'}: No such file or directory"
+    )
 
 
 # --- list files -------------------------------------------------------------------------------

@@ -1,0 +1,83 @@
+"""What an ingest saw of a folder's or a list file's images: each one's size and modification
+time, kept beside the store's rows, so that the next ingest finds a file rewritten under a known
+name, or deleted, without reading every file again.
+
+One parquet file per source (``listings/<blake2b of the source's URL>.parquet`` in the store),
+written whole and atomically after the source is ingested. It is a memory of the files, not of
+the rows: a store without it (older, or another source's) only lacks the comparison, and its
+rows are read as ever. Only local files are compared (an object store's files are not).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from imgscale.storage.fs import Location, is_url, read_table
+from imgscale.storage.images.files import FilePartition
+from imgscale.storage.images.source_types import ImagePartition, file_at
+from imgscale.storage.layout import write_table_atomic
+
+LISTINGS = "listings"
+LISTING_SCHEMA = pa.schema([("key", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64())])
+
+
+def listing_file(store: Location, source: str) -> Location:
+    name = hashlib.blake2b(source.encode(), digest_size=8).hexdigest()
+    return store / LISTINGS / f"{name}.parquet"
+
+
+def image_files(partitions: Sequence[ImagePartition]) -> dict[str, Path] | None:
+    """The local file of each listed image, by key; None for a source whose files cannot be
+    compared (tar shards, parquet, files on an object store)."""
+    if not all(isinstance(p, FilePartition) for p in partitions):
+        return None
+    files = {}
+    for partition in partitions:
+        for key, file in zip(partition.keys, partition.files, strict=True):
+            path = file_at(partition.root, file)
+            if is_url(path):
+                return None
+            files[key] = path
+    return files
+
+
+def stat_files(files: dict[str, Path]) -> pa.Table:
+    """(key, size, mtime_ns) of each file (-1, -1 for one that cannot be read)."""
+    sizes, mtimes = np.full(len(files), -1, np.int64), np.full(len(files), -1, np.int64)
+    for i, path in enumerate(files.values()):
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue
+        sizes[i], mtimes[i] = stat.st_size, stat.st_mtime_ns
+    return pa.table([pa.array(list(files), pa.string()), sizes, mtimes], schema=LISTING_SCHEMA)
+
+
+def read_listing(store: Location, source: str) -> pa.Table:
+    """The listing the last ingest of ``source`` into ``store`` kept (empty if none)."""
+    file = listing_file(store, source)
+    if not file.exists():
+        return LISTING_SCHEMA.empty_table()
+    return read_table(file).select(LISTING_SCHEMA.names).cast(LISTING_SCHEMA)
+
+
+def write_listing(store: Location, source: str, listing: pa.Table) -> None:
+    file = listing_file(store, source)
+    if not is_url(file):
+        file.parent.mkdir(exist_ok=True)
+    write_table_atomic(listing.cast(LISTING_SCHEMA), file)
+
+
+def file_sha256(path: Path) -> bytes | None:
+    """sha256 of a file's bytes, read in blocks (None if it cannot be read)."""
+    try:
+        with open(path, "rb") as stream:
+            return hashlib.file_digest(stream, "sha256").digest()
+    except OSError:
+        return None
