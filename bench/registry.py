@@ -61,6 +61,7 @@ MODULES = (
     "overhead",
     "images",
     "describe_speed",
+    "cifar10_cnn",
 )
 
 
