@@ -21,6 +21,10 @@ The images are 64×64 crops of scikit-learn's two sample photos (no data folder)
   process with its BLAS threads (recorded), both for the same iterations from the same k-means
   start; seconds an iteration, and the mean log-likelihood each ends at. Target: ≥ 3× on 2
   workers.
+- **GIST against its FFTs**: ``--features gist`` (LMgist's 32 filters at 128×128) on 128×128
+  crops in this process on one thread, beside the floor measured in the same run: the same
+  FFTs alone (one forward transform of each padded image, then per filter the inverse along
+  its 192 rows and its 128 kept columns), complex64, nothing else. Target: ≥ 0.5 of the floor.
 - **Fisher vector encoding**: improved Fisher vectors of each crop's 49 projected descriptors,
   `fisher_vectors` (32 images a call, as ``FisherVector.transform``) vs ``fisher_vector``
   called per image, both in this process; images a second. Target: ≥ 2×.
@@ -38,7 +42,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import scipy.fft
 from distributed import Client
+from threadpoolctl import threadpool_limits
 
 from imgscale.bench import opencv_peer
 from imgscale.bench.common import record
@@ -57,6 +63,8 @@ from imgscale.pipeline.describe.vocabulary import (
 )
 
 SIZE, PATCH, STEP = 64, 16, 8
+# The working size of ``--features gist`` (LMgist's defaults at 128×128).
+GIST_SIZE = 128
 # Images a dense SIFT task describes, and a chunk of descriptors an EM task reads.
 IMAGES_PER_TASK = 256
 # Images a `fisher_vectors` call encodes (FisherVector.transform's slice).
@@ -72,11 +80,11 @@ TARGETS = {"sift": 1.8, "em": 3.0, "fv": 2.0}
     needs=("scikit-image, scikit-learn, OpenCV (no data files)",),
 )
 def suite(ctx: Context) -> list[dict]:
-    n_images, gaussians, iterations, fv_images = ctx.pick(
-        tiny=(128, 8, 2, 64),
-        small=(4_096, 64, 5, 1_024),
-        medium=(16_384, 256, 5, 4_096),
-        large=(65_536, 256, 5, 4_096),
+    n_images, gaussians, iterations, fv_images, gist_images = ctx.pick(
+        tiny=(128, 8, 2, 64, 32),
+        small=(4_096, 64, 5, 1_024, 512),
+        medium=(16_384, 256, 5, 4_096, 2_048),
+        large=(65_536, 256, 5, 4_096, 2_048),
     )
     images = crops(n_images)
     config = {"images": n_images, "image_size": SIZE, "patch": PATCH, "step": STEP}
@@ -131,6 +139,8 @@ def suite(ctx: Context) -> list[dict]:
                                    iterations, (loop_rate, single_rate, limit_rate), sk_seconds,
                                    sk_likelihood, config, em_config)  # fmt: skip
 
+    out += gist_against_its_ffts(crops(gist_images, size=GIST_SIZE))
+
     local = project(descriptors, projection).reshape(n_images, -1, COMPONENTS)[:fv_images]
     ours, theirs = fv_rates(local, initial)
     out.append(
@@ -142,18 +152,62 @@ def suite(ctx: Context) -> list[dict]:
     return out
 
 
-def crops(n: int, seed: int = 0) -> np.ndarray:
-    """``n`` grey SIZE × SIZE crops of scikit-learn's two sample photos (uint8)."""
+def gist_against_its_ffts(images: np.ndarray) -> list[dict]:
+    """``gist`` (`DESCRIPTORS`: 32 filters at 128×128, padded to 192) in this process on one
+    thread, beside the floor: the same FFTs alone in the same run — one forward 2-D transform of
+    each padded image, then per filter the inverse along its 192 rows and along the 128 columns
+    kept — on complex64 slices of the descriptor's size, with nothing else computed."""
+    from imgscale.pipeline.describe import DESCRIPTORS
+
+    gist = DESCRIPTORS["gist"]().fit()
+    bank = gist._bank()
+    with threadpool_limits(limits=1):
+        gist.transform(images[:2])  # the filter bank is built once, before the clock
+        ours, ours_seconds = _timed(lambda: len(gist.transform(images)))
+        floor, floor_seconds = _timed(
+            lambda: _ffts_only(images, bank.n_filters, bank.boundary_extension, bank.slice_rows)
+        )
+    return [
+        record("GIST-512 (128×128) vs its FFTs alone (1 process, 1 thread)", ours, "images/s",
+               floor, peer="the same transforms alone, complex64, scipy.fft, same run (target "
+               "ratio ≥ 0.5)", seconds=ours_seconds, floor_seconds=floor_seconds,
+               images=len(images), floor_gflops=floor * _fft_flops(bank) / 1e9, **_load()),
+    ]  # fmt: skip
+
+
+def _fft_flops(bank: Any) -> float:
+    """The floor's FFTs of one image in the usual count, 5 n log2 n a length-n complex
+    transform: the forward 2-D one (2n lines) and each filter's n + size inverse lines."""
+    size = bank.size
+    n = size + 2 * bank.boundary_extension
+    return float((2 * n + bank.n_filters * (n + size)) * 5 * n * np.log2(n))
+
+
+def _ffts_only(images: np.ndarray, n_filters: int, pad: int, slice_rows: int) -> int:
+    size = images.shape[1]
+    crop = slice(pad, pad + size)
+    for start in range(0, len(images), slice_rows):
+        x = np.pad(images[start : start + slice_rows].astype(np.float32), ((0, 0), (pad, pad),
+                   (pad, pad)), mode="symmetric")  # fmt: skip
+        spectrum = scipy.fft.fft2(x, workers=1)
+        for _ in range(n_filters):
+            rows = scipy.fft.ifft(spectrum, axis=-1, workers=1)[..., crop]
+            scipy.fft.ifft(rows, axis=-2, workers=1, overwrite_x=True)
+    return len(images)
+
+
+def crops(n: int, seed: int = 0, size: int = SIZE) -> np.ndarray:
+    """``n`` grey ``size`` × ``size`` crops of scikit-learn's two sample photos (uint8)."""
     from PIL import Image
     from sklearn.datasets import load_sample_images
 
     photos = [np.asarray(Image.fromarray(p).convert("L")) for p in load_sample_images().images]
     rng = np.random.default_rng(seed)
-    out = np.empty((n, SIZE, SIZE), np.uint8)
+    out = np.empty((n, size, size), np.uint8)
     for i in range(n):
         photo = photos[i % 2]
-        y, x = rng.integers(0, np.array(photo.shape) - SIZE)
-        out[i] = photo[y : y + SIZE, x : x + SIZE]
+        y, x = rng.integers(0, np.array(photo.shape) - size)
+        out[i] = photo[y : y + size, x : x + size]
     return out
 
 

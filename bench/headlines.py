@@ -277,6 +277,14 @@ FIGURES = (
         peer_label="reference: numpy GIST-320 + scikit-learn (data README)",
     ),
     Figure(
+        "cifar10-cnn",
+        r"CNN linear ridge, 100 labelled/class",
+        "CIFAR-10, EfficientNet-Lite0 features + ridge, 100 a class",
+        "Do a real CNN's features beat GIST on CIFAR-10?",
+        peer_figure=r"GIST-320 linear ridge, 1000 labelled/class",
+        peer_label="GIST-320 + ridge with 10× the labels (1,000 a class), same splits",
+    ),
+    Figure(
         "cifar10-bow-fisher",
         r"BoW-400 HIKE, every train row",
         "CIFAR-10, bag of words + HIKE, every train row",

@@ -393,13 +393,16 @@ def _ingest_in_cluster(workers: int, runs: list[tuple[str, str, str]], root: Pat
     with connect(quiet=True, n_workers=workers) as client:
         client.run(importlib.import_module, "imgscale.jobs.ingest_images")
         worker_pids = {f"pid {pid}" for pid in client.run(os.getpid).values()}
+        client.get_task_stream(start=time.time())  # the scheduler records tasks from now on
         for name, source, features in runs:
             store = root / f"{name}.zarr"
             shutil.rmtree(store, ignore_errors=True)
             load = os.getloadavg()[0]
+            started = time.time()
             with PeakRSS() as rss:
                 summary = ingest_images(plan_ingest(source, store, features=features), client)
             shutil.rmtree(store)
+            first, rest = partition_seconds(client.get_task_stream(start=started))
             out.append(
                 {
                     "name": name,
@@ -408,9 +411,33 @@ def _ingest_in_cluster(workers: int, runs: list[tuple[str, str, str]], root: Pat
                     "load": load,
                     "client_rss": rss.at_peak.get("client", 0),
                     "worker_rss": max(v for k, v in rss.at_peak.items() if k in worker_pids),
+                    "first_partition_s": first,
+                    "median_partition_s": rest,
                 }
             )
     return out
+
+
+def partition_seconds(stream: list[dict]) -> tuple[float, float]:
+    """From the scheduler's task stream of one ingest: the mean compute seconds of each
+    worker's first partition, and the median of the other partitions (nan when none)."""
+    by_worker: dict[str, list[tuple[float, float]]] = {}
+    for task in stream:
+        if not task["key"].startswith("describe_and_encode"):
+            continue
+        spans = [s for s in task["startstops"] if s["action"] == "compute"]
+        if spans:
+            seconds = sum(s["stop"] - s["start"] for s in spans)
+            by_worker.setdefault(task["worker"], []).append((spans[0]["start"], seconds))
+    firsts, others = [], []
+    for tasks in by_worker.values():
+        tasks.sort()
+        firsts.append(tasks[0][1])
+        others += [seconds for _, seconds in tasks[1:]]
+    return (
+        float(np.mean(firsts)) if firsts else float("nan"),
+        float(np.median(others)) if others else float("nan"),
+    )
 
 
 def ingest_records(
@@ -443,6 +470,8 @@ def ingest_records(
                     images=run["images"],
                     workers=workers,
                     load_1min=run["load"],
+                    first_partition_s=run["first_partition_s"],
+                    median_partition_s=run["median_partition_s"],
                 )
             )
         out.append(

@@ -64,6 +64,7 @@ MODULES = (
     "images",
     "describe_speed",
     "update",
+    "cifar10_cnn",
 )
 
 

@@ -9,12 +9,19 @@ concatenation of the descriptors in that order. The store records each descripto
 parameters and width (an ONNX model by its path and the sha256 of its bytes, a vocabulary by
 its path and the sha256 of its parameters and arrays), and refuses a batch described otherwise.
 An image store ingested again without ``--features`` is described as its record says.
+
+A `Features` sent to a worker is kept there: each process holds the descriptors it was sent,
+by their record, built and run once on a blank image (a GIST filter bank and its FFT plans, an
+ONNX Runtime session, a vocabulary), and every later task and command on that worker that sends
+the same record gets them back as they are (`warm_features`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +37,9 @@ ONNX = "onnx"
 # --features kind → the vocabulary class its model file must hold.
 VOCABULARY_KINDS = {"bow": "BagOfWords", "fisher": "FisherVector"}
 MODEL_KINDS = (ONNX, *VOCABULARY_KINDS)
+# Settings of descriptors a process keeps built (the least recently used one goes first): an
+# ONNX session of a CNN holds its weights, tens of MiB.
+WARM_SETTINGS = 4
 
 
 @dataclass
@@ -60,6 +70,47 @@ class Features:
             for s, step in enumerate(self.steps)
         ]
         return np.ascontiguousarray(np.hstack(parts), dtype=np.float32)
+
+    def warm(self) -> None:
+        """Build what each descriptor builds on first use (filters, FFT plans, a session and its
+        buffers) by describing one blank image."""
+        blank = [
+            np.zeros(r.size + ((3,) if r.mode == "RGB" else ()), np.uint8) for r in self.requests
+        ]
+        self.describe([blank])
+
+    def __reduce__(self) -> tuple:
+        # Unpickled through the process's cache: a worker builds each setting once.
+        return warm_features, (self.record, self.steps)
+
+
+_warm: OrderedDict[str, Features] = OrderedDict()
+_warm_lock = threading.Lock()
+_warm_builds = 0
+
+
+def warm_features(record: dict[str, Any], steps: list[BaseEstimator]) -> Features:
+    """The `Features` this process already built for ``record``, else ``steps`` made one, warmed
+    and kept (`WARM_SETTINGS` settings at most). A record names each descriptor's parameters and
+    model bytes (sha256), so the same record describes images the same way."""
+    global _warm_builds
+    key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+    with _warm_lock:
+        features = _warm.get(key)
+        if features is None:
+            features = Features(steps, record)
+            features.warm()
+            _warm_builds += 1
+            _warm[key] = features
+            while len(_warm) > WARM_SETTINGS:
+                _warm.popitem(last=False)
+        _warm.move_to_end(key)
+    return features
+
+
+def warm_builds() -> int:
+    """How many settings of descriptors this process has built for `warm_features`."""
+    return _warm_builds
 
 
 def parse_features(spec: str) -> Features:

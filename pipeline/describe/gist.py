@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -124,24 +125,22 @@ class Gist(TransformerMixin, BaseEstimator):
         return out
 
     def _bank(self) -> _GistBank:
-        """The filters for the current parameters, built once and kept (never pickled)."""
-        key = (
+        """The filters for the current parameters, built once per process (`_built_bank`)."""
+        return _built_bank(
             int(self.image_size),
             tuple(int(o) for o in self.orientations_per_scale),
             int(self.n_blocks),
             float(self.prefilter_fc),
             int(self.boundary_extension),
         )
-        cached = getattr(self, "_bank_cache", None)
-        if cached is None or cached[0] != key:
-            cached = (key, _GistBank(*key))
-            self._bank_cache = cached
-        return cached[1]
 
-    def __getstate__(self) -> dict:
-        state = dict(super().__getstate__())  # object.__getstate__ returns __dict__ itself
-        state.pop("_bank_cache", None)
-        return state
+
+@functools.lru_cache(maxsize=8)
+def _built_bank(*setting: Any) -> _GistBank:
+    """One `_GistBank` per setting and process, shared by every `Gist` of that setting: a worker
+    builds the filters (and the matrices of the matrix form) once, not once per descriptor it is
+    sent."""
+    return _GistBank(*setting)
 
 
 def _frequencies(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -4,17 +4,20 @@ our EM passes, and the two Fisher vector encoders are timed on the same vectors.
 speed is asserted."""
 
 import numpy as np
+import pytest
 from skimage.feature import fisher_vector
 from sklearn.mixture import GaussianMixture
 
 from imgscale.bench.describe_speed import (
     COMPONENTS,
+    _fft_flops,
+    _ffts_only,
     crops,
     opencv_loop,
     opencv_processes,
     sklearn_em,
 )
-from imgscale.pipeline.describe import DenseSift
+from imgscale.pipeline.describe import DESCRIPTORS, DenseSift
 from imgscale.pipeline.describe.fisher_vector import fisher_vectors
 from imgscale.pipeline.describe.vocabulary import (
     InMemoryChunks,
@@ -70,3 +73,13 @@ def test_both_encoders_give_the_same_mean_gradients():
         theirs = np.sign(theirs) * np.sqrt(np.abs(theirs))
         scale = np.linalg.norm(ours_mu) / np.linalg.norm(theirs)
         np.testing.assert_allclose(ours_mu, theirs * scale, rtol=1e-6, atol=1e-9)
+
+
+def test_the_gist_floor_counts_the_transforms_gist_computes():
+    """``gist`` runs its Gabor stage as FFTs of the 192-point padded image: the floor's count,
+    by hand, is 2·192 forward lines and 32 × (192 + 128) inverse lines of 5·192·log2(192)."""
+    bank = DESCRIPTORS["gist"]().fit()._bank()
+    assert bank.gabor is not None and bank.gabor.shape == (32, 192, 192)
+    assert _fft_flops(bank) == pytest.approx((384 + 32 * 320) * 5 * 192 * 7.584962500721156)
+    images = crops(3, size=128)
+    assert _ffts_only(images, bank.n_filters, bank.boundary_extension, 2) == 3

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from imgscale.jobs.features import (
+    WARM_SETTINGS,
     check_same_features,
     features_of_store,
     parse_features,
     vocabulary_sha256,
+    warm_builds,
 )
 from imgscale.pipeline.describe import DESCRIPTORS, BagOfWords, FisherVector
 from imgscale.storage import StoreError
@@ -130,3 +133,37 @@ def test_a_vocabulary_at_the_old_sift_window_keeps_the_identity_stores_recorded(
     assert vocabulary_sha256(vocabulary) == digest
     vocabulary.set_params(sift_window=2.25)
     assert vocabulary_sha256(vocabulary) != digest
+
+
+def test_a_process_builds_each_setting_once_and_keeps_it_warm(tmp_path):
+    tiny_network(tmp_path / "tiny.onnx")
+    features = parse_features(f"gist-tiny,onnx:{tmp_path / 'tiny.onnx'}")
+    before = warm_builds()
+    first = pickle.loads(pickle.dumps(features))
+    # Built once, and warmed: the ONNX session exists before any task.
+    assert warm_builds() == before + 1
+    assert "_session" in vars(first.steps[1])
+    session = first.steps[1]._session
+    again = pickle.loads(pickle.dumps(features))
+    assert again is first and again.steps[1]._session is session
+    assert warm_builds() == before + 1
+    images = [[np.full((32, 32), 7 * i, np.uint8), np.full((16, 16, 3), 9 * i, np.uint8)]
+              for i in range(2)]  # fmt: skip
+    np.testing.assert_array_equal(again.describe(images), features.describe(images))
+    # Another setting is another entry; the record, not the object, is the key.
+    other = pickle.loads(pickle.dumps(parse_features("gist-tiny")))
+    assert other is not first and warm_builds() == before + 2
+    assert pickle.loads(pickle.dumps(parse_features("gist-tiny"))) is other
+
+
+def test_a_process_keeps_a_bounded_number_of_settings(tmp_path):
+    settings = []
+    for i in range(WARM_SETTINGS + 1):  # one model at several paths: records that differ
+        tiny_network(tmp_path / f"tiny{i}.onnx")
+        settings.append(parse_features(f"onnx:{tmp_path / f'tiny{i}.onnx'}"))
+    kept = [pickle.loads(pickle.dumps(f)) for f in settings]
+    builds = warm_builds()
+    # The most recent WARM_SETTINGS are kept; the first one is built again.
+    assert pickle.loads(pickle.dumps(settings[-1])) is kept[-1]
+    assert pickle.loads(pickle.dumps(settings[0])) is not kept[0]
+    assert warm_builds() == builds + 1

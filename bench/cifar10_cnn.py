@@ -1,0 +1,319 @@
+"""``imgscale bench cifar10-cnn``: a real CNN's features on CIFAR-10 JPEGs through the command
+line, beside GIST on the same splits — the classifiers of papers 000 and 002 by labelled
+images a class, per-class rate on the test images, and the wall time of every command.
+
+The CNN is EfficientNet-Lite0 (``models/efficientnet-lite0.onnx`` of the data folder, its
+README gives its provenance and checks), ingested by ``imgscale ingest --features
+onnx:MODEL``: its 1280-D pooled penultimate layer of each image resized to 224×224.
+
+Protocol (on ``cifar10/train.parquet`` and ``test.parquet``; the train file's rows are in a
+fixed shuffled order):
+
+- **splits**: ``train`` is the first `TRAIN_PER_CLASS` rows of each class in that order, ``val``
+  the next `VAL_PER_CLASS` of each class (it chooses ρ, or W and k), ``test`` the test file's
+  rows (every tenth at small scale: the file is sorted by class, so 100 a class). Each split is
+  ingested by its own command into one store per descriptor, ``onnx:MODEL`` and ``gist-tiny``
+  (paper 000's 320-D grey GIST).
+- **labelled images**: ``imgscale train --per-class N --seed S`` keeps N labelled rows a class
+  of ``train`` (the rest are unlabelled rows: paper 000 §4.1), for N in 10, 100 and 1,000;
+  at 10 a class on three samples at medium scale (seeds 0, 1 and 2), else on one (1,000 a
+  class is every train row).
+- **classifiers**: linear ridge and RFF ridge (paper 000 §3: data-independent embedding, 4,000
+  dimensions, the 50th-neighbour bandwidth) and Nyström ridge (data-dependent, 500
+  eigenvectors); nearest class mean, Euclidean and with a learned metric (paper 002 §3,
+  ``ncm-metric``, 64 rows of W), and metric k-NN (``knn``).
+- **commands**: each step is an ``imgscale`` command run as its own process on the suite's
+  cluster; every figure keeps the 1-minute load average as its command started.
+
+The stores stay in the work dir's ``cifar10-cnn`` folder: a later run with the same work dir
+ingests the splits again into them, which finds every image committed and describes nothing,
+so the CNN's features are computed once. Tiny scale runs on sklearn's digits as 32×32 JPEGs
+with a toy ONNX network built here (a 3×3 convolution, ReLU and global pooling), at 10 a class,
+linear ridge and NCM only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from imgscale.bench.cifar10_gist import (
+    CommandRunner,
+    digits_table,
+)
+from imgscale.bench.common import record
+from imgscale.bench.registry import Context, benchmark
+
+TRAIN_FILE = "cifar10/train.parquet"
+TEST_FILE = "cifar10/test.parquet"
+MODEL_FILE = "models/efficientnet-lite0.onnx"
+TRAIN_PER_CLASS = 1000
+VAL_PER_CLASS = 50
+# The labelled images a class trained on three samples at medium scale: the noisiest size.
+SEEDED_SIZE = 10
+# The CI run's classifiers: one ridge, one class mean, each command run in-process.
+TINY_METHODS = ("linear ridge", "NCM")
+
+
+def methods(rff_dim: int, nystrom_dim: int) -> dict[str, list[str]]:
+    """Method label → the `imgscale train` options that make it."""
+    return {
+        "linear ridge": ["--method", "ridge"],
+        f"RFF-{rff_dim} ridge": ["--method", "ridge", "--embedding", "rff",
+                                 "--n-components", str(rff_dim)],
+        f"Nystrom-{nystrom_dim} ridge": ["--method", "ridge", "--embedding", "nystrom",
+                                         "--n-components", str(nystrom_dim)],
+        "NCM": ["--method", "ncm"],
+        "NCM, learned metric": ["--method", "ncm-metric"],
+        "metric k-NN": ["--method", "knn"],
+    }  # fmt: skip
+
+
+def splits_of(train: pa.Table, test: pa.Table, train_per_class: int, val_per_class: int,
+              test_step: int) -> dict[str, pa.Table]:  # fmt: skip
+    """``train``: the first ``train_per_class`` rows of each class in the file's order; ``val``:
+    the next ``val_per_class``; ``test``: every ``test_step``-th test row."""
+    labels = train.column("label").to_numpy(zero_copy_only=False)
+    rank = np.empty(len(labels), np.int64)
+    for label in np.unique(labels):
+        where = np.flatnonzero(labels == label)
+        rank[where] = np.arange(len(where))
+    rank = pa.array(rank)
+    in_train = pc.less(rank, train_per_class)
+    in_val = pc.and_(pc.greater_equal(rank, train_per_class),
+                     pc.less(rank, train_per_class + val_per_class))  # fmt: skip
+    return {
+        "train": train.filter(in_train),
+        "val": train.filter(in_val),
+        "test": test.take(list(range(0, test.num_rows, test_step))),
+    }
+
+
+def write_splits(tables: dict[str, pa.Table], folder: Path) -> dict[str, Path]:
+    """Each split's table as a parquet file in ``folder`` (rewritten only when it changed)."""
+    paths = {}
+    for split, table in tables.items():
+        path = paths[split] = folder / f"{split}.parquet"
+        if not path.exists() or not pq.read_table(path).equals(table):
+            pq.write_table(table, path, row_group_size=256)
+    return paths
+
+
+@benchmark(
+    "cifar10-cnn",
+    "a real CNN (EfficientNet-Lite0 by imgscale ingest --features onnx:) on CIFAR-10 beside "
+    "GIST-320: ridge, RFF/Nystrom ridge, NCM, learned-metric NCM, metric k-NN at 10, 100, 1,000 "
+    "labelled images a class",
+    needs=(
+        f"{TRAIN_FILE}, {TEST_FILE}, {MODEL_FILE} (small and up; tiny uses sklearn's digits "
+        "and a tiny network built with the onnx package)",
+    ),
+    kind="accuracy",
+)
+def suite(ctx: Context) -> list[dict]:
+    per_class, (rff_dim, nystrom_dim), test_step = ctx.pick(
+        tiny=((10,), (200, 50), 1), small=((10, 100, 1000), (4000, 500), 10),
+        medium=((10, 100, 1000), (4000, 500), 1), large=((10, 100, 1000), (4000, 500), 1),
+    )  # fmt: skip
+    scratch = ctx.scratch("cifar10-cnn")
+    if ctx.scale == "tiny":
+        table = digits_table()
+        tables = splits_of(table.slice(0, 1_300), table.slice(1_300), 60, 20, 2)
+        model = tiny_network(scratch / "tiny.onnx")
+        chosen = {k: v for k, v in methods(rff_dim, nystrom_dim).items() if k in TINY_METHODS}
+    else:
+        tables = splits_of(
+            pq.read_table(ctx.data(TRAIN_FILE)), pq.read_table(ctx.data(TEST_FILE)),
+            TRAIN_PER_CLASS, VAL_PER_CLASS, test_step,
+        )  # fmt: skip
+        model = ctx.data(MODEL_FILE)
+        chosen = methods(rff_dim, nystrom_dim)
+    paths = write_splits(tables, scratch)
+    run = CommandRunner(ctx)
+    out, stores = [], {}
+    for label, features in (("CNN", f"onnx:{model}"), ("GIST-320", "gist-tiny")):
+        stores[label] = scratch / f"{'cnn' if label == 'CNN' else 'gist-tiny'}.zarr"
+        for split, path in paths.items():
+            summary, seconds = run.json("ingest", path, stores[label], "--features", features,
+                                        "--split", split)  # fmt: skip
+            out.append(
+                record(
+                    f"{label} ingest {split} split, wall", seconds, "s",
+                    features=label, dim=summary["dim"], new_rows=summary["rows"],
+                    store_rows=summary["store_rows"], load_1min=run.last_load,
+                )
+            )  # fmt: skip
+    # Size by size, so that each size's figures of both descriptors come together.
+    seeded = ctx.pick(tiny=1, small=1, medium=3, large=3)
+    for n in per_class:
+        for method, options in chosen.items():
+            for label, store in stores.items():
+                seeds = range(seeded if n == SEEDED_SIZE else 1)
+                out += train_and_score(run, store, label, method, options, n, seeds)
+    return out
+
+
+def train_and_score(
+    run: CommandRunner, store: Path, features: str, method: str, options: list[str], n: int,
+    seeds: range,
+) -> list[dict]:  # fmt: skip
+    """``method`` trained on ``n`` labelled rows a class, once per seed of the sample: the mean
+    test per-class rate (its spread over the seeds) and the mean wall time of ``train``."""
+    rates, seconds, loads = [], [], []
+    for seed in seeds:
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", method)
+        model = store.parent / f"{store.stem}-{slug}-{n}-{seed}.model"
+        shutil.rmtree(model, ignore_errors=True)
+        seconds.append(run.plain("train", store, model, *options, "--per-class", str(n),
+                                 "--seed", str(seed)))  # fmt: skip
+        loads.append(run.last_load)
+        scores, _ = run.json("evaluate", model, store, "--split", "test")
+        rates.append(scores["per_class_rate"])
+        shutil.rmtree(model)
+    rate = float(np.mean(rates))
+    run.ctx.log(f"{features} {method} {n}/class: per-class rate {rate:.4f} {rates}")
+    common = {"features": features, "method": method, "labelled_per_class": n}
+    return [
+        record(
+            f"{features} {method}, {n} labelled/class", rate, "per-class rate", **common,
+            trials=len(rates), std=float(np.std(rates)), min=min(rates), max=max(rates),
+        ),
+        record(
+            f"{features} {method}, {n} labelled/class: train, wall", float(np.mean(seconds)),
+            "s", **common, min_s=min(seconds), max_s=max(seconds), load_1min=max(loads),
+        ),
+    ]  # fmt: skip
+
+
+def tiny_network(path: Path) -> Path:
+    """A toy CNN for tiny runs: a 3×3 convolution RGB → 96 channels, ReLU, global average
+    pooling, on 32×32 images, saved at ``path`` (needs the onnx package)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((96, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["image", "W"], ["map"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["map"], ["positive"]),
+            helper.make_node("GlobalAveragePool", ["positive"], ["pooled"]),
+        ],
+        "tiny",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["n", 3, 32, 32])],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["n", 96, 1, 1])],
+        initializer=[numpy_helper.from_array(weight, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+# -- throughput: ingest beside ONNX Runtime alone -------------------------------------------
+
+
+@benchmark(
+    "cnn-speed",
+    "images/s of imgscale ingest --features onnx: (EfficientNet-Lite0) on 1 and 2 workers vs "
+    "ONNX Runtime's own session.run on the same decoded batches in 1 and 2 plain processes",
+    needs=(f"{TRAIN_FILE}, {MODEL_FILE} (small and up; tiny uses a tiny network)",),
+)
+def speed_suite(ctx: Context) -> list[dict]:
+    from imgscale.bench.images import cifar_table, ingest_runs
+
+    n = ctx.pick(tiny=256, small=768, medium=4096, large=4096)
+    scratch = ctx.scratch("cnn-speed")
+    model = tiny_network(scratch / "tiny.onnx") if ctx.scale == "tiny" else ctx.data(MODEL_FILE)
+    source = scratch / "images.parquet"
+    pq.write_table(cifar_table(ctx, n), source, row_group_size=SPEED_GROUP)
+    features = f"onnx:{model}"
+    batches = decoded_batches(source, features)
+    out = []
+    for workers in (1, 2):
+        # The second ingest, into another store on the same cluster, finds the workers warm.
+        runs = ingest_runs(workers, [(f"cnn-{t}", str(source), features) for t in ("cold", "warm")],
+                           str(scratch))  # fmt: skip
+        peer = ort_rate(model, batches, workers)
+        for ingest, when in zip(runs, ("a new cluster", "the same cluster again"), strict=True):
+            rate = ingest["images"] / ingest["seconds"]
+            out.append(
+                record(
+                    f"ingest --features onnx:{Path(model).name}, {workers} worker(s), "
+                    f"{when}", rate, "images/s", peer["rate"],
+                    peer=f"session.run alone on the same decoded batches, {workers} plain "
+                    "process(es) (target ratio ≥ 0.9)",
+                    workers=workers, images=ingest["images"], load_1min=ingest["load"],
+                    peer_load_1min=peer["load"], worker_rss=ingest["worker_rss"],
+                    first_partition_s=ingest["first_partition_s"],
+                    median_partition_s=ingest["median_partition_s"],
+                )
+            )  # fmt: skip
+            ctx.log(f"cnn ingest {workers} worker(s), {when}: {rate:.1f} images/s, first "
+                    f"partition {ingest['first_partition_s']:.2f} s, others (median) "
+                    f"{ingest['median_partition_s']:.2f} s; session.run {peer['rate']:.1f} "
+                    f"images/s (load {ingest['load']:.1f})")  # fmt: skip
+    return out
+
+
+# Images a parquet row group (one ingest task) in the throughput run: a few seconds of inference.
+SPEED_GROUP = 128
+
+
+def decoded_batches(source: Path, features: str) -> list[np.ndarray]:
+    """The source's images as ingest's worker decodes them for ``features`` (RGB at the model's
+    size, uint8), in batches of `onnx_features._SLICE`: what a peer feeds ONNX Runtime."""
+    from imgscale.jobs.features import parse_features
+    from imgscale.pipeline.describe.onnx_features import _SLICE
+    from imgscale.storage import decode_image, open_image_source, read_partition
+
+    parsed = parse_features(features)
+    images = [
+        decode_image(image.data, parsed.requests)[0]
+        for partition in open_image_source(str(source)).partitions()
+        for image in read_partition(partition)
+    ]
+    return [np.stack(images[i : i + _SLICE]) for i in range(0, len(images), _SLICE)]
+
+
+def ort_rate(model: Path, batches: list[np.ndarray], processes: int) -> dict[str, float]:
+    """Images/s of ONNX Runtime's ``session.run`` (one thread a process, as a worker runs it)
+    on ``batches``, shared out over ``processes`` spawned processes: the images over the
+    longest process's seconds inside ``session.run``, and the 1-minute load as it started."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    shares = [batches[p::processes] for p in range(processes)]
+    load = os.getloadavg()[0]
+    with context.Pool(processes) as pool:
+        seconds = pool.starmap(_run_session, [(str(model), share) for share in shares])
+    images = sum(len(b) for b in batches)
+    return {"rate": images / max(seconds), "load": load}
+
+
+def _run_session(model: str, batches: list[np.ndarray]) -> float:
+    """Seconds inside ``session.run`` over ``batches``, fed as `OnnxFeatures` feeds them (float32
+    NCHW standardised with ImageNet's statistics), after one warm-up run."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    output = session.get_outputs()[0].name
+    mean = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None]
+    std = np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]
+    seconds = 0.0
+    for i, batch in enumerate(batches):
+        x = (batch.transpose(0, 3, 1, 2) / np.float32(255) - mean) / std
+        if i == 0:
+            session.run([output], {name: x[:1]})  # the warm-up: not counted
+        started = time.perf_counter()
+        session.run([output], {name: x})
+        seconds += time.perf_counter() - started
+    return seconds
