@@ -26,18 +26,31 @@ def expected() -> dict[str, np.ndarray]:
     return dict(np.load(MODEL_V3 / "expected.npz"))
 
 
+def assert_equal_to_rounding(got: np.ndarray, saved: np.ndarray) -> None:
+    """Equal to float32 rounding: a BLAS of another release may order a float32 product's sums
+    differently and change its last bits, never more."""
+    rounding = 32 * np.finfo(np.float32).eps * np.abs(saved).max()
+    np.testing.assert_allclose(got, saved, rtol=0, atol=rounding)
+
+
+def assert_same_scores(got: np.ndarray, saved: np.ndarray) -> None:
+    """The same predicted classes, and scores equal to float32 rounding."""
+    np.testing.assert_array_equal(got.argmax(axis=1), saved.argmax(axis=1))
+    assert_equal_to_rounding(got, saved)
+
+
 def test_an_en_hope_model_loads_and_embeds_and_scores_as_saved(rows, expected):
     model, provenance = models.load(MODEL_V3 / "hope.model")
     assert provenance["rows"] == 600
-    np.testing.assert_array_equal(model.transform(rows), expected["hope_transform"])
-    np.testing.assert_array_equal(model.decision_function(rows), expected["hope_decision"])
+    assert_equal_to_rounding(model.transform(rows), expected["hope_transform"])
+    assert_same_scores(model.decision_function(rows), expected["hope_decision"])
 
 
 def test_a_knn_model_loads_and_scores_as_saved(rows, expected):
     model, _ = models.load(MODEL_V3 / "knn.model")
-    np.testing.assert_array_equal(model.decision_function(rows), expected["knn_decision"])
+    assert_same_scores(model.decision_function(rows), expected["knn_decision"])
 
 
 def test_a_pipeline_model_loads_and_scores_as_saved(rows, expected):
     model, _ = models.load(MODEL_V3 / "rff-ncm.model")
-    np.testing.assert_array_equal(model.decision_function(rows), expected["rff_ncm_decision"])
+    assert_same_scores(model.decision_function(rows), expected["rff_ncm_decision"])
