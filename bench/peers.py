@@ -92,6 +92,20 @@ PEER_FIGURES = (
         r"BoW-\1 linear, \3",
         "BoW with linear ridge, same run",
     ),
+    # CNN features against GIST-320 under the same classifier; GIST's own figures against its
+    # linear ridge at the same labels.
+    PeerFigure(
+        "cifar10-cnn",
+        r"CNN (.+), (\d+) labelled/class",
+        r"GIST-320 \1, \2 labelled/class",
+        "the same classifier on GIST-320, same labels, same run",
+    ),
+    PeerFigure(
+        "cifar10-cnn",
+        r"GIST-320 (?!linear ridge)(.+), (\d+) labelled/class",
+        r"GIST-320 linear ridge, \2 labelled/class",
+        _LINEAR,
+    ),
     PeerFigure(
         "ale-ceiling",
         r"(\w+?)_ale_choice_(?!paper_defaults)\w+_(\w+?)",
@@ -197,6 +211,8 @@ PURPOSES = (
         "the independent reference pipeline, the peer of imgscale's figures beside it",
     ),
     Purpose("photos-bow-fisher", r".*(ingest|vocabulary fit|reference pipeline).*, wall", _COST),
+    Purpose("cifar10-cnn", r"GIST-320 linear ridge, \d+ labelled/class", _BASELINE),
+    Purpose("cifar10-cnn", r".*(ingest \w+ split|: train), wall", _COST),
     Purpose("ale-ceiling", r"\w+_ale_choice_paper_defaults_\w+", _BASELINE),
     Purpose(
         "ale-ceiling",
