@@ -16,12 +16,16 @@ PARTIAL_FIT_NEEDS_W = "partial_fit needs the W that fit learns"
 
 
 def _expected_failed(estimator):
-    failed = {"check_classifiers_classes": UNLABELLED_MINUS_ONE}
+    # Both project rows through W in float32: a BLAS may sum a row's product in another order
+    # when the rows are permuted, one ulp apart (1.2e-7 relative, over the check's 1e-7).
+    failed = {
+        "check_classifiers_classes": UNLABELLED_MINUS_ONE,
+        "check_methods_sample_order_invariance": FLOAT32_ROUNDING,
+    }
     if isinstance(estimator, MetricNearestClassMean):
         failed |= {
             "check_n_features_in_after_fitting": PARTIAL_FIT_NEEDS_W,
             "check_estimators_partial_fit_n_features": PARTIAL_FIT_NEEDS_W,
-            "check_methods_sample_order_invariance": FLOAT32_ROUNDING,
         }
     return failed
 
