@@ -29,6 +29,7 @@ from imgscale.storage import (
     image_files,
     location,
     read_listing,
+    row_digest,
     stat_files,
     write_listing,
 )
@@ -135,4 +136,10 @@ def _other_bytes(
     digest_of = dict(
         zip(content.column("id").to_pylist(), content.column("sha256").to_pylist(), strict=True)
     )
-    return [key for key in candidates if file_sha256(files[key]) != digest_of.get(id_of_key(key))]
+    return [key for key in candidates if _digest_of(files[key]) != digest_of.get(id_of_key(key))]
+
+
+def _digest_of(file: Path) -> bytes | None:
+    """The digest a row made from ``file`` carries (None if it cannot be read)."""
+    digest = file_sha256(file)
+    return None if digest is None else row_digest(digest)

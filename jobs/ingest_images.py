@@ -58,6 +58,7 @@ from imgscale.storage import (
     image_rows_per_chunk,
     open_image_source,
     read_partition,
+    row_digest,
 )
 
 if TYPE_CHECKING:
@@ -117,14 +118,14 @@ class Known:
         return i < len(self.key_hashes) and self.key_hashes[i] == h
 
     def id_of(self, digest: bytes) -> str | None:
-        """The id of the committed image with these bytes' ``digest``, if any."""
+        """The id of the committed image with these bytes' ``digest`` (sha256), if any."""
         if not len(self.digest_prefixes):
             return None
         prefix = np.frombuffer(digest[:8], ">u8").astype(np.uint64)[0]
         first = int(np.searchsorted(self.digest_prefixes, prefix, side="left"))
         stop = int(np.searchsorted(self.digest_prefixes, prefix, side="right"))
         for i in range(first, stop):
-            if self.digests[i].tobytes() == digest:
+            if self.digests[i].tobytes() == row_digest(digest):
                 return self.digest_ids[i]
         return None
 
@@ -146,9 +147,9 @@ def known_of(
         return Known(hashes, empty, np.empty((0, 32), np.uint8), [], split)
     ids = [*store.rows(columns=["id"]).column("id").to_pylist(), *unread]
     content = store.content_hashes()
-    digests = np.frombuffer(
-        content.column("sha256").combine_chunks().buffers()[1], np.uint8
-    ).reshape(-1, 32)[: content.num_rows]
+    column = content.column("sha256").combine_chunks()  # 16 bytes a row (`row_digest`)
+    digests = np.frombuffer(column.buffers()[1], np.uint8).reshape(-1, column.type.byte_width)
+    digests = digests[: content.num_rows]
     prefixes = digests[:, :8].copy().view(">u8").ravel().astype(np.uint64)
     order = np.argsort(prefixes, kind="stable")
     digest_ids = content.column("id").to_pylist()

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from imgscale.storage.ingest import ingest_file as ingest_file
     from imgscale.storage.layout import default_rows_per_chunk as default_rows_per_chunk
     from imgscale.storage.layout import image_rows_per_chunk as image_rows_per_chunk
+    from imgscale.storage.layout import row_digest as row_digest
     from imgscale.storage.ledger import OUTCOMES as OUTCOMES
     from imgscale.storage.ledger import Ledger as Ledger
     from imgscale.storage.lock import FileLock as FileLock

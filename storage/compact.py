@@ -134,10 +134,8 @@ def _write_compacted(
                     continue
                 part = meta.slice(first, len(block))
                 digests = None
-                if SHA256 in part.column_names:
-                    digests = np.frombuffer(
-                        b"".join(part.column(SHA256).to_pylist()), np.uint8
-                    ).reshape(-1, 32)
+                if SHA256 in part.column_names:  # 32 bytes in an older rows file: kept as 16
+                    digests = part.column(SHA256).to_pylist()
                 writer.write(
                     block,
                     part.column("label").to_numpy(),

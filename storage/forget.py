@@ -23,11 +23,14 @@ import pyarrow.compute as pc
 
 from imgscale.storage.errors import StoreError
 from imgscale.storage.layout import (
+    ROW_DIGEST_BYTES,
     SHA256,
     check_row_ranges,
     read_checked_table,
     read_record,
+    row_digest,
     schema_version,
+    short_digests,
     write_record,
 )
 from imgscale.storage.lock import writer_lock
@@ -81,7 +84,9 @@ def forget_rows(
     ids, digests = list(dict.fromkeys(ids)), list(dict.fromkeys(sha256))
     if not ids and not digests:
         raise StoreError(f"store {store.path}: no ids or sha256 digests given to forget")
-    wanted_digests = [_digest_bytes(d, store.path) for d in digests]
+    # A row carries the first 16 bytes of its sha256 (32 in a store written before): both are
+    # compared as those 16 bytes (`short_digests`).
+    wanted_digests = [row_digest(_digest_bytes(d, store.path)) for d in digests]
     with writer_lock(store.path):
         record = read_record(store.path)
         check_row_ranges(store.path, record)
@@ -96,7 +101,8 @@ def forget_rows(
             if wanted_digests:
                 if SHA256 in table.column_names:
                     by_digest = pc.is_in(
-                        table.column(SHA256), value_set=pa.array(wanted_digests, pa.binary(32))
+                        table.column(SHA256),
+                        value_set=pa.array(wanted_digests, pa.binary(ROW_DIGEST_BYTES)),
                     )
                     by_digest = pc.fill_null(by_digest, False).to_numpy(zero_copy_only=False)
                     found_digests.update(table.column(SHA256).filter(by_digest).to_pylist())
@@ -142,12 +148,13 @@ def _batch_table(path: Any, batch: dict[str, Any], with_sha256: bool) -> pa.Tabl
     """A batch's ids (and digests, if it has them and they are wanted), checked and whole."""
     where = f"store {path}: rows file of batch {batch['batch_id']!r}"
     table = read_checked_table(path / batch["rows_file"], batch.get("crc32c"), where)
-    columns = ["id", SHA256] if with_sha256 and SHA256 in table.column_names else ["id"]
     if table.num_rows != batch["stop"] - batch["start"]:
         raise StoreError(
             f"{where} has {table.num_rows} rows; expected {batch['stop'] - batch['start']}"
         )
-    return table.select(columns)
+    if not (with_sha256 and SHA256 in table.column_names):
+        return table.select(["id"])
+    return pa.table({"id": table.column("id"), SHA256: short_digests(table.column(SHA256))})
 
 
 def _digest_bytes(text: str, path: Any) -> bytes:

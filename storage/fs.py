@@ -118,11 +118,12 @@ def read_parquet_schema(file: Location) -> pa.Schema:
     return pq.read_schema(io.BytesIO(file.read_bytes()))
 
 
-def table_bytes(table: pa.Table) -> bytes:
+def table_bytes(table: pa.Table, **options: Any) -> bytes:
+    """``table`` as parquet file bytes; ``options`` as `pyarrow.parquet.write_table`'s."""
     import pyarrow.parquet as pq
 
     buffer = io.BytesIO()
-    pq.write_table(table, buffer)
+    pq.write_table(table, buffer, **options)
     return buffer.getvalue()
 
 

@@ -165,7 +165,7 @@ def _committed_splits_of(committed: pa.Table, digests: np.ndarray) -> Counter[st
     by the split each was committed under."""
     if committed.num_rows == 0:
         return Counter()
-    block = as_digests(digests, len(digests), "row digests")
+    block = as_digests(digests, len(digests), "row digests")  # as rows carry them
     where = pc.index_in(block, value_set=committed.column("sha256")).drop_null()
     return Counter(committed.column("split").take(where).to_pylist())
 

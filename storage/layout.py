@@ -4,8 +4,9 @@ A store is a zarr v3 group directory::
 
     zarr.json               group metadata; attributes["imgscale"] is the commit record
     features/               n_alloc x D float32 array, chunked by rows only
-    rows/{start:012d}.parquet   row metadata, one file per committed batch (an image store's
-                            also holds each image's sha256)
+    rows/{start:012d}.parquet   row metadata, one file per committed batch (with each row's
+                            content digest: the first 16 bytes of the sha256 of its image's
+                            bytes or of its float32 values)
     rejected/{n:012d}.parquet   images refused by an ingest (key, sha256, reason), one file per
                             commit that refused any; the record lists them
     classes/{C:06d}-{crc:08x}.parquet   label -> class name, a new file whenever classes are
@@ -62,6 +63,13 @@ PQ_SCHEMA_VERSION = 2
 # than its encoding's, so an imgscale that predates tombstones refuses it by its schema message
 # instead of reading the removed rows as live ones.
 TOMBSTONES_VERSION_STEP = 1
+# A store holding rows files whose digests are short (`ROW_DIGEST_BYTES`) is two versions later
+# again, past every version an imgscale that stores full sha256 digests reads (its encoding's,
+# with tombstones, and one more for a record that lost them): that imgscale would find none of
+# the short digests among its full ones and store again rows the store already holds.
+ROW_DIGESTS_VERSION_STEP = 2
+# The commit record's mark of such a store: the digest width of the rows files it writes.
+ROW_DIGESTS_KEY = "row_digest_bytes"
 ATTRS_KEY = "imgscale"
 FEATURES = "features"
 # Coded stores (storage/row_codecs.py): n x W uint8 codes, beside the arrays their codec names
@@ -101,15 +109,28 @@ ROWS_SCHEMA = pa.schema(
         ("batch_id", pa.string()),
     ]
 )
-# Rows made from images (storage/images) carry the sha256 of the image's bytes, so the same
-# image under another name or in another split is recognised (`FeatureStore.content_hashes`).
+# Rows made from images (storage/images) carry a digest of the image's bytes, and rows given as
+# vectors one of their float32 values, so the same content under another name or in another split
+# is recognised (`FeatureStore.content_hashes`). The digest is the first 16 bytes of the sha256:
+# two of 10^9 rows share one with odds of about 10^-21 (n^2 / 2^129), and a row of a PQ store of
+# M = 112 code bytes carries 16 bytes of digest, not 32 (stores written before keep 32, and are
+# read as their first 16: `short_digests`).
 SHA256 = "sha256"
-IMAGE_ROWS_SCHEMA = ROWS_SCHEMA.append(pa.field(SHA256, pa.binary(32)))
+ROW_DIGEST_BYTES = 16
+FULL_DIGEST_BYTES = 32
+IMAGE_ROWS_SCHEMA = ROWS_SCHEMA.append(pa.field(SHA256, pa.binary(ROW_DIGEST_BYTES)))
+# Parquet settings of rows files: ids of one batch share long prefixes (delta-encoded), the split
+# and batch id take a value or two (dictionary, run-length), digests are random bytes (plain).
+ROWS_PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": ["label", "split", "batch_id"],
+    "column_encoding": {"id": "DELTA_BYTE_ARRAY", SHA256: "PLAIN"},
+}
 REJECTED_DIR = "rejected"
 REJECTED_SCHEMA = pa.schema(
     [
         ("key", pa.string()),
-        (SHA256, pa.binary(32)),
+        (SHA256, pa.binary(FULL_DIGEST_BYTES)),
         ("reason", pa.string()),
         ("split", pa.string()),
     ]
@@ -128,6 +149,25 @@ def default_rows_per_chunk(dim: int) -> int:
 # of images), so that a wide store's chunks stay few.
 IMAGE_CHUNK_BYTES = 2**20
 IMAGE_CHUNK_MIN_ROWS = 256
+
+
+def row_digest(sha256: bytes) -> bytes:
+    """The digest a row carries of content whose sha256 is ``sha256``."""
+    return sha256[:ROW_DIGEST_BYTES]
+
+
+def short_digests(column: pa.Array | pa.ChunkedArray) -> pa.FixedSizeBinaryArray:
+    """A rows file's digests as rows carry them now: the first 16 bytes of the 32-byte sha256
+    a store written before short digests holds."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    width = column.type.byte_width
+    if width == ROW_DIGEST_BYTES:
+        return column
+    values = np.frombuffer(column.buffers()[1], np.uint8)[column.offset * width :]
+    values = values[: len(column) * width].reshape(-1, width)[:, :ROW_DIGEST_BYTES]
+    return pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(ROW_DIGEST_BYTES), len(column), [None, pa.py_buffer(values.tobytes())]
+    )
 
 
 def image_rows_per_chunk(dim: int) -> int:
@@ -264,9 +304,12 @@ def read_record(path: Location) -> dict[str, Any]:
 
 
 def schema_version(record: dict[str, Any]) -> int:
-    """The schema version a commit record must carry: its encoding's, one later with tombstones
+    """The schema version a commit record must carry: its encoding's, two later once rows files
+    with short digests are committed (`ROW_DIGESTS_VERSION_STEP`), one later with tombstones
     (removed batches, or forgotten rows of live batches: `storage.forget`)."""
     base = PQ_SCHEMA_VERSION if record.get("encoding") == "pq" else SCHEMA_VERSION
+    if record.get(ROW_DIGESTS_KEY) == ROW_DIGEST_BYTES:
+        base += ROW_DIGESTS_VERSION_STEP
     forgotten = any(b.get("forgotten") for b in record["batches"])
     return base + (TOMBSTONES_VERSION_STEP if record.get("removed") or forgotten else 0)
 
@@ -304,10 +347,11 @@ def copy_file_atomic(source: Location, target: Location) -> None:
         raise
 
 
-def write_table_atomic(table: pa.Table, target: Location) -> int:
+def write_table_atomic(table: pa.Table, target: Location, **options: Any) -> int:
     """Write a parquet file so a reader or a crash sees the old file or the new one, never half
-    (an object store's PUT is atomic by itself); returns the crc32c of its bytes."""
-    data = table_bytes(table)
+    (an object store's PUT is atomic by itself); returns the crc32c of its bytes. ``options``
+    as `pyarrow.parquet.write_table`'s."""
+    data = table_bytes(table, **options)
     if not is_local(target):
         put_object(target, data)
         return google_crc32c.value(data)

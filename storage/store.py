@@ -29,8 +29,10 @@ from imgscale.storage.fs import (
 )
 from imgscale.storage.ids import HashRuns, id_hashes
 from imgscale.storage.layout import (
+    FULL_DIGEST_BYTES,
     IMAGE_ROWS_SCHEMA,
     REJECTED_SCHEMA,
+    ROWS_DIR,
     ROWS_SCHEMA,
     SCHEMA_VERSION,
     SHA256,
@@ -41,6 +43,7 @@ from imgscale.storage.layout import (
     read_checked_table,
     read_classes,
     read_record,
+    short_digests,
     write_classes,
     write_record,
 )
@@ -51,6 +54,8 @@ from imgscale.storage.writer import BatchWriter, remove_batches
 if TYPE_CHECKING:
     import dask.array as da
 
+# The digest column of rows files written before digests were cut to `ROW_DIGEST_BYTES`.
+FULL_SHA256 = pa.binary(FULL_DIGEST_BYTES)
 # Row metadata columns kept dictionary-encoded in memory (few distinct values).
 _DICTIONARY = ("split", "batch_id")
 
@@ -349,7 +354,8 @@ class FeatureStore:
     def content_hashes(self) -> pa.Table:
         """``id``, ``split`` and ``sha256`` of the committed rows that carry a content digest
         (the image's bytes for rows made from images, the row's float32 values for rows given as
-        vectors); rows of batches committed without digests are left out."""
+        vectors), each the first 16 bytes of that sha256 (`layout.row_digest`), whichever width
+        its rows file holds; rows of batches committed without digests are left out."""
         columns = ["id", "split", SHA256]
         record = self._record()
         tables = []
@@ -456,10 +462,15 @@ class FeatureStore:
             stored = table.schema.field(column).type
             value_type = stored.value_type if pa.types.is_dictionary(stored) else stored
             expected_type = IMAGE_ROWS_SCHEMA.field(column).type
-            if value_type != expected_type:
+            older = column == SHA256 and value_type == FULL_SHA256
+            if value_type != expected_type and not older:
                 raise StoreError(
                     f"{where}: column {column!r} is {value_type}; expected {expected_type}"
                 )
+        if SHA256 in columns:
+            table = table.set_column(
+                table.column_names.index(SHA256), SHA256, short_digests(table.column(SHA256))
+            )
         if "label" in columns:
             _check_labels(self.path, record, table.column("label"), where)
         return table
@@ -485,6 +496,8 @@ class FeatureStore:
             "classes": names or [int(v) for v in values if v >= 0],
             "label_counts": label_counts,
             "bytes_on_disk": tree_bytes(self.path),
+            # Ids, labels, splits, batch ids and content digests: the rows files' bytes a row.
+            "metadata_bytes_per_row": _metadata_bytes_per_row(self.path, record),
             "rows_per_chunk": record["rows_per_chunk"],
             "schema_version": record["schema_version"],
             "splits": self.split_counts(),
@@ -531,6 +544,14 @@ def _batches(record: dict[str, Any], rows: pa.Table) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _metadata_bytes_per_row(path: Location, record: dict[str, Any]) -> float:
+    """Bytes on disk of the rows files, over the rows they describe (those of removed batches
+    and forgotten rows included: their metadata stays until `imgscale compact`)."""
+    n = record["committed_rows"]
+    rows_dir = path / ROWS_DIR
+    return round(tree_bytes(rows_dir) / n, 2) if n and rows_dir.exists() else 0.0
 
 
 def _label_key(label: int, names: list[str]) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from imgscale.storage.errors import StoreError
+from imgscale.storage.layout import FULL_DIGEST_BYTES, ROW_DIGEST_BYTES
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -85,16 +86,21 @@ def as_codes(codes: Any, m: int, where: str) -> np.ndarray:
     return np.ascontiguousarray(codes)
 
 
-def as_digests(values: Any, n: int, where: str) -> pa.FixedSizeBinaryArray:
-    """Per-row sha256 digests as an arrow array of 32-byte values, from (n, 32) uint8 or n
-    ``bytes`` of 32."""
+def as_digests(
+    values: Any, n: int, where: str, width: int = ROW_DIGEST_BYTES
+) -> pa.FixedSizeBinaryArray:
+    """Per-row digests of ``width`` bytes: the first 16 bytes of each sha256 as rows carry them
+    (`layout.row_digest`), or whole (``width`` 32, as rejects carry them); from (n, 32) uint8
+    or n ``bytes`` of 32 (whole sha256 digests), or of ``width`` (a row copied from a store)."""
+    widths = {FULL_DIGEST_BYTES, width}
     if isinstance(values, np.ndarray) and values.dtype == np.uint8:
-        if values.shape != (n, 32):
+        if values.ndim != 2 or values.shape[0] != n or values.shape[1] not in widths:
             raise StoreError(f"{where}: sha256 of shape {values.shape}; expected ({n}, 32)")
+        digests = np.ascontiguousarray(values[:, :width])
         return pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(32), n, [None, pa.py_buffer(np.ascontiguousarray(values).tobytes())]
+            pa.binary(width), n, [None, pa.py_buffer(digests.tobytes())]
         )
     values = list(values)
-    if len(values) != n or not all(isinstance(v, bytes) and len(v) == 32 for v in values):
+    if len(values) != n or not all(isinstance(v, bytes) and len(v) in widths for v in values):
         raise StoreError(f"{where}: expected {n} sha256 digests of 32 bytes, one per row")
-    return pa.array(values, pa.binary(32))
+    return pa.array([v[:width] for v in values], pa.binary(width))

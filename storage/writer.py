@@ -20,11 +20,16 @@ from imgscale.storage.fs import read_table
 from imgscale.storage.ids import HashRuns, first_repeated, id_hashes
 from imgscale.storage.layout import (
     CLASSES_DIR,
+    FULL_DIGEST_BYTES,
     IMAGE_ROWS_SCHEMA,
     REJECTED_DIR,
     REJECTED_SCHEMA,
+    ROW_DIGEST_BYTES,
+    ROW_DIGESTS_KEY,
     ROWS_DIR,
+    ROWS_PARQUET_OPTIONS,
     ROWS_SCHEMA,
+    SHA256,
     batch_digest,
     check_row_ranges,
     copy_file_atomic,
@@ -185,7 +190,8 @@ class BatchWriter(_LockedWriter):
     ) -> int:
         """Validate and buffer one block of rows; returns rows accepted (0 if already committed).
 
-        ``sha256``: for rows made from images, the (n, 32) digests of the images' bytes."""
+        ``sha256``: the (n, 32) sha256 digests of the rows' content (of the images' bytes for
+        rows made from images), kept as their first 16 bytes (`layout.ROW_DIGEST_BYTES`)."""
         if not self._active:
             raise RuntimeError("BatchWriter.write called outside its `with` block")
         if self._broken:
@@ -253,7 +259,7 @@ class BatchWriter(_LockedWriter):
             pa.RecordBatch.from_arrays(
                 [
                     pa.array(as_strings(keys, n, "keys", where), pa.string()),
-                    as_digests(sha256, n, where),
+                    as_digests(sha256, n, where, FULL_DIGEST_BYTES),
                     pa.array(as_strings(reasons, n, "reasons", where), pa.string()),
                     pa.array(as_strings(split, n, "split", where), pa.string()),
                 ],
@@ -297,6 +303,9 @@ class BatchWriter(_LockedWriter):
                 where = f"store {self.store.path}, batch {self.batch_id!r}"
                 write_classes(self.store.path, self._classes.final_names(where), record)
             _add_batch(self.store.path, record, self.batch_id, self.start, table)
+            if SHA256 in table.column_names:
+                record[ROW_DIGESTS_KEY] = ROW_DIGEST_BYTES
+                record["schema_version"] = schema_version(record)
         if self._rejects:
             rejected = record.setdefault("rejected", [])
             file = rejected_file_name(len(rejected))
@@ -315,7 +324,7 @@ def _add_batch(
     """Write the rows file of a batch starting at row `start` and add the batch to `record`
     (committed by the caller's `write_record`, after every rows file is in place)."""
     rows_file = rows_file_name(start)
-    crc = write_table_atomic(rows, path / rows_file)
+    crc = write_table_atomic(rows, path / rows_file, **ROWS_PARQUET_OPTIONS)
     _record_batch(record, batch_id, start, start + rows.num_rows, rows_file, crc)
 
 
@@ -450,6 +459,10 @@ class CopyWriter(_LockedWriter):
         size never passes through memory), then the record is committed once."""
         self.check_rows()
         record = read_record(self.store.path)
+        if read_record(self.source.path).get(ROW_DIGESTS_KEY) == ROW_DIGEST_BYTES:
+            # Rows files with short digests, copied as they are: this store holds them now.
+            record[ROW_DIGESTS_KEY] = ROW_DIGEST_BYTES
+            record["schema_version"] = schema_version(record)
         for batch in self.batches:
             start = self.start + batch["start"]
             rows_file = rows_file_name(start)

@@ -89,7 +89,7 @@ def test_storage_exports_are_the_names_its_init_imports_for_type_checking():
         "images.sources": ["open_image_source", "read_partition"],
         "images.listing": ["file_sha256", "image_files", "read_listing", "stat_files",
                            "write_listing"],
-        "layout": ["default_rows_per_chunk", "image_rows_per_chunk"],
+        "layout": ["default_rows_per_chunk", "image_rows_per_chunk", "row_digest"],
         "lock": ["FileLock"],
         "models": ["SavedStep", "load_model", "save_model"],
         "store": ["SCHEMA_VERSION", "FeatureStore", "open_store"],
