@@ -34,6 +34,7 @@ from imgscale.storage.commit_log import CLAIMS, latest_commit
 from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import (
     Location,
+    access_checked,
     has_entries,
     is_local,
     location,
@@ -194,7 +195,7 @@ def create_or_open(
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     created = False
-    with FileLock(path.parent / f".{path.name}.create.lock"):
+    with _creation_lock(path):
         if _is_store_path(path):
             if not exist_ok:
                 raise StoreError(
@@ -221,11 +222,27 @@ def create_or_open(
 
 
 @contextmanager
+def _creation_lock(path: Path) -> Iterator[None]:
+    """The lock serialising creators of the store at ``path``: a file beside it, removed by its
+    holder before letting go, so none stays beside a store once created. A creator waiting on
+    the removed file takes a new one (`FileLock.acquire` checks the file it locked is still the
+    one at its path); one killed while holding it leaves a file whose flock went with it, so the
+    next creator takes it and removes it."""
+    lock = FileLock(path.parent / f".{path.name}.create.lock")
+    with lock:
+        try:
+            yield
+        finally:
+            lock.file.unlink(missing_ok=True)
+
+
+@contextmanager
 def _created_on_object_store(
     path: Location, create: Callable[[Location], FeatureStore], exist_ok: bool
 ) -> Iterator[tuple[FeatureStore, bool]]:
     """`create_or_open` on an object store: ``create`` writes in place, commit 0 last."""
-    created = latest_commit(path) is None
+    with access_checked(path):
+        created = latest_commit(path) is None
     if not created and not exist_ok:
         raise StoreError(f"store {path}: exists; refusing to overwrite it")
     store = create(path) if created else FeatureStore(path)

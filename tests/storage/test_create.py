@@ -39,7 +39,7 @@ def test_a_created_store_is_removed_when_the_first_write_fails(tmp_path):
         assert created and store.committed_rows == 0
         raise Planted
     assert not path.exists()
-    assert list(tmp_path.iterdir()) == [tmp_path / ".s.zarr.create.lock"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_empty_directory_given_stays_after_a_failed_first_write(tmp_path):
@@ -87,7 +87,62 @@ def test_a_creator_failing_half_way_leaves_neither_store_nor_scratch(tmp_path):
 
     with pytest.raises(Planted), create_or_open(path, half_way):
         pass
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".s.zarr.create.lock"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_creation_lock_stays_beside_a_created_store(tmp_path):
+    with create_or_open(tmp_path / "s.zarr", make) as (store, created):
+        store.append("first", random_rows(3, 0))
+    assert created
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+
+
+def test_the_lock_of_a_creator_killed_while_holding_it_neither_blocks_nor_stays(tmp_path):
+    lock = tmp_path / ".s.zarr.create.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from imgscale.storage import FileLock; "
+         f"FileLock({str(lock)!r}).acquire(); print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert not FileLock(lock).acquire(blocking=False)  # held by the creator's process
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lock.exists()
+    with create_or_open(tmp_path / "s.zarr", make) as (_, created):
+        assert created
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+
+
+CREATOR = """
+import sys
+from functools import partial
+import numpy as np
+from imgscale.storage import create_or_open, create_store
+make = partial(create_store, dim={dim}, rows_per_chunk=64)
+with create_or_open(sys.argv[1], make) as (store, created):
+    store.append(sys.argv[2], np.full((4, {dim}), float(sys.argv[3]), np.float32))
+print(created)
+"""
+
+
+def test_concurrent_creators_make_one_store_hold_every_batch_and_leave_no_lock(tmp_path):
+    path = tmp_path / "s.zarr"
+    code = CREATOR.format(dim=DIM)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    creators = [
+        subprocess.Popen([sys.executable, "-c", code, str(path), f"b{i}", str(i)], **pipes)
+        for i in range(4)
+    ]
+    outputs = [c.communicate(timeout=120) for c in creators]
+    assert [c.returncode for c in creators] == [0] * 4, [err for _, err in outputs]
+    assert sorted(out.strip() for out, _ in outputs) == ["False", "False", "False", "True"]
+    store = open_store(path)
+    assert store.committed_rows == 16
+    assert sorted(b["batch_id"] for b in store.batches()) == ["b0", "b1", "b2", "b3"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
 
 
 def test_pq_statistics_are_kept_in_the_record_beside_the_codec(tmp_path):
