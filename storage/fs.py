@@ -82,6 +82,72 @@ def location(path: str | os.PathLike, storage_options: dict[str, Any] | None = N
     return Path(text)
 
 
+@contextlib.contextmanager
+def access_checked(path: Location) -> Iterator[None]:
+    """Turn an object store's refusal of ``path`` (fsspec's PermissionError, "Forbidden") into a
+    StoreError that names the URL, the endpoint and where the credentials came from: a wrong key
+    in the environment and a stale profile look the same from the server's one word."""
+    try:
+        yield
+    except PermissionError as exc:
+        if is_local(path):
+            raise
+        cause = f" ({exc.__cause__})" if exc.__cause__ is not None else f" ({exc})"
+        raise StoreError(
+            f"{path}: access denied by {_endpoint(path)}{cause}; credentials: "
+            f"{credential_source(path)}"
+        ) from exc
+
+
+def _endpoint(path: UPath) -> str:
+    options = path.storage_options
+    endpoint = options.get("endpoint_url") or options.get("client_kwargs", {}).get("endpoint_url")
+    return endpoint or os.environ.get("AWS_ENDPOINT_URL") or "the object store"
+
+
+# botocore's names for where it found credentials, as a user would look for them.
+_CREDENTIAL_METHODS = {
+    "env": "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)",
+    "shared-credentials-file": "profile {profile!r} of the credentials file {credentials}",
+    "config-file": "profile {profile!r} of the config file {config}",
+    "iam-role": "the instance's IAM role (instance metadata)",
+    "container-role": "the container's role (ECS/EKS credentials endpoint)",
+    "assume-role": "a role assumed by profile {profile!r} of {config}",
+    "assume-role-with-web-identity": "a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE)",
+    "sso": "SSO of profile {profile!r} of {config}",
+}
+
+
+def credential_source(path: Location) -> str:
+    """Where the credentials for ``path`` come from: its storage options, or where botocore
+    found them (environment, a profile of the credentials or config file, a role), or none."""
+    options = path.storage_options if isinstance(path, UPath) else {}
+    if options.get("key") or options.get("secret"):
+        return "the storage options (key, secret)"
+    if options.get("anon"):
+        return "none (anonymous access, anon=True)"
+    if path.protocol not in ("s3", "s3a"):
+        return f"those of the {path.protocol}:// file system's own configuration"
+    import botocore.session
+
+    profile = options.get("profile") or os.environ.get("AWS_PROFILE") or "default"
+    session = botocore.session.Session(profile=profile if options.get("profile") else None)
+    try:
+        credentials = session.get_credentials()
+    except Exception as exc:  # a broken profile or config file: say so, it is the answer
+        return f"none usable ({type(exc).__name__}: {exc})"
+    if credentials is None:
+        return "none found (environment, credentials and config files, instance role)"
+    files = {
+        "profile": profile,
+        "credentials": os.path.expanduser(session.get_config_variable("credentials_file")),
+        "config": os.path.expanduser(session.get_config_variable("config_file")),
+    }
+    method = _CREDENTIAL_METHODS.get(credentials.method, f"botocore's {credentials.method!r}")
+    key = credentials.access_key or ""
+    return method.format(**files) + (f", access key {key[:4]}…" if key else "")
+
+
 def is_local(path: Location) -> bool:
     return not is_url(path)
 

@@ -48,6 +48,7 @@ from imgscale.storage.commit_log import read_commit, write_commit
 from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import (
     Location,
+    access_checked,
     is_local,
     put_object,
     read_table,
@@ -268,8 +269,14 @@ def read_record(path: Location) -> dict[str, Any]:
     """The commit record, read straight from disk so commits by other processes are seen.
 
     zarr.json is replaced atomically by zarr's LocalStore, so this sees one commit or the next;
-    on an object store, the latest of ``commits/`` is read (storage/commit_log.py).
+    on an object store, the latest of ``commits/`` is read (storage/commit_log.py), and a
+    refusal of access names the store, the endpoint and the credentials' source.
     """
+    with access_checked(path):
+        return _read_record(path)
+
+
+def _read_record(path: Location) -> dict[str, Any]:
     meta_file = path / "zarr.json"
     if not path.exists():
         raise StoreError(f"store {path}: does not exist; expected an imgscale feature store")

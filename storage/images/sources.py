@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from upath import UPath
 
 from imgscale.storage.errors import StoreError
-from imgscale.storage.fs import absolute, location
+from imgscale.storage.fs import absolute, access_checked, location
 from imgscale.storage.images.files import open_folder, open_list
 from imgscale.storage.images.parquet_images import open_parquet_images, parquet_columns
 from imgscale.storage.images.shards import names_shards, open_shards
@@ -45,9 +45,20 @@ def open_image_source(
     - ``*.parquet`` (a file, or a folder of them) with an ``image_column`` of bytes: images
       in parquet; with a ``path_column`` instead, or ``*.csv``: a list file of image paths.
 
-    Raises StoreError, in one line naming ``spec``, when nothing or nothing usable is there.
+    Raises StoreError, in one line naming ``spec``, when nothing or nothing usable is there
+    (or when the object store refuses access: `fs.access_checked`).
     """
     url = str(spec) if isinstance(spec, UPath) else os.fspath(spec)
+    with access_checked(location(url)):
+        return _open_image_source(
+            url, image_column=image_column, label_column=label_column, id_column=id_column,
+            path_column=path_column,
+        )  # fmt: skip
+
+
+def _open_image_source(
+    url: str, *, image_column: str, label_column: str, id_column: str, path_column: str
+) -> ImageSource:
     if names_shards(url):
         return open_shards(url)
     target = absolute(location(url))
