@@ -125,7 +125,10 @@ def parse_features(spec: str) -> Features:
         kind, _, argument = name.partition(":")
         if kind == ONNX:
             step, entry = _onnx_step(argument, name)
-            step.fit()
+            try:
+                step.fit()
+            except ValueError as e:
+                raise ValueError(f"--features {name!r}: {e}") from e
         elif kind in VOCABULARY_KINDS:
             step, entry = _vocabulary_step(kind, argument, name)
         elif kind in DESCRIPTORS and not argument:

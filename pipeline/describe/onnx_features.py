@@ -111,6 +111,13 @@ class OnnxFeatures(TransformerMixin, BaseEstimator):
                 "OnnxFeatures: the model's input must be (batch, 3, height, width) with a free "
                 f"or unit batch dimension, got {inputs[0].shape}"
             )
+        channels_last = rest[0] != 3 and rest[2] == 3
+        if channels_last or (isinstance(rest[0], int) and rest[0] != 3):
+            layout = "channels last (NHWC)" if channels_last else f"{rest[0]} channels"
+            raise ValueError(
+                f"OnnxFeatures: the model's input is {inputs[0].shape}, {layout}; expected "
+                "(batch, 3, height, width), channels first (NCHW), as torchvision's models export"
+            )
         size = self._input_size(rest[1:])
         outputs = [o.name for o in session.get_outputs()]
         output = outputs[0] if self.output is None else self.output

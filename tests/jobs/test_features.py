@@ -72,6 +72,31 @@ def test_bad_feature_names_are_refused_in_one_line(spec, message):
         parse_features(spec)
 
 
+@pytest.mark.parametrize(
+    ("shape", "layout"),
+    [(["n", 32, 32, 3], "channels last (NHWC)"), (["n", "h", "w", 3], "channels last (NHWC)"),
+     (["n", 1, 32, 32], "1 channels")],
+)  # fmt: skip
+def test_an_onnx_input_not_of_three_channels_first_is_refused_naming_its_layout(
+    tmp_path, shape, layout
+):
+    """Not read as a "32×3 image": the message names the layout found and the one expected."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["images"], ["pooled"], axes=[1, 2], keepdims=0)],
+        "channels-last",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (tmp_path / "nhwc.onnx").write_bytes(model.SerializeToString())
+    with pytest.raises(ValueError) as caught:
+        parse_features(f"onnx:{tmp_path / 'nhwc.onnx'}")
+    message = str(caught.value)
+    assert message.startswith(f"--features 'onnx:{tmp_path / 'nhwc.onnx'}': ")
+    assert f"{layout}; expected (batch, 3, height, width), channels first (NCHW)" in message
+    assert "square" not in message and "\n" not in message
+
+
 def test_the_record_survives_json_and_rebuilds_the_same_descriptors(tmp_path):
     tiny_network(tmp_path / "tiny.onnx")
     features = parse_features(f"gist-tiny,onnx:{tmp_path / 'tiny.onnx'}")
