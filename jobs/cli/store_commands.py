@@ -368,9 +368,11 @@ def fit_features(
     try:
         patch_sizes = tuple(int(size) for size in patch_size.split(","))
     except ValueError:
+        patch_sizes = ()
+    if not patch_sizes or min(patch_sizes) < 4:
         raise click.BadParameter(
-            f"{patch_size!r}: expected integers separated by commas", param_hint="--patch-size"
-        ) from None
+            f"{patch_size!r}: expected integers >= 4 separated by commas", param_hint="--patch-size"
+        )
     auto_size = None
     if image_size == "auto":
         auto_size = (max(AUTO_IMAGE_SIZE[0], *patch_sizes), max(AUTO_IMAGE_SIZE[1], *patch_sizes))
@@ -378,6 +380,12 @@ def fit_features(
     elif not image_size.isdigit() or int(image_size) < 4:
         raise click.BadParameter(
             f"{image_size!r}: expected auto or an integer >= 4", param_hint="--image-size"
+        )
+    elif int(image_size) < max(patch_sizes):
+        raise click.BadParameter(
+            f"{image_size} is smaller than one {max(patch_sizes)}-pixel patch (--patch-size "
+            f"{patch_size}); expected --image-size >= every patch size",
+            param_hint="--image-size",
         )
     grid = {"patch_sizes": patch_sizes, "step": step, "image_size": int(image_size),
             "sift_window": sift_window}  # fmt: skip

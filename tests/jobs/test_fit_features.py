@@ -184,7 +184,17 @@ def test_a_vocabulary_of_another_kind_or_no_vocabulary_is_refused_in_one_line(
 def test_an_image_size_under_one_patch_and_options_of_the_other_kind_are_refused(photos, tmp_path):
     message = refused("fit-features", str(photos), str(tmp_path / "v.model"),
                       "--features", "bow", "--image-size", "12")  # fmt: skip
-    assert "image_size 12 is smaller than one 16-pixel patch" in message and "\n" not in message
+    # The flags the user gave are named, not the estimator's parameters.
+    assert "--image-size: 12 is smaller than one 16-pixel patch (--patch-size 16)" in message
+    assert "image_size" not in message and "\n" not in message
+    message = refused("fit-features", str(photos), str(tmp_path / "v.model"), "--features",
+                      "bow", "--image-size", "16", "--patch-size", "8,24")  # fmt: skip
+    assert "--image-size: 16 is smaller than one 24-pixel patch (--patch-size 8,24)" in message
+    for sizes in ("2", "8,x"):
+        message = refused("fit-features", str(photos), str(tmp_path / "v.model"),
+                          "--features", "bow", "--patch-size", sizes)  # fmt: skip
+        assert f"--patch-size: {sizes!r}: expected integers >= 4" in message
+        assert "patch_sizes" not in message
     message = refused("fit-features", str(photos), str(tmp_path / "v.model"),
                       "--features", "fisher", "--words", "10")  # fmt: skip
     assert "--words: not for --features fisher" in message
