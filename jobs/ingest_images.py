@@ -511,7 +511,8 @@ def ingest_images(
             create_pq_store, codec=codec, descriptor=described_by.record,
             provenance=provenance, source=source,
         )  # fmt: skip
-    summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0}
+    summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0,
+               "already_stored": 0}  # fmt: skip
     with create_or_open(plan.store_path, create) as (store, _):
         check_same_features(store.descriptor, described_by, str(plan.store_path))
         # The store's own codec: another ingest may have created the store meanwhile.
@@ -572,7 +573,8 @@ def finish_summary(
 def nothing_to_do(plan: IngestPlan) -> dict[str, Any]:
     """The summary of a plan with no new image (the store holds every image listed)."""
     store = _open_existing(plan.store_path)
-    summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0}
+    summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0,
+               "already_stored": 0}  # fmt: skip
     summary["store_rows"] = store.committed_rows if store is not None else 0
     return finish_summary(plan, summary, store.descriptor if store is not None else None)
 
@@ -650,7 +652,8 @@ def _receive(pending: _Pending, result: Described, seen: dict[bytes, str], ids: 
 
 def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[str, Any]) -> None:
     """One commit of the pending rows and refusals (nothing if there are none). Rows whose key
-    another writer committed meanwhile are dropped: they are in the store already."""
+    another writer committed meanwhile are dropped and counted as ``already_stored``: another
+    ingest of the same images put them in the store first."""
     if pending.refused:
         before = store.rejected()
         already = set(
@@ -666,10 +669,12 @@ def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[st
         batch.update(key.encode() + b"\0" + digest + reason.encode())
     batch_id = f"images-{batch.hexdigest()[:16]}"
     with store.writer(batch_id) as writer:
-        if writer.already_committed:
+        if writer.already_committed:  # the same rows and refusals, committed by another ingest
+            summary["already_stored"] += len(pending)
             return
         keys = np.array(pending.keys, dtype=object)
         fresh = ~store.has_ids(pending.keys) if len(keys) else np.zeros(0, bool)
+        summary["already_stored"] += int((~fresh).sum())
         rows = np.concatenate(pending.rows) if pending.rows else np.empty((0, store.dim))
         labels = np.array(pending.labels, dtype=object)
         digests = np.array(pending.digests, dtype=object)

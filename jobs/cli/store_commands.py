@@ -261,6 +261,11 @@ def _ingest_images(
         if (summary["images_seen"] and summary["refused"] == summary["images_seen"])
         else ""
     )
+    if summary["already_stored"]:
+        none += (
+            f"; {summary['already_stored']} already in the store, committed by another ingest "
+            "meanwhile"
+        )
     if summary["refused_unchanged"]:
         none += (
             f"; {summary['refused_unchanged']} refused before and unchanged since, not read "

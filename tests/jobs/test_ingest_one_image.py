@@ -6,6 +6,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -118,3 +120,42 @@ def test_a_rerun_reads_no_refused_image_whose_file_is_unchanged(tmp_path, schedu
     fixed = ingest(str(photos), str(store), scheduler=scheduler_address)
     assert (fixed["images_seen"], fixed["rows"], fixed["refused_unchanged"]) == (1, 1, 1)
     assert set(rejected(store)) == {"digit-0/copy.png"}
+
+
+def test_the_loser_of_two_concurrent_identical_ingests_reports_the_rows_as_already_stored(
+    tmp_path, scheduler_address
+):
+    """Two `imgscale ingest` processes of the same folder: the test holds the store's writer
+    lock until both have described every image, so both commit the same rows; the one that
+    commits second reports them as already in the store, none as refused."""
+    from imgscale.storage import FileLock
+
+    write_folder(tmp_path / "seed", digit_images(1, classes=(0,)))
+    write_folder(tmp_path / "photos", digit_images(3, offset=1))
+    store = tmp_path / "s.zarr"
+    ingest(str(tmp_path / "seed"), str(store), "--features", "color",
+           scheduler=scheduler_address)  # fmt: skip
+    imgscale = str(Path(sys.executable).with_name("imgscale"))
+    command = [imgscale, "ingest", str(tmp_path / "photos"), str(store), "--scheduler",
+               scheduler_address]  # fmt: skip
+    lock = FileLock(store / ".lock")
+    lock.acquire()
+    try:
+        logs = [tmp_path / f"ingest-{i}.log" for i in range(2)]
+        runs = [subprocess.Popen(command, stderr=log.open("w")) for log in logs]
+        deadline = time.monotonic() + 120
+        while not all("9/9 images" in log.read_text() for log in logs):
+            assert all(run.poll() is None for run in runs), [log.read_text() for log in logs]
+            assert time.monotonic() < deadline, [log.read_text() for log in logs]
+            time.sleep(0.2)
+    finally:
+        lock.release()
+    assert [run.wait(timeout=120) for run in runs] == [0, 0]
+    # The summary is the last line on stderr, after the progress line's carriage returns.
+    lines = sorted(log.read_text().strip().splitlines()[-1].split("\r")[-1] for log in logs)
+    # Sorted: "0 images added" before "9 images added".
+    loser, winner = lines
+    assert winner.startswith(f"{store}: 9 images added, 0 refused, 9 read")
+    assert loser.startswith(f"{store}: 0 images added, 0 refused, 9 read")
+    assert loser.endswith("; 9 already in the store, committed by another ingest meanwhile")
+    assert open_store(store).committed_rows == 10 and rejected(store) == {}
