@@ -24,6 +24,15 @@ Protocol (the splits of ``imgscale bench cifar10-gist``: the train parquet's fir
   every train row; flat top-1 and top-5 error beside the per-class rate. The issue's finding to
   check: Fisher vectors with ridge or learned-metric NCM above GIST with RFF-4000 (paper 002
   Table 2's direction: richer signatures beat GIST).
+- **the spatial pyramid** (Lazebnik et al. 2006 §3, the extension paper 000 §3.1 names): the
+  same grid and dictionary size with the histograms of 1×1 + 2×2 + 4×4 cells (21 × 400 =
+  8,400-D), weighted as their eq. 3; the bag-of-words embeddings on every train row, each beside
+  the reference's pyramid of its own words (linear ridge beside ridge, the maps beside the exact
+  intersection-kernel SVC). Fisher vectors take no pyramid: paper 002 §5.1 "We do not make use
+  of spatial pyramids".
+- **64 Gaussians** (paper 002 §5.1 uses 16 and 256; Perronnin et al. 2010 64 and more): the
+  float arm's Fisher vectors with 64 Gaussians (2 × 2 × 64 × 64 = 16,384-D) and ridge, beside
+  the reference's FV-64 with ridge on the same grid.
 - **a denser grid for Fisher vectors**: the same 4K-D Fisher vectors from 13×13 = 169 patches
   of 16 pixels every 4 (paper 002 does not give its grid; its Fisher vectors follow Perronnin et
   al. 2010, who sample densely), with every Fisher-vector classifier, ridge and learned-metric
@@ -45,8 +54,9 @@ Protocol (the splits of ``imgscale bench cifar10-gist``: the train parquet's fir
   sizes through the straightforward pipeline a reader would write (OpenCV dense SIFT, faiss
   k-means, scikit-learn's SVC on the exact intersection kernel, PCA + GaussianMixture + improved
   Fisher vectors of RootSIFT and colour, ridge and LinearSVC), sharing no code with imgscale.
-  On every train row, imgscale's bag-of-words kernel maps stand beside the exact kernel's SVC,
-  linear ridge beside the reference's, and Fisher vectors with ridge beside the reference's.
+  On every train row, imgscale's bag-of-words kernel maps (flat and pyramid) stand beside the
+  exact kernel's SVC, linear ridge beside the reference's, and Fisher vectors (16 and 64
+  Gaussians) with ridge beside the reference's.
 
 Each step is an ``imgscale`` command run as its own process on the suite's Dask cluster
 (``--scheduler``); ingest and fit wall times are recorded with the load average as they started.
@@ -54,8 +64,8 @@ Small scale uses 10,000 train, 2,000 validation and 2,000 test images, at 100 la
 a class and every train row. Tiny is a toy that checks the commands: 1,000 train and 500 test
 images (sklearn's digits as JPEGs without the data folder), no validation split, a 50-word
 dictionary and 4 Gaussians on 16-D projections, linear and SQRT bags of words and NCM on Fisher
-vectors, the same 256-D Fisher vectors PQ-coded (32 sub-vectors) for the PQ arm, no GIST and
-no denser grid.
+vectors, the same 256-D Fisher vectors PQ-coded (32 sub-vectors) for the PQ arm, the pyramid
+of the 50 words, no GIST, no 64 Gaussians and no denser grid.
 """
 
 from __future__ import annotations
@@ -104,6 +114,10 @@ SIFT_WINDOW = 2.25
 PATCHES = ["--image-size", "64", "--patch-size", "16", "--step", "8", "--sift-window", "2.25"]
 # The denser grid of the Fisher vectors' second arm and of the 64K-D arm.
 DENSE_PATCHES = ["--image-size", "64", "--patch-size", "16", "--step", "4", "--sift-window", "2.25"]
+# The spatial pyramid's levels: 1×1 + 2×2 + 4×4 cells (Lazebnik et al. 2006 §3, paper 000 §3.1).
+PYRAMID_LEVELS = 3
+# Paper 002 §5.1's larger mixture, beside the 16 Gaussians of the float arm.
+MORE_GAUSSIANS = 64
 
 
 @benchmark(
@@ -148,8 +162,9 @@ def suite(ctx: Context) -> list[dict]:
             out += records
         gist_rff = rates["per_class_rate"]  # RFF-4000's: the figure Fisher vectors stand beside
 
-    settings = reference.Settings(64, reference.Grid(16, 8, 16 * SIFT_WINDOW / 6), words,
-                                  gaussians, components, sample)  # fmt: skip
+    grid = reference.Grid(16, 8, 16 * SIFT_WINDOW / 6)
+    settings = reference.Settings(64, grid, words, gaussians, components, sample,
+                                  pyramid_levels=PYRAMID_LEVELS)  # fmt: skip
     ref, records = reference_arm(ctx, splits, settings)
     out += records
     if ctx.scale != "tiny":  # the SIFT window's effect, in the reference alone
@@ -171,6 +186,7 @@ def suite(ctx: Context) -> list[dict]:
                                     **{"peer_rate": linear, **peer})  # fmt: skip
             linear = rates["per_class_rate"] if method == "linear" else linear
             out += records
+    out += pyramid_arm(run, splits, scratch / "bow-pyramid", words, sample, bow_methods, ref)
 
     name = f"FV-{gaussians}"
     fit_options = ("--gaussians", gaussians, "--components", components, "--sample", sample)
@@ -187,6 +203,17 @@ def suite(ctx: Context) -> list[dict]:
         )  # fmt: skip
         out += records
         pq_patches, pq_peer = DENSE_PATCHES, f"{name} every 4 px, float"
+        more = dataclasses.replace(settings, gaussians=MORE_GAUSSIANS)
+        more_ref, records = reference_arm(ctx, splits, more, bow=False)
+        out += records
+        more_options = ("--gaussians", MORE_GAUSSIANS, "--components", components,
+                        "--sample", sample)  # fmt: skip
+        _, records, _ = fisher_float_arm(
+            run, splits, scratch / f"fisher-{MORE_GAUSSIANS}", f"FV-{MORE_GAUSSIANS}", more_options,
+            {"ridge": FISHER_METHODS["ridge"]}, gist_rff, label=f"fisher {MORE_GAUSSIANS}",
+            reference_ridge=more_ref["fv ridge"],
+        )  # fmt: skip
+        out += records
 
     if pq_gaussians != gaussians:
         fisher_model = scratch / "fisher-pq.model"
@@ -205,22 +232,28 @@ REFERENCE_NAMES = {
     "bow linear": "reference: linear ridge on its histograms",
     "fv ridge": "reference: ridge on its Fisher vectors (RootSIFT and colour)",
     "fv linear svc": "reference: LinearSVC on its Fisher vectors (RootSIFT and colour)",
+    "bow pyramid svc": "reference: exact intersection-kernel SVC on the same pyramid",
+    "bow pyramid linear": "reference: linear ridge on its pyramid histograms",
 }
 
 
 def reference_arm(
-    ctx: Context, splits: dict[str, Path], settings: reference.Settings
+    ctx: Context, splits: dict[str, Path], settings: reference.Settings, bow: bool = True
 ) -> tuple[dict[str, float], list[dict]]:
-    """The reference pipeline on the same splits and settings: its per-class rates by key of
-    `REFERENCE_NAMES`, and a record each (with its wall time)."""
+    """The reference pipeline on the same splits and settings (its bags of words with ``bow``):
+    its per-class rates by key of `REFERENCE_NAMES`, and a record each (with its wall time)."""
     began = time.perf_counter()
-    rates = reference.scores(splits, settings)
+    load = os.getloadavg()[0]
+    rates = reference.scores(splits, settings, bow=bow)
     seconds = time.perf_counter() - began
     ctx.log(f"reference: {rates} in {seconds:.0f} s")
     words, gaussians = settings.words, settings.gaussians
+    pyramid = f"BoW-{words} pyramid {pyramid_cells(settings.pyramid_levels)}"
     names = {
         "bow svc": f"reference BoW-{words} intersection SVC",
         "bow linear": f"reference BoW-{words} linear ridge",
+        "bow pyramid svc": f"reference {pyramid} intersection SVC",
+        "bow pyramid linear": f"reference {pyramid} linear ridge",
         "fv ridge": f"reference FV-{gaussians} ridge",
         "fv linear svc": f"reference FV-{gaussians} LinearSVC",
     }
@@ -228,8 +261,41 @@ def reference_arm(
         record(f"{names[key]}, every train row", rate, "per-class rate")
         for key, rate in rates.items()
     ]
-    records.append(record("reference pipeline, wall", seconds, "s", load_1min=os.getloadavg()[0]))
+    what = "reference pipeline" if bow else f"reference FV-{gaussians}"
+    records.append(record(f"{what}, wall", seconds, "s", load_1min=load))
     return rates, records
+
+
+def pyramid_cells(levels: int) -> str:
+    """The cells of a pyramid's levels, as "1x1+2x2+4x4"."""
+    return "+".join(f"{2**level}x{2**level}" for level in range(levels))
+
+
+def pyramid_arm(
+    run: CommandRunner,
+    splits: dict[str, Path],
+    stem: Path,
+    words: int,
+    sample: int,
+    methods: dict[str, list[str]],
+    ref: dict[str, float],
+) -> list[dict]:
+    """A bag-of-words dictionary with a `PYRAMID_LEVELS`-level spatial pyramid fitted on the
+    train split (``stem``.model), every split ingested (``stem``.zarr), and ``methods`` trained
+    on every train row, each beside the reference's pyramid on the same grid (linear ridge
+    beside its ridge, the kernel maps beside its exact intersection-kernel SVC)."""
+    model = stem.with_suffix(".model")
+    out = _fit(run, splits["train"], model, "bow", "--words", words, "--sample", sample,
+               "--pyramid-levels", PYRAMID_LEVELS, label="bow pyramid")  # fmt: skip
+    store = stem.with_suffix(".zarr")
+    out += _ingest(run, f"bow:{model}", store, splits, label="bow pyramid")
+    cells = pyramid_cells(PYRAMID_LEVELS)
+    for method, options in methods.items():
+        key = "bow pyramid linear" if method == "linear" else "bow pyramid svc"
+        _, records = _train(run, store, f"BoW-{words} pyramid {cells} {method}", options, "all",
+                            range(1), ref[key], peer=REFERENCE_NAMES[key])  # fmt: skip
+        out += records
+    return out
 
 
 def window_arm(
@@ -242,7 +308,8 @@ def window_arm(
     out = []
     for window in (1.0, 1.5):
         grid = dataclasses.replace(settings.grid, keypoint_size=settings.grid.patch * window / 6)
-        rates = reference.scores(splits, dataclasses.replace(settings, grid=grid), fisher=False)
+        at = dataclasses.replace(settings, grid=grid, pyramid_levels=1)
+        rates = reference.scores(splits, at, fisher=False)
         peer = f"reference: the same at a SIFT window of {chosen:g} patch sides"
         out.append(record(
             f"reference BoW-{settings.words} intersection SVC, SIFT window {window:g}",

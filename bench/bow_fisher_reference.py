@@ -268,6 +268,7 @@ class Settings:
     components: int
     sample: int
     seed: int = 0
+    pyramid_levels: int = 1
 
 
 def read_split(path) -> tuple[list[bytes], np.ndarray]:
@@ -278,11 +279,15 @@ def read_split(path) -> tuple[list[bytes], np.ndarray]:
     return table.column("image").to_pylist(), np.asarray(table.column("label").to_pylist())
 
 
-def scores(splits: dict, settings: Settings, fisher: bool = True) -> dict[str, float]:
-    """Per-class rates on the test split of the reference's bags of words (``bow svc``: the
-    exact intersection-kernel SVC, ``bow linear``: ridge on the histograms) and, with
-    ``fisher``, Fisher vectors of RootSIFT and colour (``fv ridge``, ``fv linear svc``), learned
-    on the train split, the validation split (when ``splits`` has one) choosing C and α."""
+def scores(
+    splits: dict, settings: Settings, fisher: bool = True, bow: bool = True
+) -> dict[str, float]:
+    """Per-class rates on the test split of the reference's bags of words, with ``bow``
+    (``bow svc``: the exact intersection-kernel SVC, ``bow linear``: ridge on the histograms;
+    ``bow pyramid svc`` and ``bow pyramid linear`` the same on the spatial pyramid of the same
+    words when ``settings.pyramid_levels`` > 1) and, with ``fisher``, Fisher vectors of RootSIFT
+    and colour (``fv ridge``, ``fv linear svc``), learned on the train split, the validation
+    split (when ``splits`` has one) choosing C and α."""
     data = {name: read_split(path) for name, path in splits.items()}
     labels = {name: y for name, (_, y) in data.items()}
     size, grid = settings.image_size, settings.grid
@@ -295,13 +300,19 @@ def scores(splits: dict, settings: Settings, fisher: bool = True) -> dict[str, f
         predicted = classifier(features["train"], labels["train"], features["test"], *extra)
         return per_class_rate(labels["test"], predicted)
 
-    sift = {name: dense_sift(images, grid) for name, images in grey.items()}
-    sample = sample_descriptors(sift["train"], settings.sample, settings.seed)
-    words = kmeans_words(sample, settings.words, 25, settings.seed)
-    hist = {name: bow_histograms(x, words, grid, size) for name, x in sift.items()}
-    out["bow svc"] = classify(hist, intersection_svc)
-    out["bow linear"] = classify(hist, linear_ridge)
-    del sift, hist
+    if bow:
+        sift = {name: dense_sift(images, grid) for name, images in grey.items()}
+        sample = sample_descriptors(sift["train"], settings.sample, settings.seed)
+        words = kmeans_words(sample, settings.words, 25, settings.seed)
+        hist = {name: bow_histograms(x, words, grid, size) for name, x in sift.items()}
+        out["bow svc"] = classify(hist, intersection_svc)
+        out["bow linear"] = classify(hist, linear_ridge)
+        if settings.pyramid_levels > 1:
+            levels = settings.pyramid_levels
+            hist = {name: bow_histograms(x, words, grid, size, levels) for name, x in sift.items()}
+            out["bow pyramid svc"] = classify(hist, intersection_svc)
+            out["bow pyramid linear"] = classify(hist, linear_ridge)
+        del sift, hist
     if not fisher:
         return out
 

@@ -263,7 +263,7 @@ def fit_pass_line(label: str, *, quiet: bool = False) -> Callable[[FitPass], Non
             text += f" iteration {p.iteration}/{p.max_iter}, mean log-likelihood {p.figure:.4f}"
         elif p.stage == "k-means":
             text += (
-                f" iteration {p.iteration}/{p.max_iter}, largest centre move {p.figure:.2e} of "
+                f" iteration {p.iteration}/{p.max_iter}, centres moved {p.figure:.2e} of "
                 "the variance"
             )
         line.draw(text, final=False)

@@ -58,7 +58,8 @@ class BagOfWords(TransformerMixin, BaseEstimator):
     max_iter : int, default=50
         k-means iterations (passes) at most.
     tol : float, default=1e-4
-        k-means stops when no word moves by more than tol × the descriptors' variance.
+        k-means stops when the words' squared moves sum to at most tol × the descriptors' mean
+        variance (scikit-learn's ``KMeans`` criterion).
     random_state : int, default=0
         Seeds the k-means++ seeding and its sample.
 

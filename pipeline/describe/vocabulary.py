@@ -45,8 +45,9 @@ VARIANCE_FLOOR = 1e-3
 class FitPass(NamedTuple):
     """One pass of a vocabulary fit, ended: the channel; the stage ("PCA", "k-means", "EM"); its
     iteration of at most ``max_iter`` (the stage may stop before); and the stage's measure of
-    convergence (k-means: the largest squared centre move over the descriptors' mean variance,
-    which stops it below ``tol``; EM: the mean log-likelihood of a descriptor; PCA: None)."""
+    convergence (k-means: the squared centre moves summed over the centres, over the
+    descriptors' mean variance, which stops it below ``tol``; EM: the mean log-likelihood of a
+    descriptor; PCA: None)."""
 
     channel: str
     stage: str
@@ -254,8 +255,9 @@ def fit_kmeans(
     """Lloyd's k-means over every chunk's (projected) descriptors, one pass an iteration, seeded
     by k-means++ on a sample of `SEED_ROWS_PER_CENTRE` descriptors a centre.
 
-    Stops when no centre moves by more than ``tol`` times the descriptors' mean variance
-    (squared distance), as scikit-learn's ``KMeans``. A centre left without descriptors is
+    Stops when the centres' squared moves, summed over the centres, are at most ``tol`` times
+    the descriptors' mean variance: scikit-learn's ``KMeans`` criterion (its ``tol``), which
+    holds every centre and not only the largest move to it. A centre left without descriptors is
     moved to a random seeding row. The statistics returned are those of the final centres.
     """
     rng = check_random_state(random_state)
@@ -278,7 +280,7 @@ def fit_kmeans(
         moved = centres.copy()
         moved[filled] = sums[filled] / counts[filled, None]
         moved[~filled] = sample[rng.choice(len(sample), int((~filled).sum()), replace=False)]
-        shift = ((moved - centres) ** 2).sum(axis=1).max()
+        shift = ((moved - centres) ** 2).sum()
         centres = moved
         _passes.report(FitPass(channel, "k-means", n_iter, max_iter, float(shift / spread)))
         if shift <= tol * spread:

@@ -9,7 +9,7 @@ from PIL import Image
 from sklearn.mixture import GaussianMixture
 
 from imgscale.bench import bow_fisher_reference as ref
-from imgscale.pipeline.describe import DenseSift, LocalColor
+from imgscale.pipeline.describe import BagOfWords, DenseSift, LocalColor
 from imgscale.pipeline.describe.dense_sift import grid_keypoints, patch_grid
 from imgscale.pipeline.describe.fisher_vector import fisher_vectors
 
@@ -99,3 +99,31 @@ def test_local_color_is_imgscales_local_colour_statistics():
     ours = LocalColor((16,), 8).fit().transform(images)
     theirs = ref.local_color(images, ref.Grid(16, 8))
     np.testing.assert_allclose(theirs, ours, atol=1e-5)
+
+
+def test_imgscales_pyramid_histograms_are_the_references_for_the_same_words():
+    rng = np.random.default_rng(5)
+    images = rng.integers(0, 256, (3, 64, 64), dtype=np.uint8)
+    bow = BagOfWords(n_words=8, pyramid_levels=3, image_size=64).fit(images)
+    sift = ref.dense_sift(images, ref.Grid(16, 8, 16 / 6))
+    # OpenCV's descriptor is imgscale's × 512 (its integer scale): the words scale with it.
+    theirs = ref.bow_histograms(sift, bow.words_ * 512, ref.Grid(16, 8), side=64, levels=3)
+    np.testing.assert_allclose(bow.transform(images), theirs, atol=1e-6)
+
+
+def test_scores_put_the_pyramid_beside_the_flat_histograms_of_the_same_words(tmp_path):
+    import pyarrow.parquet as pq
+
+    from imgscale.bench.cifar10_gist import digits_table
+
+    table = digits_table()
+    splits = {"train": tmp_path / "train.parquet", "test": tmp_path / "test.parquet"}
+    pq.write_table(table.slice(0, 200), splits["train"])
+    pq.write_table(table.slice(200, 100), splits["test"])
+    settings = ref.Settings(64, ref.Grid(16, 8, 4.0), 20, 2, 8, 100, pyramid_levels=3)
+    rates = ref.scores(splits, settings, fisher=False)
+    assert set(rates) == {"bow svc", "bow linear", "bow pyramid svc", "bow pyramid linear"}
+    # Digits differ by where their strokes are: the 4×4 cells see what one histogram cannot.
+    assert rates["bow pyramid svc"] > rates["bow svc"] + 0.05, rates
+    flat = ref.scores(splits, ref.Settings(64, ref.Grid(16, 8, 4.0), 20, 2, 8, 100), fisher=False)
+    assert flat == {key: rates[key] for key in ("bow svc", "bow linear")}

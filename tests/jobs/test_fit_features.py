@@ -257,9 +257,7 @@ def test_the_pass_line_shows_stage_iteration_and_figure_over_the_longer_line_bef
     show(FitPass("sift", "k-means", 4, 50, 1.0e-3))  # 0.2 s after the last draw: not drawn
     clock[0] += 0.4
     show(FitPass("sift", "EM", 1, 100, -85.31234))
-    kmeans = (
-        "fit-features: sift k-means iteration 3/50, largest centre move 2.50e-03 of the variance"
-    )
+    kmeans = "fit-features: sift k-means iteration 3/50, centres moved 2.50e-03 of the variance"
     em = "fit-features: sift EM iteration 1/100, mean log-likelihood -85.3123"
     pca = "fit-features: sift PCA"
     assert capsys.readouterr().err == f"\r{pca}\r{kmeans}\r{em.ljust(len(kmeans))}"

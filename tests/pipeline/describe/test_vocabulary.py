@@ -5,6 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
+from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture as SkGaussianMixture
 
 from imgscale.pipeline.describe import InMemoryChunks, watch_passes
@@ -80,6 +81,58 @@ def test_kmeans_over_chunks_equals_kmeans_over_one_chunk_and_finds_the_blobs():
     order = lambda r: r.centres[np.lexsort(r.centres.T)]  # noqa: E731
     np.testing.assert_allclose(order(one), order(many), rtol=1e-6, atol=1e-6)
     assert one.counts.sum() == len(X)
+
+
+def test_kmeans_stops_at_the_first_pass_whose_summed_centre_moves_are_within_tol():
+    X = blobs(100, 3, 7)
+    args = dict(n_descriptors=len(X), tol=0, random_state=0)
+    # 20 rows a centre for 6 centres is more than 100 rows: the seeding sample is every row, so
+    # the variance the criterion divides by is that of X. A fit stopped after i passes holds the
+    # centres of pass i.
+    passes = [fit_kmeans(chunked(X, 3), "x", None, 6, max_iter=i, **args).centres
+              for i in range(1, 9)]  # fmt: skip
+    summed = [((b - a) ** 2).sum() / X.var(axis=0, dtype=np.float64).mean()
+              for a, b in itertools.pairwise(passes)]  # fmt: skip
+    # The first pass whose moves are below every earlier pass's: stopping there is the rule's
+    # doing (summed[i] is the move into pass i + 2).
+    first = next(i for i in range(1, len(summed)) if summed[i] < min(summed[:i]) and summed[i] > 0)
+    tol = summed[first]
+    seen = []
+    with watch_passes(seen.append):
+        stopped = fit_kmeans(chunked(X, 3), "x", None, 6, n_descriptors=len(X), max_iter=50,
+                             tol=tol, random_state=0)  # fmt: skip
+    assert stopped.n_iter == first + 2
+    np.testing.assert_allclose([p.figure for p in seen][1:], summed[: first + 1], rtol=1e-9)
+    np.testing.assert_array_equal(stopped.centres, passes[first + 1])
+
+
+def test_kmeans_reaches_scikit_learns_inertia():
+    # Eight elongated clusters, two of them touching: Lloyd's local optima differ by seeding.
+    rng = np.random.default_rng(3)
+    centres = rng.normal(0, 5, (8, 4))
+    centres[1] = centres[0] + 1.5
+    labels = rng.integers(0, 8, 4000)
+    X = centres[labels] + rng.normal(size=(4000, 4)) * rng.uniform(0.5, 1.5, (8, 4))[labels]
+    X = X.astype(np.float32)
+
+    def inertia(result_centres):
+        return ((X[:, None, :] - result_centres[None]) ** 2).sum(axis=2).min(axis=1).sum()
+
+    ours = [
+        inertia(fit_kmeans(chunked(X, 4), "x", None, 8, n_descriptors=len(X), max_iter=300,
+                           tol=1e-4, random_state=seed).centres)
+        for seed in range(5)
+    ]  # fmt: skip
+    theirs = [
+        inertia(KMeans(8, n_init=1, tol=1e-4, random_state=seed).fit(X).cluster_centers_)
+        for seed in range(5)
+    ]
+    # At the same tol both end where the summed moves are below 1e-4 of the variance, so a
+    # centre is within 1e-2 standard deviations of its fixed point and the inertia within 1e-4
+    # of that of the optimum it converged to; seeded alike (k-means++), the best of five seeds
+    # finds the same optimum as scikit-learn's best, and the median is as good as its median.
+    assert min(ours) == pytest.approx(min(theirs), rel=1e-4)
+    assert np.median(ours) <= np.median(theirs) * (1 + 1e-4)
 
 
 def test_em_reaches_scikit_learns_likelihood_from_the_same_start():
