@@ -32,6 +32,9 @@ ingest into the store encodes with that codebook, so a store never holds codes o
 from __future__ import annotations
 
 import hashlib
+import math
+import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -55,6 +58,7 @@ from imgscale.storage import (
     create_store,
     decode_image,
     default_rows_per_chunk,
+    id_hashes,
     image_rows_per_chunk,
     open_image_source,
     read_partition,
@@ -77,6 +81,13 @@ COMMIT_SECONDS = 60.0
 IMAGES_PER_PARTITION = 256
 # Tasks in flight per worker thread: enough to keep every core busy while results come back.
 TASKS_PER_THREAD = 2
+# A task describes about this many seconds of images (`partition_size`, by the descriptors'
+# declared cost): scheduling it and returning its rows are a small part of that, and the last
+# tasks leave the other cores idle for no longer.
+TASK_SECONDS = 2.0
+MIN_TASK_SECONDS = 0.25
+# Tasks each worker thread gets at least when the new images are few, so that all share them.
+TASKS_PER_THREAD_AT_LEAST = 4
 EMPTY_SHA256 = hashlib.sha256(b"").digest()
 # Images whose signatures train a PQ codebook: faiss's 39 a centroid (39 × 256 = 9,984), 2.4 GiB
 # of 64K-D signatures, held by the workers.
@@ -397,13 +408,19 @@ def plan_ingest(
     pq_sample: int = DEFAULT_PQ_SAMPLE,
     pq_seed: int = 0,
     split: str = DEFAULT_SPLIT,
+    threads: int | None = None,
 ) -> IngestPlan:
-    """List SOURCE and keep the partitions with images STORE lacks. ``features`` is
+    """List SOURCE and keep the partitions with images STORE lacks, cut (when listing gives
+    the keys) into tasks of the size `partition_size` gives for ``threads`` worker threads
+    (default: this machine's cores), at most ``images_per_partition`` images each. ``features`` is
     ``--features``: required for a new store; an existing one is described as its record says,
     and refuses other descriptors. ``pq`` is ``--pq``: a new store keeps codes of that many
     sub-quantizers; an existing store keeps its encoding, and refuses another. ``split`` names
     the rows (and qualifies their ids, `image_id`)."""
+    from imgscale.jobs.features import seconds_per_image, spec_names
+
     started = time.perf_counter()
+    threads = threads or os.cpu_count() or 1
     images = open_image_source(source, **(source_options or {}))
     existing = _open_existing(store_path)
     if features is None and (existing is None or existing.descriptor is None):
@@ -416,19 +433,33 @@ def plan_ingest(
     partitions = images.partitions(images_per_partition)
     changes = find_changes(existing, source, partitions, partial(image_id, split))
     unread = _refused_unchanged(existing, changes, split)
-    counts = _new_images(partitions, existing, split, unread)
+    new = _new_images(partitions, existing, split, unread)
     total = None
-    if counts is not None:
-        partitions = [p for p, n in zip(partitions, counts, strict=True) if n]
-        total = sum(counts)
+    if new is not None:
+        total = int(new.sum())
+        stored = existing.descriptor["features"] if features is None else []
+        names = spec_names(features) if features else [entry["name"] for entry in stored]
+        size = partition_size(seconds_per_image(names), total, images_per_partition, threads)
+        if size != images_per_partition:
+            partitions = images.partitions(size)
+        ends = np.cumsum([len(p.keys) for p in partitions])
+        partitions = [
+            p for p, end in zip(partitions, ends, strict=True) if new[end - len(p.keys) : end].any()
+        ]
     if features is None and total == 0 and pq is None:
         return IngestPlan(source, store_path, None, known_of(None, split), [], 0, started,
                           split=split, changes=changes,
                           refused_unchanged=len(unread))  # fmt: skip
-    from imgscale.jobs.features import check_same_features, features_of_store, parse_features
+    from imgscale.jobs.features import (
+        check_same_features,
+        features_of_store,
+        names_record,
+        parse_features,
+    )
 
-    if features is None:
-        described_by = features_of_store(existing.descriptor, str(store_path))
+    stored = existing.descriptor if existing is not None else None
+    if features is None or names_record(features, stored):
+        described_by = features_of_store(stored, str(store_path))
     else:
         described_by = parse_features(features)
         if existing is not None:
@@ -446,7 +477,6 @@ def _pq_of(
 ) -> tuple[int | None, PQCodec | None]:
     """(sub-quantizers, the existing store's codec) of an ingest given ``--pq`` (or not)."""
     from imgscale.jobs.features import VOCABULARY_KINDS
-    from imgscale.pipeline.pq_codec import check_m
 
     if existing is not None and existing.encoding == "pq":
         codec = existing.codec
@@ -467,6 +497,8 @@ def _pq_of(
             f"--pq {pq}: for signatures of a vocabulary (--features fisher:VOCAB.model or "
             f"bow:VOCAB.model); --features {features.label} has none"
         )
+    from imgscale.pipeline.pq_codec import check_m
+
     try:
         check_m(features.dim, pq)
     except ValueError as exc:
@@ -510,7 +542,10 @@ def ingest_images(
             create_pq_store, codec=codec, descriptor=described_by.record,
             provenance=provenance, source=source,
         )  # fmt: skip
-    summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0}
+    summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0,
+               "commit_seconds": 0.0}  # fmt: skip
+    if plan.partitions:  # loaded while the workers describe, not by the first commit
+        threading.Thread(target=id_hashes, args=(pa.array(["id"]),), daemon=True).start()
     with create_or_open(plan.store_path, create) as (store, _):
         check_same_features(store.descriptor, described_by, str(plan.store_path))
         # The store's own codec: another ingest may have created the store meanwhile.
@@ -571,9 +606,15 @@ def finish_summary(
 def nothing_to_do(plan: IngestPlan) -> dict[str, Any]:
     """The summary of a plan with no new image (the store holds every image listed)."""
     store = _open_existing(plan.store_path)
-    summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0}
+    summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0,
+               "commit_seconds": 0.0}  # fmt: skip
     summary["store_rows"] = store.committed_rows if store is not None else 0
     return finish_summary(plan, summary, store.descriptor if store is not None else None)
+
+
+def starts_a_store(store_path: Any) -> bool:
+    """Whether an ingest into ``store_path`` creates the store: every image it lists is new."""
+    return _open_existing(store_path) is None
 
 
 def _open_existing(store_path: Any) -> FeatureStore | None:
@@ -606,22 +647,28 @@ def _refused_unchanged(
 
 def _new_images(
     partitions: list[ImagePartition], store: FeatureStore | None, split: str, unread: list[str]
-) -> list[int] | None:
-    """New images in each partition, when listing gave their keys (a folder, a list file):
-    neither committed nor among the ``unread`` ids."""
+) -> np.ndarray | None:
+    """Whether each image listed is new, in listing order, when listing gave their keys (a
+    folder, a list file): neither committed nor among the ``unread`` ids."""
     if any(p.keys is None for p in partitions):
         return None
     if store is None:
-        return [len(p.keys) for p in partitions]
+        return np.ones(sum(len(p.keys) for p in partitions), bool)
     keys = pa.array([image_id(split, k) for p in partitions for k in p.keys], pa.string())
     committed = store.rows(columns=["id"]).column("id")  # compared by pyarrow: no id hashing
     skip = pa.concat_arrays([committed.combine_chunks(), pa.array(unread, pa.string())])
-    new = np.asarray(pc.invert(pc.is_in(keys, value_set=skip)))
-    counts, at = [], 0
-    for p in partitions:
-        counts.append(int(new[at : at + len(p.keys)].sum()))
-        at += len(p.keys)
-    return counts
+    return np.asarray(pc.invert(pc.is_in(keys, value_set=skip)), bool)
+
+
+def partition_size(seconds_per_image: float, images: int, most: int, threads: int) -> int:
+    """Images a task describes, of ``images`` new ones, at most ``most``: about `TASK_SECONDS`
+    of describing at the descriptors' declared cost, fewer when that would give some of the
+    ``threads`` no work or leave the last tasks running alone (each thread gets
+    `TASKS_PER_THREAD_AT_LEAST` tasks), never under `MIN_TASK_SECONDS` of work."""
+    by_cost = math.ceil(TASK_SECONDS / seconds_per_image)
+    fewest = math.ceil(MIN_TASK_SECONDS / seconds_per_image)
+    even = math.ceil(images / (TASKS_PER_THREAD_AT_LEAST * max(1, threads)))
+    return max(1, min(most, by_cost, max(fewest, even)))
 
 
 def _receive(pending: _Pending, result: Described, seen: dict[bytes, str], ids: set[str]) -> None:
@@ -658,6 +705,7 @@ def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[st
         pending.refused = [r for r in pending.refused if (r[0], r[1]) not in already]
     if not len(pending) and not pending.refused:
         return
+    started = time.perf_counter()
     batch = hashlib.sha256()
     for key, digest in zip(pending.keys, pending.digests, strict=True):
         batch.update(key.encode() + b"\0" + digest)
@@ -688,3 +736,4 @@ def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[st
         summary["rows"] += int(fresh.sum())
         summary["refused"] += len(pending.refused)
         summary["commits"] += int(bool(fresh.any() or pending.refused))
+    summary["commit_seconds"] += time.perf_counter() - started
