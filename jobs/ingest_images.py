@@ -78,7 +78,10 @@ if TYPE_CHECKING:
 StageProgress = Callable[[str, int, int, str], None]
 # A commit at least this often, so a killed run loses at most this much work.
 COMMIT_SECONDS = 60.0
-IMAGES_PER_PARTITION = 256
+# The most images of a listed source (a folder, a list file) one task reads; below it,
+# `partition_size` sizes tasks by their work. A cheap descriptor's tasks are this long (colour:
+# under a second), so that the tasks in flight cover the client's commit of a chunk of rows.
+IMAGES_PER_PARTITION = 4096
 # Tasks in flight per worker thread: enough to keep every core busy while results come back.
 TASKS_PER_THREAD = 2
 # A task describes about this many seconds of images (`partition_size`, by the descriptors'

@@ -29,7 +29,7 @@ def test_tasks_hold_about_two_seconds_of_work_and_few_images_are_shared_by_every
     # Many images: 2 s of work a task (80 images), at most the cap.
     assert partition_size(gist, 10**5, 256, 2) == 80
     assert partition_size(gist, 10**5, 64, 2) == 64
-    assert partition_size(SECONDS_PER_IMAGE["color"], 10**6, 256, 2) == 256
+    assert partition_size(SECONDS_PER_IMAGE["color"], 10**6, 4096, 2) == 4096
     # Very few: no task under a quarter second of work (10 images).
     assert partition_size(gist, 12, 256, 2) == 10
 
