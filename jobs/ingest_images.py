@@ -20,6 +20,9 @@ is not decoded again: it is refused as a duplicate, with the key it duplicates. 
 go to the store's table of rejects (`imgscale info --rejected`); a refused image that is fixed
 is read again by the next run.
 
+Each commit runs in a thread of its own (`_Committer`), while the client goes on receiving
+results and submitting tasks: the workers keep describing as rows are written.
+
 With ``--pq M`` (signatures of a vocabulary, ``bow:`` or ``fisher:``), the store keeps product
 quantization codes instead of float rows (paper 002 §4.1: 64K-D Fisher vectors of 1.2M images
 take 320 GB as float32): each task encodes its rows before returning them, so float signatures
@@ -38,6 +41,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -567,21 +571,26 @@ def ingest_images(
         )
         if progress is not None:  # the describing starts (a new PQ store's codebook is trained)
             progress(0, plan.total, 0, 0)
-        for result in results:
-            summary["partitions"] += 1
-            summary["images_seen"] += result.images_seen
-            if len(pending) and len(pending) + len(result.keys) > commit_rows:
-                _commit(store, pending, plan.split, summary)  # a commit holds ≤ commit_rows
-                pending, last_commit = _Pending(), time.monotonic()
-            _receive(pending, result, seen, ids)
-            if len(pending) >= commit_rows or time.monotonic() - last_commit > COMMIT_SECONDS:
-                _commit(store, pending, plan.split, summary)
-                pending, last_commit = _Pending(), time.monotonic()
-            if progress is not None:
-                done = summary["rows"] + len(pending)
-                refused = summary["refused"] + len(pending.refused)
-                progress(summary["images_seen"], plan.total, done, refused)
-        _commit(store, pending, plan.split, summary)
+        with _Committer(store, plan.split, summary) as committer:
+            for result in results:
+                summary["partitions"] += 1
+                summary["images_seen"] += result.images_seen
+                if len(pending) and len(pending) + len(result.keys) > commit_rows:
+                    committer.commit(pending)  # a commit holds ≤ commit_rows
+                    pending, last_commit = _Pending(), time.monotonic()
+                _receive(pending, result, seen, ids)
+                if len(pending) >= commit_rows or time.monotonic() - last_commit > COMMIT_SECONDS:
+                    committer.commit(pending)
+                    pending, last_commit = _Pending(), time.monotonic()
+                if progress is not None:
+                    done = summary["rows"] + len(committer.committing) + len(pending)
+                    refused = (
+                        summary["refused"]
+                        + len(committer.committing.refused)
+                        + len(pending.refused)
+                    )
+                    progress(summary["images_seen"], plan.total, done, refused)
+            committer.commit(pending)
         summary["store_rows"] = store.committed_rows
     return finish_summary(plan, summary)
 
@@ -695,6 +704,47 @@ def _receive(pending: _Pending, result: Described, seen: dict[bytes, str], ids: 
     pending.labels.extend(result.labels[i] for i in keep)
     pending.digests.extend(result.digests[i] for i in keep)
     pending.rows.append(result.rows[keep])
+
+
+class _Committer:
+    """Commits in a thread of their own, one at a time, so that the client goes on receiving
+    results and submitting tasks while rows are written: the workers keep describing. A commit
+    waits for the one before it (at most two chunks of rows are held), and a failed commit
+    raises in the next `commit` or on leaving."""
+
+    def __init__(self, store: FeatureStore, split: str, summary: dict[str, Any]) -> None:
+        self._store, self._split, self._summary = store, split, summary
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="commit")
+        self._running: Future | None = None
+        self._counts: dict[str, Any] = {}
+        self.committing = _Pending()
+        """The rows and refusals of the commit running, not yet counted in the summary."""
+
+    def commit(self, pending: _Pending) -> None:
+        self.wait()
+        self.committing = pending
+        self._counts = {"rows": 0, "refused": 0, "commits": 0, "commit_seconds": 0.0}
+        self._running = self._thread.submit(
+            _commit, self._store, pending, self._split, self._counts
+        )
+
+    def wait(self) -> None:
+        """Wait for the commit running, then count it in the summary."""
+        if self._running is not None:
+            running, self._running = self._running, None
+            running.result()
+            for key, value in self._counts.items():
+                self._summary[key] += value
+        self.committing = _Pending()
+
+    def __enter__(self) -> _Committer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.wait()
+        finally:
+            self._thread.shutdown(wait=True)
 
 
 def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[str, Any]) -> None:
