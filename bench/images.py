@@ -55,7 +55,7 @@ from threadpoolctl import threadpool_limits
 from imgscale.bench.common import PeakRSS, record
 from imgscale.bench.registry import Context, Skipped, benchmark
 from imgscale.jobs.features import Features, parse_features
-from imgscale.jobs.ingest_images import IMAGES_PER_PARTITION, describe_partition, known_of
+from imgscale.jobs.ingest_images import describe_partition, known_of
 from imgscale.storage import ImageRequest, decode_image, open_image_source, read_partition
 
 CIFAR_TRAIN = "cifar10/train.parquet"
@@ -63,7 +63,7 @@ CIFAR_TEST = "cifar10/test.parquet"
 # The CIFAR-10 parquet files' row groups: one ingest task each.
 CIFAR_ROW_GROUP = 2048
 # Tar shards and the smaller sets' row groups: one ingest task's worth of images.
-SMALL_GROUP = IMAGES_PER_PARTITION
+SMALL_GROUP = 256
 KINDS = ("folder", "tar", "parquet")
 LARGE_SIDE = 256
 LARGE_QUALITY = 90

@@ -62,6 +62,7 @@ MODULES = (
     "overhead",
     "ledger",
     "images",
+    "small_ingest",
     "describe_speed",
     "update",
     "cifar10_cnn",

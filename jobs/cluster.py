@@ -22,7 +22,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterable, Iterator
-from concurrent.futures import CancelledError
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 
 import dask.config
@@ -78,6 +78,7 @@ def connect(
     n_workers: int | None = None,
     shared_paths: Iterable[str | os.PathLike] = (),
     data_bytes: int | None = None,
+    cluster: Future | None = None,
 ) -> Iterator[Client]:
     """Yield a client for ``scheduler`` (or ``$DASK_SCHEDULER_ADDRESS``), else a new LocalCluster
     of ``n_workers`` single-threaded workers (default: one per core), threads in this process if
@@ -87,7 +88,8 @@ def connect(
     and write stores themselves, so a path only the client sees would fail mid-job.
     While the client is open, every ``pipeline`` computation runs on it, shows a progress bar
     on stderr once it has taken longer than a couple of seconds, and raises
-    :class:`ClusterError` if the scheduler is lost.
+    :class:`ClusterError` if the scheduler is lost. ``cluster`` is a LocalCluster being started
+    already (`local_cluster_soon`), used when no scheduler is given.
     """
     address = scheduler or os.environ.get(SCHEDULER_ENV)
     with contextlib.ExitStack() as stack:
@@ -107,7 +109,9 @@ def connect(
                     "cluster on 127.0.0.1"
                 )
             threaded = data_bytes is not None and data_bytes <= THREADED_MAX_BYTES
-            if threaded:
+            if cluster is not None:
+                cluster = stack.enter_context(cluster.result())
+            elif threaded:
                 cluster = stack.enter_context(_threaded_cluster(n_workers))
             else:
                 cluster = stack.enter_context(_local_cluster(n_workers))
@@ -134,6 +138,25 @@ def connect(
             use_compute(lambda *c: _compute_with_progress(client, address, c, quiet, in_process))
         )
         yield client
+
+
+@contextlib.contextmanager
+def local_cluster_soon(start: bool = True) -> Iterator[Future | None]:
+    """A LocalCluster of single-threaded worker processes, one per core, started in a thread
+    while the command does its own work (listing, importing its descriptors), for `connect`;
+    closed on leaving unless `connect` took it. Yields None (nothing started) unless ``start``
+    and no scheduler is set in the environment."""
+    if not start or os.environ.get(SCHEDULER_ENV) or tls_configured():
+        yield None
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as starting:
+        future = starting.submit(_local_cluster, None)
+        try:
+            yield future
+        finally:
+            starting.shutdown(wait=True)
+            if future.exception() is None:
+                future.result().close()  # nothing when connect closed it
 
 
 def tls_configured() -> bool:

@@ -10,6 +10,11 @@ parameters and width (an ONNX model by its path and the sha256 of its bytes, a v
 its path and the sha256 of its parameters and arrays), and refuses a batch described otherwise.
 An image store ingested again without ``--features`` is described as its record says.
 
+A client that only hands descriptors to workers never builds them: `features_of_store` of a
+record of named descriptors (no model file to check) is a `Features` of the record alone, whose
+steps are built where they are first needed, on the workers; so an ingest into an existing store
+does not import scikit-learn, SciPy or numba on the client.
+
 A `Features` sent to a worker is kept there: each process holds the descriptors it was sent,
 by their record, built and run once on a blank image (a GIST filter bank and its FFT plans, an
 ONNX Runtime session, a vocabulary), and every later task and command on that worker that sends
@@ -22,36 +27,57 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
 
 from imgscale.jobs.feature_records import described_by, same_features, spelling
-from imgscale.pipeline.describe import DESCRIPTORS, OnnxFeatures
 from imgscale.storage import ImageRequest, StoreError
+
+if TYPE_CHECKING:
+    from sklearn.base import BaseEstimator
 
 ONNX = "onnx"
 # --features kind → the vocabulary class its model file must hold.
 VOCABULARY_KINDS = {"bow": "BagOfWords", "fisher": "FisherVector"}
 MODEL_KINDS = (ONNX, *VOCABULARY_KINDS)
+# Seconds one core takes to describe an image already decoded at the descriptor's size, by
+# descriptor kind (measured on a 2-core x86 machine; bench describe-speed and cnn-speed measure
+# them again): what `seconds_per_image` declares, to size ingest's tasks by their work.
+SECONDS_PER_IMAGE = {
+    "color": 0.0002,
+    "gist-tiny": 0.003,
+    "gist": 0.025,
+    ONNX: 0.02,
+    "bow": 0.02,
+    "fisher": 0.02,
+}
 # Settings of descriptors a process keeps built (the least recently used one goes first): an
 # ONNX session of a CNN holds its weights, tens of MiB.
 WARM_SETTINGS = 4
 
 
-@dataclass
 class Features:
-    """Fitted descriptors, the image each one needs, and the store's record of them."""
+    """Fitted descriptors, the image each one needs, and the store's record of them. Given no
+    ``steps``, they are built from ``record`` when first needed (`steps_of_record`)."""
 
-    steps: list[BaseEstimator]
-    record: dict[str, Any]
-    requests: list[ImageRequest] = field(init=False)
+    def __init__(self, steps: list[BaseEstimator] | None, record: dict[str, Any]) -> None:
+        self._steps = steps
+        self._requests: list[ImageRequest] | None = None
+        self.record = record
 
-    def __post_init__(self) -> None:
-        self.requests = [ImageRequest(*step.image_request) for step in self.steps]
+    @property
+    def steps(self) -> list[BaseEstimator]:
+        if self._steps is None:
+            self._steps = steps_of_record(self.record)
+        return self._steps
+
+    @property
+    def requests(self) -> list[ImageRequest]:
+        if self._requests is None:
+            self._requests = [ImageRequest(*step.image_request) for step in self.steps]
+        return self._requests
 
     @property
     def dim(self) -> int:
@@ -81,7 +107,7 @@ class Features:
 
     def __reduce__(self) -> tuple:
         # Unpickled through the process's cache: a worker builds each setting once.
-        return warm_features, (self.record, self.steps)
+        return warm_features, (self.record, self._steps)
 
 
 _warm: OrderedDict[str, Features] = OrderedDict()
@@ -89,10 +115,11 @@ _warm_lock = threading.Lock()
 _warm_builds = 0
 
 
-def warm_features(record: dict[str, Any], steps: list[BaseEstimator]) -> Features:
-    """The `Features` this process already built for ``record``, else ``steps`` made one, warmed
-    and kept (`WARM_SETTINGS` settings at most). A record names each descriptor's parameters and
-    model bytes (sha256), so the same record describes images the same way."""
+def warm_features(record: dict[str, Any], steps: list[BaseEstimator] | None) -> Features:
+    """The `Features` this process already built for ``record``, else ``steps`` (or the record,
+    when None) made one, warmed and kept (`WARM_SETTINGS` settings at most). A record names each
+    descriptor's parameters and model bytes (sha256), so the same record describes images the
+    same way."""
     global _warm_builds
     key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
     with _warm_lock:
@@ -115,11 +142,9 @@ def warm_builds() -> int:
 
 def parse_features(spec: str) -> Features:
     """`Features` for ``--features SPEC``; a ValueError names what is wrong in one line."""
-    names = [part.strip() for part in spec.split(",")]
-    if not spec.strip() or "" in names:
-        raise ValueError(
-            f"--features {spec!r}: expected names separated by commas, e.g. gist,color"
-        )
+    from imgscale.pipeline.describe import DESCRIPTORS
+
+    names = spec_names(spec)
     steps, entries = [], []
     for name in names:
         kind, _, argument = name.partition(":")
@@ -149,9 +174,52 @@ def parse_features(spec: str) -> Features:
     return Features(steps, {"features": entries, "dim": sum(e["dim"] for e in entries)})
 
 
+def seconds_per_image(names: list[str]) -> float:
+    """The declared seconds of one core to describe an image by the descriptors ``names``
+    (``--features`` spellings or a record's names; `SECONDS_PER_IMAGE`, the dearest for a kind
+    it lacks)."""
+    dearest = max(SECONDS_PER_IMAGE.values())
+    return sum(SECONDS_PER_IMAGE.get(name.partition(":")[0], dearest) for name in names)
+
+
+def spec_names(spec: str) -> list[str]:
+    """The descriptors ``--features SPEC`` names, in order; a ValueError if it names none."""
+    names = [part.strip() for part in spec.split(",")]
+    if not spec.strip() or "" in names:
+        raise ValueError(
+            f"--features {spec!r}: expected names separated by commas, e.g. gist,color"
+        )
+    return names
+
+
+def names_record(spec: str, record: dict[str, Any] | None) -> bool:
+    """Whether ``--features SPEC`` names exactly the descriptors of ``record`` (a store's), with
+    no model file among them: the store's record then says how to describe its images, and
+    nothing needs building on the client."""
+    names = spec_names(spec)
+    return (
+        record is not None
+        and bool(record.get("features"))
+        and names == [spelling(entry) for entry in record["features"]]
+        and not any(entry["name"] in MODEL_KINDS for entry in record["features"])
+    )
+
+
 def features_of_store(record: dict[str, Any], store: str) -> Features:
     """`Features` as a store's record describes them (an ONNX model or a vocabulary read again
-    from its path, refused if it changed)."""
+    from its path, refused if it changed). Named descriptors alone are not built here: their
+    record is all a worker needs to build them (`steps_of_record`)."""
+    if not any(entry["name"] in MODEL_KINDS for entry in record["features"]):
+        return Features(None, record)
+    return Features(steps_of_record(record, store), record)
+
+
+def steps_of_record(record: dict[str, Any], store: str | None = None) -> list[BaseEstimator]:
+    """The descriptors ``record`` names, built (an ONNX model or a vocabulary read again from
+    its path, refused naming ``store`` if it changed)."""
+    from imgscale.pipeline.describe import DESCRIPTORS
+
+    where = f"store {store}: " if store else ""
     steps = []
     for entry in record["features"]:
         kind = entry["name"]
@@ -163,15 +231,15 @@ def features_of_store(record: dict[str, Any], store: str) -> Features:
                 step, found = _vocabulary_step(kind, entry["model"], spelling(entry))
             if found["model_sha256"] != entry["model_sha256"]:
                 raise StoreError(
-                    f"store {store}: its rows were described by {entry['model']} with sha256 "
+                    f"{where}its rows were described by {entry['model']} with sha256 "
                     f"{entry['model_sha256'][:12]}…, which now has {found['model_sha256'][:12]}…"
                 )
         elif kind in DESCRIPTORS:
             step = DESCRIPTORS[kind]().set_params(**entry["params"]).fit()
         else:
-            raise StoreError(f"store {store}: described by {kind!r}, which this imgscale lacks")
+            raise StoreError(f"{where}described by {kind!r}, which this imgscale lacks")
         steps.append(step)
-    return Features(steps, record)
+    return steps
 
 
 def check_same_features(stored: dict[str, Any] | None, features: Features, store: str) -> None:
@@ -195,6 +263,8 @@ def _onnx_step(path: str, name: str) -> tuple[BaseEstimator, dict[str, Any]]:
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"--features {name!r}: {file} is not a file")
+    from imgscale.pipeline.describe import OnnxFeatures
+
     model = file.read_bytes()
     step = OnnxFeatures(model)
     params = {k: v for k, v in step.get_params().items() if k != "model"}

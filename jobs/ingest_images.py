@@ -20,6 +20,9 @@ is not decoded again: it is refused as a duplicate, with the key it duplicates. 
 go to the store's table of rejects (`imgscale info --rejected`); a refused image that is fixed
 is read again by the next run.
 
+Each commit runs in a thread of its own (`_Committer`), while the client goes on receiving
+results and submitting tasks: the workers keep describing as rows are written.
+
 With ``--pq M`` (signatures of a vocabulary, ``bow:`` or ``fisher:``), the store keeps product
 quantization codes instead of float rows (paper 002 §4.1: 64K-D Fisher vectors of 1.2M images
 take 320 GB as float32): each task encodes its rows before returning them, so float signatures
@@ -32,9 +35,13 @@ ingest into the store encodes with that codebook, so a store never holds codes o
 from __future__ import annotations
 
 import hashlib
+import math
+import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -55,6 +62,7 @@ from imgscale.storage import (
     create_store,
     decode_image,
     default_rows_per_chunk,
+    id_hashes,
     image_rows_per_chunk,
     open_image_source,
     read_partition,
@@ -75,9 +83,19 @@ if TYPE_CHECKING:
 StageProgress = Callable[[str, int, int, str], None]
 # A commit at least this often, so a killed run loses at most this much work.
 COMMIT_SECONDS = 60.0
-IMAGES_PER_PARTITION = 256
+# The most images of a listed source (a folder, a list file) one task reads; below it,
+# `partition_size` sizes tasks by their work. A cheap descriptor's tasks are this long (colour:
+# under a second), so that the tasks in flight cover the client's commit of a chunk of rows.
+IMAGES_PER_PARTITION = 4096
 # Tasks in flight per worker thread: enough to keep every core busy while results come back.
 TASKS_PER_THREAD = 2
+# A task describes about this many seconds of images (`partition_size`, by the descriptors'
+# declared cost): scheduling it and returning its rows are a small part of that, and the last
+# tasks leave the other cores idle for no longer.
+TASK_SECONDS = 2.0
+MIN_TASK_SECONDS = 0.25
+# Tasks each worker thread gets at least when the new images are few, so that all share them.
+TASKS_PER_THREAD_AT_LEAST = 4
 EMPTY_SHA256 = hashlib.sha256(b"").digest()
 # Images whose signatures train a PQ codebook: faiss's 39 a centroid (39 × 256 = 9,984), 2.4 GiB
 # of 64K-D signatures, held by the workers.
@@ -398,13 +416,19 @@ def plan_ingest(
     pq_sample: int = DEFAULT_PQ_SAMPLE,
     pq_seed: int = 0,
     split: str = DEFAULT_SPLIT,
+    threads: int | None = None,
 ) -> IngestPlan:
-    """List SOURCE and keep the partitions with images STORE lacks. ``features`` is
+    """List SOURCE and keep the partitions with images STORE lacks, cut (when listing gives
+    the keys) into tasks of the size `partition_size` gives for ``threads`` worker threads
+    (default: this machine's cores), at most ``images_per_partition`` images each. ``features`` is
     ``--features``: required for a new store; an existing one is described as its record says,
     and refuses other descriptors. ``pq`` is ``--pq``: a new store keeps codes of that many
     sub-quantizers; an existing store keeps its encoding, and refuses another. ``split`` names
     the rows (and qualifies their ids, `image_id`)."""
+    from imgscale.jobs.features import seconds_per_image, spec_names
+
     started = time.perf_counter()
+    threads = threads or os.cpu_count() or 1
     images = open_image_source(source, **(source_options or {}))
     existing = _open_existing(store_path)
     if features is None and (existing is None or existing.descriptor is None):
@@ -417,19 +441,33 @@ def plan_ingest(
     partitions = images.partitions(images_per_partition)
     changes = find_changes(existing, source, partitions, partial(image_id, split))
     unread = _refused_unchanged(existing, changes, split)
-    counts = _new_images(partitions, existing, split, unread)
+    new = _new_images(partitions, existing, split, unread)
     total = None
-    if counts is not None:
-        partitions = [p for p, n in zip(partitions, counts, strict=True) if n]
-        total = sum(counts)
+    if new is not None:
+        total = int(new.sum())
+        stored = existing.descriptor["features"] if features is None else []
+        names = spec_names(features) if features else [entry["name"] for entry in stored]
+        size = partition_size(seconds_per_image(names), total, images_per_partition, threads)
+        if size != images_per_partition:
+            partitions = images.partitions(size)
+        ends = np.cumsum([len(p.keys) for p in partitions])
+        partitions = [
+            p for p, end in zip(partitions, ends, strict=True) if new[end - len(p.keys) : end].any()
+        ]
     if features is None and total == 0 and pq is None:
         return IngestPlan(source, store_path, None, known_of(None, split), [], 0, started,
                           split=split, changes=changes,
                           refused_unchanged=len(unread))  # fmt: skip
-    from imgscale.jobs.features import check_same_features, features_of_store, parse_features
+    from imgscale.jobs.features import (
+        check_same_features,
+        features_of_store,
+        names_record,
+        parse_features,
+    )
 
-    if features is None:
-        described_by = features_of_store(existing.descriptor, str(store_path))
+    stored = existing.descriptor if existing is not None else None
+    if features is None or names_record(features, stored):
+        described_by = features_of_store(stored, str(store_path))
     else:
         described_by = parse_features(features)
         if existing is not None:
@@ -447,7 +485,6 @@ def _pq_of(
 ) -> tuple[int | None, PQCodec | None]:
     """(sub-quantizers, the existing store's codec) of an ingest given ``--pq`` (or not)."""
     from imgscale.jobs.features import VOCABULARY_KINDS
-    from imgscale.pipeline.pq_codec import check_m
 
     if existing is not None and existing.encoding == "pq":
         codec = existing.codec
@@ -468,6 +505,8 @@ def _pq_of(
             f"--pq {pq}: for signatures of a vocabulary (--features fisher:VOCAB.model or "
             f"bow:VOCAB.model); --features {features.label} has none"
         )
+    from imgscale.pipeline.pq_codec import check_m
+
     try:
         check_m(features.dim, pq)
     except ValueError as exc:
@@ -512,7 +551,9 @@ def ingest_images(
             provenance=provenance, source=source,
         )  # fmt: skip
     summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0,
-               "already_stored": 0}  # fmt: skip
+               "already_stored": 0, "commit_seconds": 0.0}  # fmt: skip
+    if plan.partitions:  # loaded while the workers describe, not by the first commit
+        threading.Thread(target=id_hashes, args=(pa.array(["id"]),), daemon=True).start()
     with create_or_open(plan.store_path, create) as (store, _):
         check_same_features(store.descriptor, described_by, str(plan.store_path))
         # The store's own codec: another ingest may have created the store meanwhile.
@@ -531,21 +572,26 @@ def ingest_images(
         )
         if progress is not None:  # the describing starts (a new PQ store's codebook is trained)
             progress(0, plan.total, 0, 0)
-        for result in results:
-            summary["partitions"] += 1
-            summary["images_seen"] += result.images_seen
-            if len(pending) and len(pending) + len(result.keys) > commit_rows:
-                _commit(store, pending, plan.split, summary)  # a commit holds ≤ commit_rows
-                pending, last_commit = _Pending(), time.monotonic()
-            _receive(pending, result, seen, ids)
-            if len(pending) >= commit_rows or time.monotonic() - last_commit > COMMIT_SECONDS:
-                _commit(store, pending, plan.split, summary)
-                pending, last_commit = _Pending(), time.monotonic()
-            if progress is not None:
-                done = summary["rows"] + len(pending)
-                refused = summary["refused"] + len(pending.refused)
-                progress(summary["images_seen"], plan.total, done, refused)
-        _commit(store, pending, plan.split, summary)
+        with _Committer(store, plan.split, summary) as committer:
+            for result in results:
+                summary["partitions"] += 1
+                summary["images_seen"] += result.images_seen
+                if len(pending) and len(pending) + len(result.keys) > commit_rows:
+                    committer.commit(pending)  # a commit holds ≤ commit_rows
+                    pending, last_commit = _Pending(), time.monotonic()
+                _receive(pending, result, seen, ids)
+                if len(pending) >= commit_rows or time.monotonic() - last_commit > COMMIT_SECONDS:
+                    committer.commit(pending)
+                    pending, last_commit = _Pending(), time.monotonic()
+                if progress is not None:
+                    done = summary["rows"] + len(committer.committing) + len(pending)
+                    refused = (
+                        summary["refused"]
+                        + len(committer.committing.refused)
+                        + len(pending.refused)
+                    )
+                    progress(summary["images_seen"], plan.total, done, refused)
+            committer.commit(pending)
         summary["store_rows"] = store.committed_rows
     return finish_summary(plan, summary)
 
@@ -574,9 +620,14 @@ def nothing_to_do(plan: IngestPlan) -> dict[str, Any]:
     """The summary of a plan with no new image (the store holds every image listed)."""
     store = _open_existing(plan.store_path)
     summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0,
-               "already_stored": 0}  # fmt: skip
+               "already_stored": 0, "commit_seconds": 0.0}  # fmt: skip
     summary["store_rows"] = store.committed_rows if store is not None else 0
     return finish_summary(plan, summary, store.descriptor if store is not None else None)
+
+
+def starts_a_store(store_path: Any) -> bool:
+    """Whether an ingest into ``store_path`` creates the store: every image it lists is new."""
+    return _open_existing(store_path) is None
 
 
 def _open_existing(store_path: Any) -> FeatureStore | None:
@@ -609,22 +660,28 @@ def _refused_unchanged(
 
 def _new_images(
     partitions: list[ImagePartition], store: FeatureStore | None, split: str, unread: list[str]
-) -> list[int] | None:
-    """New images in each partition, when listing gave their keys (a folder, a list file):
-    neither committed nor among the ``unread`` ids."""
+) -> np.ndarray | None:
+    """Whether each image listed is new, in listing order, when listing gave their keys (a
+    folder, a list file): neither committed nor among the ``unread`` ids."""
     if any(p.keys is None for p in partitions):
         return None
     if store is None:
-        return [len(p.keys) for p in partitions]
+        return np.ones(sum(len(p.keys) for p in partitions), bool)
     keys = pa.array([image_id(split, k) for p in partitions for k in p.keys], pa.string())
     committed = store.rows(columns=["id"]).column("id")  # compared by pyarrow: no id hashing
     skip = pa.concat_arrays([committed.combine_chunks(), pa.array(unread, pa.string())])
-    new = np.asarray(pc.invert(pc.is_in(keys, value_set=skip)))
-    counts, at = [], 0
-    for p in partitions:
-        counts.append(int(new[at : at + len(p.keys)].sum()))
-        at += len(p.keys)
-    return counts
+    return np.asarray(pc.invert(pc.is_in(keys, value_set=skip)), bool)
+
+
+def partition_size(seconds_per_image: float, images: int, most: int, threads: int) -> int:
+    """Images a task describes, of ``images`` new ones, at most ``most``: about `TASK_SECONDS`
+    of describing at the descriptors' declared cost, fewer when that would give some of the
+    ``threads`` no work or leave the last tasks running alone (each thread gets
+    `TASKS_PER_THREAD_AT_LEAST` tasks), never under `MIN_TASK_SECONDS` of work."""
+    by_cost = math.ceil(TASK_SECONDS / seconds_per_image)
+    fewest = math.ceil(MIN_TASK_SECONDS / seconds_per_image)
+    even = math.ceil(images / (TASKS_PER_THREAD_AT_LEAST * max(1, threads)))
+    return max(1, min(most, by_cost, max(fewest, even)))
 
 
 def _receive(pending: _Pending, result: Described, seen: dict[bytes, str], ids: set[str]) -> None:
@@ -650,6 +707,53 @@ def _receive(pending: _Pending, result: Described, seen: dict[bytes, str], ids: 
     pending.rows.append(result.rows[keep])
 
 
+class _Committer:
+    """Commits in a thread of their own, one at a time, so that the client goes on receiving
+    results and submitting tasks while rows are written: the workers keep describing. A commit
+    waits for the one before it (at most two chunks of rows are held), and a failed commit
+    raises in the next `commit` or on leaving."""
+
+    def __init__(self, store: FeatureStore, split: str, summary: dict[str, Any]) -> None:
+        self._store, self._split, self._summary = store, split, summary
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="commit")
+        self._running: Future | None = None
+        self._counts: dict[str, Any] = {}
+        self.committing = _Pending()
+        """The rows and refusals of the commit running, not yet counted in the summary."""
+
+    def commit(self, pending: _Pending) -> None:
+        self.wait()
+        self.committing = pending
+        self._counts = {
+            "rows": 0,
+            "refused": 0,
+            "commits": 0,
+            "already_stored": 0,
+            "commit_seconds": 0.0,
+        }
+        self._running = self._thread.submit(
+            _commit, self._store, pending, self._split, self._counts
+        )
+
+    def wait(self) -> None:
+        """Wait for the commit running, then count it in the summary."""
+        if self._running is not None:
+            running, self._running = self._running, None
+            running.result()
+            for key, value in self._counts.items():
+                self._summary[key] += value
+        self.committing = _Pending()
+
+    def __enter__(self) -> _Committer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.wait()
+        finally:
+            self._thread.shutdown(wait=True)
+
+
 def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[str, Any]) -> None:
     """One commit of the pending rows and refusals (nothing if there are none). Rows whose key
     another writer committed meanwhile are dropped and counted as ``already_stored``: another
@@ -662,6 +766,7 @@ def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[st
         pending.refused = [r for r in pending.refused if (r[0], r[1]) not in already]
     if not len(pending) and not pending.refused:
         return
+    started = time.perf_counter()
     batch = hashlib.sha256()
     for key, digest in zip(pending.keys, pending.digests, strict=True):
         batch.update(key.encode() + b"\0" + digest)
@@ -694,3 +799,4 @@ def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[st
         summary["rows"] += int(fresh.sum())
         summary["refused"] += len(pending.refused)
         summary["commits"] += int(bool(fresh.any() or pending.refused))
+    summary["commit_seconds"] += time.perf_counter() - started

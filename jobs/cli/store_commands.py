@@ -3,6 +3,7 @@ export, compress."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -214,6 +215,7 @@ def _ingest_images(
         ingest_images,
         nothing_to_do,
         plan_ingest,
+        starts_a_store,
     )
     from imgscale.storage import absolute, is_url, location, open_store
 
@@ -226,25 +228,32 @@ def _ingest_images(
     per_partition = min(IMAGES_PER_PARTITION, commit_rows or IMAGES_PER_PARTITION)
     options = {"features": features, "source_options": source_options, "split": split,
                "images_per_partition": per_partition, **pq_options}  # fmt: skip
-    plan = plan_ingest(src, store, **options)
-    forgotten = 0
-    if refresh and plan.changes is not None and (plan.changes.changed or plan.changes.deleted):
-        forgotten = forget_changed(open_store(store), plan.changes)
-        plan = plan_ingest(src, store, **options)
-    if not plan.partitions and plan.total == 0:  # every image listed is in the store
-        summary = nothing_to_do(plan)
-    else:
-        from imgscale.jobs.cluster import connect
+    with contextlib.ExitStack() as stack:
+        early = None
+        if not scheduler and starts_a_store(store):  # every image is new: start the cluster now
+            from imgscale.jobs.cluster import local_cluster_soon
 
-        local = [Path(src)] if not is_url(src) and Path(src).exists() else []
-        with connect(scheduler, quiet=as_json, shared_paths=[*local, store.parent]) as client:
-            summary = ingest_images(
-                plan,
-                client,
-                commit_rows=commit_rows,
-                progress=images_progress_line(quiet=as_json),
-                codec_progress=stage_progress_line(quiet=as_json),
-            )
+            early = stack.enter_context(local_cluster_soon())
+        plan = plan_ingest(src, store, **options)
+        forgotten = 0
+        if refresh and plan.changes is not None and (plan.changes.changed or plan.changes.deleted):
+            forgotten = forget_changed(open_store(store), plan.changes)
+            plan = plan_ingest(src, store, **options)
+        if not plan.partitions and plan.total == 0:  # every image listed is in the store
+            summary = nothing_to_do(plan)
+        else:
+            from imgscale.jobs.cluster import connect
+
+            local = [Path(src)] if not is_url(src) and Path(src).exists() else []
+            shared = [*local, store.parent]
+            with connect(scheduler, quiet=as_json, shared_paths=shared, cluster=early) as client:
+                summary = ingest_images(
+                    plan,
+                    client,
+                    commit_rows=commit_rows,
+                    progress=images_progress_line(quiet=as_json),
+                    codec_progress=stage_progress_line(quiet=as_json),
+                )
     end_progress_line()
     summary["forgotten"] = forgotten
     keep_listing(store, src, plan.changes)

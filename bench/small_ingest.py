@@ -1,0 +1,292 @@
+"""``imgscale bench small-ingest``: what a small ingest costs beyond describing its images —
+400 photos without a cluster, and 50 new photos on a running one — and where the fixed seconds go.
+
+The photos are the first CIFAR-10 training images upsampled to 256×256 by Pillow (bicubic, JPEG
+quality 90), written as a folder tree ``<class>/<n>.jpg`` (at tiny without the data dir,
+sklearn's digits as 32×32 JPEGs).
+
+- **Without a cluster**: ``imgscale ingest FOLDER STORE --features gist`` of the first `PHOTOS`
+  photos into a new store, timed as a whole process (interpreter start to exit), beside the plain
+  single-process loop of ``imgscale bench images`` (Pillow decode, dense float64 numpy GIST at
+  the same 128×128 working size, one image at a time) on the same photos in the same run:
+  the plain loop's seconds over imgscale's (target ≥ 3, aim 4).
+- **On a running cluster**: a ``dask scheduler`` and 2 single-threaded ``dask worker``
+  processes on 127.0.0.1 ingest the `PHOTOS` photos first (the workers warm), then the folder
+  grows by `NEW_PHOTOS` photos and ``imgscale ingest ... --scheduler`` adds them, timed as a
+  whole process, beside describing them alone: ``describe_partition`` over the new photos in one
+  warm process, halved for the 2 workers. The difference is what the small batch costs beyond
+  its descriptors (target ≤ 1 s).
+- **Where the seconds go**: each ingest run again stage by stage in a fresh process, as the
+  command runs them: interpreter start and imports (what ``imgscale`` imports before any
+  command), listing and planning (the descriptors' own imports included), the cluster (started
+  or connected to), describing and committing (of which the commits), and closing the cluster.
+  Without a cluster, the cluster's start runs beside the planning when the store is new, so the
+  planning stage is the longer of the two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from imgscale.bench.common import record
+from imgscale.bench.registry import Context, Skipped, benchmark
+
+PHOTOS = 400
+NEW_PHOTOS = 50
+FEATURES = "gist"
+SIDE = 256
+QUALITY = 90
+# Seconds a stage-by-stage child may take before the benchmark gives up on it.
+CHILD_SECONDS = 1800
+
+
+def write_photos(ctx: Context, folder: Path, n: int) -> list[Path]:
+    """The first ``n`` photos as ``folder/<class>/<i>.jpg`` (rewritten); their paths in order."""
+    import io
+
+    from PIL import Image
+
+    from imgscale.bench.images import cifar_table
+
+    shutil.rmtree(folder, ignore_errors=True)
+    table = cifar_table(ctx, n)
+    paths = []
+    for i, (label, data) in enumerate(
+        zip(table.column("label").to_pylist(), table.column("image").to_pylist(), strict=True)
+    ):
+        image = Image.open(io.BytesIO(data)).convert("RGB")
+        if ctx.scale != "tiny":
+            image = image.resize((SIDE, SIDE), Image.Resampling.BICUBIC)
+        path = folder / label / f"{i:05d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        image.save(path, "JPEG", quality=QUALITY)
+        paths.append(path)
+    return paths
+
+
+def whole_process(source: Path, store: Path, scheduler: str | None) -> dict:
+    """Seconds of ``imgscale ingest SOURCE STORE --features gist [--scheduler]`` as a process,
+    its --json summary, and the 1-minute load as it started."""
+    argv = [sys.executable, "-m", "imgscale", "ingest", str(source), str(store)]
+    argv += ["--features", FEATURES, "--json"]
+    if scheduler:
+        argv += ["--scheduler", scheduler]
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_SECONDS)
+    seconds = time.perf_counter() - started
+    if done.returncode:
+        raise RuntimeError(f"imgscale ingest failed: {done.stderr.strip()[-400:]}")
+    return {"seconds": seconds, "load": load, **json.loads(done.stdout)}
+
+
+def staged(source: Path, store: Path, scheduler: str | None) -> dict[str, float]:
+    """The ingest's stages timed in a fresh process (`stage_by_stage`)."""
+    code = (
+        "import json, sys; from imgscale.bench.small_ingest import stage_by_stage; "
+        "print(json.dumps(stage_by_stage(*sys.argv[1:])))"
+    )
+    argv = [sys.executable, "-c", code, str(source), str(store), scheduler or ""]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_SECONDS)
+    if done.returncode:
+        raise RuntimeError(f"staged ingest failed: {done.stderr.strip()[-400:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def stage_by_stage(source: str, store: str, scheduler: str) -> dict[str, float]:
+    """Seconds of each stage of ``imgscale ingest SOURCE STORE --features gist`` as the command
+    runs them, in this process (fresh: its imports are part of the figure)."""
+    import psutil
+
+    born = psutil.Process().create_time()
+    import imgscale.jobs.cli  # noqa: F401  (what `imgscale` imports before any command)
+
+    imported = time.time()
+    from imgscale.jobs.ingest_images import ingest_images, plan_ingest, starts_a_store
+
+    with contextlib.ExitStack() as stack:
+        early = None
+        if not scheduler and starts_a_store(store):  # as the command: the cluster starts now
+            from imgscale.jobs.cluster import local_cluster_soon
+
+            early = stack.enter_context(local_cluster_soon())
+        plan = plan_ingest(source, Path(store), features=FEATURES)
+        planned = time.time()
+        from imgscale.jobs.cluster import connect
+
+        with connect(scheduler or None, quiet=True, cluster=early) as client:
+            connected = time.time()
+            summary = ingest_images(plan, client)
+            described = time.time()
+    closed = time.time()
+    return {
+        "imports_s": imported - born,
+        "planning_s": planned - imported,
+        "cluster_s": connected - planned,
+        "describe_and_commit_s": described - connected,
+        "commits_s": summary["commit_seconds"],
+        "close_s": closed - described,
+        "total_s": closed - born,
+    }
+
+
+def describe_seconds(folder: Path) -> float:
+    """Seconds to read, decode and describe the photos under ``folder`` in this process, warm
+    (one BLAS thread)."""
+    from threadpoolctl import threadpool_limits
+
+    from imgscale.jobs.features import parse_features
+    from imgscale.jobs.ingest_images import describe_partition, known_of
+    from imgscale.storage import open_image_source
+
+    features = parse_features(FEATURES)
+    (partition,) = open_image_source(str(folder)).partitions(10**9)
+    with threadpool_limits(limits=1):
+        features.warm()
+        started = time.perf_counter()
+        describe_partition(features, known_of(None), partition)
+        return time.perf_counter() - started
+
+
+def cluster_processes(log: Path, workers: int = 2) -> tuple[str, list[subprocess.Popen]]:
+    """A ``dask scheduler`` and ``workers`` single-threaded ``dask worker`` processes on
+    127.0.0.1, started and waited for; their address and processes."""
+    import socket
+
+    from distributed import Client
+
+    dask = str(Path(sys.executable).with_name("dask"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    out = open(log, "w")  # the processes write it until they end
+    common = ["--host", "127.0.0.1", "--no-dashboard"]
+    processes = [
+        subprocess.Popen([dask, "scheduler", "--port", str(port), *common], stdout=out, stderr=out)
+    ]
+    processes += [
+        subprocess.Popen(
+            [dask, "worker", address, "--nthreads", "1", *common], stdout=out, stderr=out
+        )
+        for _ in range(workers)
+    ]
+    with Client(address, timeout="60s") as client:
+        client.wait_for_workers(workers, timeout=120)
+    return address, processes
+
+
+def stage_records(what: str, stages: dict[str, float], load: float) -> list[dict]:
+    return [
+        record(
+            f"{what}: stage {name.removesuffix('_s').replace('_', ' ')}",
+            seconds,
+            "s",
+            load_1min=load,
+        )
+        for name, seconds in stages.items()
+    ]
+
+
+@benchmark(
+    "small-ingest",
+    "what a small imgscale ingest costs beyond describing: 400 photos without a cluster vs a "
+    "plain Pillow + numpy GIST loop, 50 new photos on a running cluster vs describing them, "
+    "and the seconds of each stage",
+    needs=("cifar10/train.parquet (small and up; tiny uses sklearn's digits without it)",),
+)
+def suite(ctx: Context) -> list[dict]:
+    if ctx.external_cluster:
+        raise Skipped(
+            "it starts a LocalCluster and a cluster of its own; run it without --scheduler"
+        )
+    from imgscale.bench.images import GIST, plain_gist_rate
+
+    photos, new = ctx.pick(
+        tiny=(24, 6),
+        small=(PHOTOS, NEW_PHOTOS),
+        medium=(PHOTOS, NEW_PHOTOS),
+        large=(PHOTOS, NEW_PHOTOS),
+    )
+    scratch = ctx.scratch("small-ingest")
+    folder = scratch / "photos"
+    paths = write_photos(ctx, folder, photos + new)
+    held_back = scratch / "held-back"
+    shutil.rmtree(held_back, ignore_errors=True)
+    for path in paths[photos:]:
+        (held_back / path.parent.name).mkdir(parents=True, exist_ok=True)
+        path.rename(held_back / path.parent.name / path.name)
+    plain = photos / plain_gist_rate([p.read_bytes() for p in paths[:photos]], GIST)
+    describing = describe_seconds(held_back) / 2  # shared by the 2 workers
+
+    store = scratch / "local.zarr"
+    out = []
+    shutil.rmtree(store, ignore_errors=True)
+    local = whole_process(folder, store, None)
+    shutil.rmtree(store)
+    ctx.log(
+        f"small-ingest: {photos} photos, no cluster: {local['seconds']:.1f} s, plain loop "
+        f"{plain:.1f} s (load {local['load']:.1f})"
+    )
+    out.append(
+        record(
+            f"ingest --features gist of {photos} photos, no cluster: the plain loop's seconds over "
+            "imgscale's",
+            plain / local["seconds"],
+            "x",
+            peer="target ≥ 3 (aim 4)",
+            imgscale_s=local["seconds"],
+            plain_loop_s=plain,
+            load_1min=local["load"],
+        )
+    )
+    load = os.getloadavg()[0]
+    out += stage_records(f"{photos} photos, no cluster", staged(folder, store, None), load)
+    shutil.rmtree(store)
+
+    address, processes = cluster_processes(scratch / "cluster.log")
+    try:
+        whole_process(folder, store, address)  # the workers warm on the first photos
+        for path in paths[photos:]:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            (held_back / path.parent.name / path.name).rename(path)
+        grown = whole_process(folder, store, address)
+        ctx.log(
+            f"small-ingest: {new} new photos on a running cluster: {grown['seconds']:.2f} s, "
+            f"describing them {describing:.2f} s (load {grown['load']:.1f})"
+        )
+        out.append(
+            record(
+                f"ingest --features gist of {new} new photos on a running cluster of 2 workers: "
+                "seconds beyond describing them",
+                grown["seconds"] - describing,
+                "s",
+                peer="target ≤ 1 s",
+                imgscale_s=grown["seconds"],
+                describe_s=describing,
+                rows=grown["rows"],
+                load_1min=grown["load"],
+            )
+        )
+        for path in paths[photos:]:
+            path.rename(held_back / path.parent.name / path.name)
+        shutil.rmtree(store)
+        whole_process(folder, store, address)
+        for path in paths[photos:]:
+            (held_back / path.parent.name / path.name).rename(path)
+        load = os.getloadavg()[0]
+        stages = staged(folder, store, address)
+        out += stage_records(f"{new} new photos, running cluster", stages, load)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=60)
+    return out

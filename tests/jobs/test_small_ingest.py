@@ -1,0 +1,93 @@
+"""What a small ingest does besides describing: tasks sized by the descriptors' cost and shared
+by every thread, a client that builds no descriptor for a store that records them, and a local
+cluster started while the command plans."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from imgscale.jobs.cluster import connect, local_cluster_soon
+from imgscale.jobs.features import SECONDS_PER_IMAGE, seconds_per_image
+from imgscale.jobs.ingest_images import partition_size, plan_ingest
+from imgscale.storage import open_store
+from tests.jobs.test_ingest_images import digit_images, gist_tiny, ingest, write_folder
+
+pytestmark = pytest.mark.slow
+
+
+def test_tasks_hold_about_two_seconds_of_work_and_few_images_are_shared_by_every_thread():
+    gist = SECONDS_PER_IMAGE["gist"]
+    assert seconds_per_image(["gist", "color"]) == gist + SECONDS_PER_IMAGE["color"]
+    # 400 new images on 2 threads: 4 tasks a thread of 50, under 2 s of work (80 images).
+    assert partition_size(gist, 400, 256, 2) == 50
+    # Many images: 2 s of work a task (80 images), at most the cap.
+    assert partition_size(gist, 10**5, 256, 2) == 80
+    assert partition_size(gist, 10**5, 64, 2) == 64
+    assert partition_size(SECONDS_PER_IMAGE["color"], 10**6, 4096, 2) == 4096
+    # Very few: no task under a quarter second of work (10 images).
+    assert partition_size(gist, 12, 256, 2) == 10
+
+
+def test_a_grown_folder_is_planned_as_tasks_of_its_new_images_alone(tmp_path, scheduler_address):
+    photos, store = tmp_path / "photos", tmp_path / "s.zarr"
+    write_folder(photos, digit_images(10))
+    assert ingest(str(photos), str(store), "--features", "gist",
+                  scheduler=scheduler_address)["rows"] == 30  # fmt: skip
+    added = digit_images(4, offset=10)
+    write_folder(photos, added)
+    plan = plan_ingest(str(photos), store, features="gist", threads=2)
+    assert plan.total == 12
+    # 12 new images at 2 threads: tasks of 10 (a quarter second of gist each) over 42 keys
+    # listed by class, the new ones last in each class: 4 of the 5 tasks hold a new key.
+    assert [len(p.keys) for p in plan.partitions] == [10, 10, 10, 2]
+    planned = {key for p in plan.partitions for key in p.keys}
+    assert set(added) <= planned
+    assert plan.features.steps is not None  # built where first asked for
+
+
+def test_the_client_of_an_ingest_into_a_store_of_named_descriptors_builds_none(
+    tmp_path, scheduler_address
+):
+    photos, store = tmp_path / "photos", tmp_path / "s.zarr"
+    write_folder(photos, digit_images(3))
+    ingest(str(photos), str(store), "--features", "gist-tiny", scheduler=scheduler_address)
+    added = digit_images(2, offset=3)
+    write_folder(photos, added)
+    code = textwrap.dedent(f"""
+        import json, sys
+        from distributed import Client
+        from imgscale.jobs.ingest_images import ingest_images, plan_ingest
+        plan = plan_ingest({str(photos)!r}, {str(store)!r}, features="gist-tiny")
+        with Client({scheduler_address!r}) as client:
+            summary = ingest_images(plan, client)
+        heavy = sorted(m for m in ("sklearn", "imgscale.pipeline.describe") if m in sys.modules)
+        print(json.dumps({{"rows": summary["rows"], "imported": heavy}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"rows": 6, "imported": []}
+    opened = open_store(store)
+    ids = list(opened.ids())
+    rows = opened.features().compute()
+    new = [ids.index(key) for key in added]
+    np.testing.assert_allclose(rows[new], gist_tiny(list(added.values())), rtol=1e-5, atol=1e-6)
+
+
+def test_a_cluster_started_while_planning_is_the_one_connect_uses_and_is_closed_after():
+    with local_cluster_soon() as early:
+        with connect(quiet=True, cluster=early) as client:
+            assert client.scheduler.address == early.result().scheduler_address
+            assert client.submit(sum, [1, 2], pure=False).result() == 3
+    assert early.result().status.name == "closed"
+    with local_cluster_soon() as unused:
+        pass
+    assert unused.result().status.name == "closed"
+    with local_cluster_soon(start=False) as none:
+        assert none is None
