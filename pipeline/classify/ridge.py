@@ -170,10 +170,10 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         "fixed", "validation" or "gcv".
     n_rows_, feature_sum_, gram_, class_sums_, class_counts_ :
         Sufficient statistics (`pipeline.reductions.RowStats`) that `partial_fit` adds to.
-    validation_n_rows_, validation_feature_sum_, validation_gram_, validation_class_sums_, \
-validation_class_counts_, validation_classes_ :
-        The same statistics of the validation rows (indexed by their own labels,
-        `validation_classes_`), when ρ was chosen on their squared error: what `update` adds to
+    validation_gram_, validation_class_sums_, validation_class_counts_, validation_classes_ :
+        The same statistics of the validation rows (with `validation_n_rows_` and
+        `validation_feature_sum_`), their classes indexed by their own labels,
+        `validation_classes_`, when ρ was chosen on their squared error: what `update` adds to
         and subtracts from. Absent otherwise, and in models saved before they were kept.
     n_features_in_ : int
 
