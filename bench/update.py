@@ -3,8 +3,9 @@
 A store of N rows in 100 batches (a tenth of each batch in the validation split); NCM and ridge
 (ρ chosen on the validation split) are trained on it. The store then changes: one batch is
 added, a middle batch is removed and 100 rows are forgotten. Ours: `imgscale update`'s job on
-each model (one pass over the changed rows of the training split; ridge also scores the
-validation split again to choose ρ). The peer: `train` from scratch on the store as it now is.
+each model (one pass over the changed rows, of the training split and, for ridge, of the
+validation split, whose statistics ridge keeps to choose ρ again by their squared error). The
+peer: `train` from scratch on the store as it now is.
 The target is the cost of the change, not of the store: update ≤ 2 × (changed rows / all rows)
 × train + 1 s. Both are timed at several N, and the updated model's predictions are checked
 against the fresh one's on the validation rows.

@@ -109,6 +109,14 @@ GRAM_PRECISION = Option(
     "precision of the Gram products, summed in float64 (float32: faster, within float32 "
     "rounding of the row spread, as pipeline/gram.py states).",
 )
+RHO_CRITERION = Option(
+    "rho_criterion",
+    ("error", "rate"),
+    "error",
+    "what ρ is chosen by on --val-split: the squared error (from the validation rows' sums, "
+    "kept in the model, so `update` reads only validation rows that changed) or the mean "
+    "per-class rate (the rows scored at each ρ, so `update` reads them all again).",
+)
 NEIGHBOURHOODS = Option(
     "neighbourhoods", int, 2000, "training instances given a target neighbourhood (paper 004 §3.1)."
 )
@@ -233,7 +241,11 @@ def _fit_ridge(data: TrainingData, options: dict) -> BaseEstimator:
     from imgscale.pipeline.classify import RidgeClassifier
 
     # ρ on the validation split when it has labelled rows, else by GCV (paper 000 §4.1).
-    model = RidgeClassifier(rho=options["rho"], gram_precision=options["gram_precision"])
+    model = RidgeClassifier(
+        rho=options["rho"],
+        gram_precision=options["gram_precision"],
+        rho_criterion=options["rho_criterion"],
+    )
     validation = data.validation() if options["rho"] is None else None
     if validation is not None:
         X_val, y_val = validation
@@ -354,7 +366,7 @@ METHODS: dict[str, Method] = {
             "ridge regression, ρ on the validation split or by GCV (paper 000 §3.3)",
             _fit_ridge,
             estimators=(f"{CLASSIFY}:RidgeClassifier",),
-            options=(RHO, GRAM_PRECISION),
+            options=(RHO, GRAM_PRECISION, RHO_CRITERION),
             uses_validation=True,
         ),
         Method(

@@ -8,16 +8,16 @@ forgotten since): one pass over those rows adds and subtracts their sufficient s
 nothing else of the training split is read. The result is the model `train` would fit on the
 store as it now is, to float64 rounding of the sums.
 
-Methods whose fit is a sum over rows follow the store: NCM (class sums and counts, from codes on
-a PQ store; paper 002 §1, §4.4); ridge (Gram, XᵀY, row and class sums; ρ chosen again as
-`train` chooses it, on the validation split's rows, which are read again, or by GCV; paper 000
-§3.3); NCM with a learned metric (the class means, projected by the kept W, which is not
-relearned: how many rows changed since W was learned is recorded and said); and the
-semi-supervised solve on an ALE / PCALap / RPLap embedding (paper 001 eq. 3: UᵀΛU and UᵀΛY of
-the embedded rows, with the eigenfunctions kept unless ``refit_embedding``, which trains the
-model again); and kNN with a learned metric, whose neighbour set (the labelled training rows
-projected by the kept W) follows the batches, in store order, k kept. The others are refused by
-name, saying to train again.
+Methods whose fit is a sum over rows follow the store: NCM (class sums and counts, from codes on a
+PQ store; paper 002 §1, §4.4); ridge (Gram, XᵀY, row and class sums; ρ chosen again as `train`
+chooses it, by the squared error on the validation split, whose statistics the model keeps too, so
+that only its changed rows are read, or by GCV; paper 000 §3.3); NCM with a learned metric (the
+class means, projected by the kept W, which is not relearned: how many rows changed since W was
+learned is recorded and said); and the semi-supervised solve on an ALE / PCALap / RPLap embedding
+(paper 001 eq. 3: UᵀΛU and UᵀΛY of the embedded rows, with the eigenfunctions kept unless
+``refit_embedding``, which trains the model again); and kNN with a learned metric, whose neighbour
+set (the labelled training rows projected by the kept W) follows the batches, in store order, k
+kept. The others are refused by name, saying to train again.
 """
 
 from __future__ import annotations
@@ -108,11 +108,10 @@ def update_model(
                 (store.features_at(removed.positions), removed.labels),
             )
     else:  # RidgeClassifier: _check_updatable admits no other
-        validation = (None, None) if classifier.rho is not None else _validation(store, val_split)
         dropped = classifier.update(
             (store.features_at(added.positions), added.labels),
             (store.features_at(removed.positions), removed.labels),
-            *validation,
+            *_ridge_validation(classifier, store, change, val_split),
         )
     changed = len(added.positions) + len(removed.positions)
     if hasattr(classifier, "components_") and not refit_embedding:  # a learned W, kept
@@ -254,6 +253,25 @@ def _validation(
         return None, None
     X_val = store.features(val_split)
     return (X_val if embedding is None else embedding.transform(X_val)), y_val
+
+
+def _ridge_validation(
+    classifier: BaseEstimator, store: FeatureStore, change: Any, val_split: str
+) -> tuple[tuple[Any, Any] | None, tuple[Any, Any] | None]:
+    """(validation rows added, validation rows removed) for `RidgeClassifier.update`: only the
+    rows of ``val_split`` that changed when the model keeps its validation rows' statistics;
+    all of them when it keeps none (read once for a model saved before models kept them, at
+    every update for ρ chosen by the per-class rate); none for a fixed ρ."""
+    if classifier.rho is not None:
+        return None, None
+    if hasattr(classifier, "validation_gram_"):
+        added, removed = change.added.in_split(val_split), change.removed.in_split(val_split)
+        return (
+            (store.features_at(added.positions), added.labels),
+            (store.features_at(removed.positions), removed.labels),
+        )
+    X_val, y_val = _validation(store, val_split)
+    return (None if X_val is None else (X_val, y_val)), None
 
 
 def _class_name(label: Any, names: list[str]) -> str:

@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 from imgscale.pipeline.classify._base import (
     LinearClassifierMixin,
     checked_grid,
+    encode_labels,
     encode_labels_lazy,
     grown_classes,
     unique_labels,
@@ -64,6 +65,39 @@ def gcv_scores(eigvals: np.ndarray, z: np.ndarray, n_labelled: int, grid: np.nda
         return np.where(df < n_labelled, (rss / n_labelled) / (1 - df / n_labelled) ** 2, np.inf)
 
 
+def validation_errors(
+    eigvals: np.ndarray,
+    eigvecs: np.ndarray,
+    z: np.ndarray,
+    mean: np.ndarray,
+    grid: np.ndarray,
+    classes: np.ndarray,
+    validation: RowStats,
+    validation_classes: np.ndarray,
+) -> np.ndarray:
+    """Mean squared error ‖(x − μ)ᵀW(ρ) − y‖² over the labelled validation rows, per ρ, from
+    their statistics and the training eigendecomposition alone (no row is read).
+
+    With G = V diag(λ) Vᵀ, Z = VᵀB, d(ρ) = 1/(λ + ρ) and W(ρ) = V diag(d) Z; G_v and B_v the
+    validation rows' Gram and XᵀY, centred on the training mean μ:
+    Σ‖x̃ᵀW − y‖² = d ᵀ(VᵀG_vV ∘ ZZᵀ) d − 2 dᵀ rowsum(Z ∘ VᵀB_v) + Σ‖y‖². A validation row of a
+    class the model does not have targets zero in every class column.
+    """
+    n = validation.n_labelled
+    cross = np.outer(validation.labelled_sum, mean)
+    gram = validation.gram - cross - cross.T + n * np.outer(mean, mean)
+    known = np.isin(validation_classes, classes)
+    targets = np.zeros((len(mean), len(classes)))
+    targets[:, encode_labels(validation_classes[known], classes)] = (
+        validation.class_sums[known] - np.outer(validation.class_counts[known], mean)
+    ).T
+    quadratic = (eigvecs.T @ gram @ eigvecs) * (z @ z.T)
+    linear = (z * (eigvecs.T @ targets)).sum(axis=1)
+    d = 1.0 / (eigvals[None, :] + grid[:, None])
+    labelled_known = validation.class_counts[known].sum()
+    return (((d @ quadratic) * d).sum(axis=1) - 2 * d @ linear + labelled_known) / n
+
+
 def grid_hits_chunk(
     X: np.ndarray,
     y_index: np.ndarray,
@@ -101,8 +135,14 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
     Parameters
     ----------
     rho : float or None, default=None
-        Regularisation ρ > 0. None selects it from `rho_grid`: by the mean per-class rate on
+        Regularisation ρ > 0. None selects it from `rho_grid`: by `rho_criterion` on the
         validation rows passed to `fit`, else by generalised cross-validation.
+    rho_criterion : {"error", "rate"}, default="error"
+        What ρ is chosen by on validation rows. "error": their squared error
+        (`validation_errors`: the loss ridge minimises, held out), computed from their
+        statistics, which the model keeps, so that `update` reads validation rows only when they
+        change. "rate": their mean per-class rate (the measure paper 000 §4 reports), which
+        needs the rows scored at every ρ, so that `update` reads every validation row again.
     rho_grid : tuple of float, default=(0.0002, 0.002, 0.02, 0.2, 2, 20, 200, 2000)
         Candidate values of ρ (paper 000 §4.1).
     gram_precision : {"float64", "float32"}, default="float64"
@@ -123,12 +163,18 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
     rho_ : float
         The ρ used for `coef_`.
     rho_scores_ : ndarray of shape (R,)
-        Per grid value: the validation mean per-class rate (higher is better) if
-        `rho_selection_ == "validation"`, else the GCV score (lower is better).
+        Per grid value: if `rho_selection_ == "validation"`, the validation mean squared error
+        (lower is better) or mean per-class rate (higher is better), as `rho_criterion` says;
+        else the GCV score (lower is better).
     rho_selection_ : str
         "fixed", "validation" or "gcv".
     n_rows_, feature_sum_, gram_, class_sums_, class_counts_ :
         Sufficient statistics (`pipeline.reductions.RowStats`) that `partial_fit` adds to.
+    validation_gram_, validation_class_sums_, validation_class_counts_, validation_classes_ :
+        The same statistics of the validation rows (with `validation_n_rows_` and
+        `validation_feature_sum_`), their classes indexed by their own labels,
+        `validation_classes_`, when ρ was chosen on their squared error: what `update` adds to
+        and subtracts from. Absent otherwise, and in models saved before they were kept.
     n_features_in_ : int
 
     References
@@ -146,17 +192,26 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         "gram_": ("D", "D"),
         "class_sums_": ("C", "D"),
         "class_counts_": ("C",),
+        "validation_feature_sum_": ("D",),
+        "validation_gram_": ("D", "D"),
+        "validation_class_sums_": ("V", "D"),
+        "validation_class_counts_": ("V",),
+        "validation_classes_": ("V",),
     }
+
+    RHO_CRITERIA = ("error", "rate")
 
     def __init__(
         self,
         rho: float | None = None,
         rho_grid: tuple = RHO_GRID,
         gram_precision: str = "float64",
+        rho_criterion: str = "error",
     ):
         self.rho = rho
         self.rho_grid = rho_grid
         self.gram_precision = gram_precision
+        self.rho_criterion = rho_criterion
 
     def fit(self, X: Any, y: Any, X_val: Any = None, y_val: Any = None) -> RidgeClassifier:
         """One pass over (X, y), plus one over (X_val, y_val) when ρ is chosen on them."""
@@ -169,7 +224,9 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
             raise ValueError("y has no labelled rows (every label is -1)")
         y_index = encode_labels_lazy(y, classes)
         stats = ridge_stats(X, y_index, len(classes), self.gram_precision)
-        validation = None if X_val is None else (self._check_rows(X_val), y_val)
+        validation = None
+        if X_val is not None and self.rho is None:
+            validation = self._validation(X_val, y_val)
         self._set_state(self._solve(stats, classes, grid, validation=validation))
         return self
 
@@ -196,39 +253,95 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         self,
         added: tuple[Any, Any],
         removed: tuple[Any, Any],
-        X_val: Any = None,
-        y_val: Any = None,
+        validation_added: tuple[Any, Any] | None = None,
+        validation_removed: tuple[Any, Any] | None = None,
     ) -> np.ndarray:
         """Bring the fit up to date with rows added and rows removed, each an (X, y) pair, in
         one pass over them only; returns the classes left with no rows (removed from the model).
 
         The Gram, XᵀY, row and class sums are updated, the centring becomes the mean of the rows
-        as they now are, and ρ is chosen again as `fit` chooses it: on (X_val, y_val) if given
-        (one pass over them), else by GCV, unless `rho` is fixed; one eigendecomposition. The
-        result is the fit from scratch on the rows as they now are, to float64 rounding of the
-        statistics.
+        as they now are, and ρ is chosen again as `fit` chooses it, unless `rho` is fixed: on
+        the validation rows the model keeps the statistics of, plus ``validation_added`` and
+        minus ``validation_removed`` (one pass over those only), else by GCV; one
+        eigendecomposition. A model without validation statistics (saved before they were kept,
+        or choosing ρ by the per-class rate, which needs the rows) starts from none: pass all
+        its validation rows as ``validation_added``. The result is the fit from scratch on the
+        rows as they now are, to float64 rounding of the statistics.
         """
         check_is_fitted(self)
         grid = self._checked_grid()
-        if (X_val is None) != (y_val is None):
-            raise ValueError("pass both X_val and y_val, or neither")
-
-        def stats_of(X: Any, y_index: Any, n_classes: int) -> RowStats:
-            return ridge_stats(self._check_rows(X), y_index, n_classes, self.gram_precision)
-
         stats, classes, dropped = changed_stats(
-            self._row_stats(), np.asarray(self.classes_), stats_of, added, removed
+            self._row_stats(), np.asarray(self.classes_), self._stats_of, added, removed
         )
         if len(classes) == 0:
             raise ValueError("no labelled rows are left: the model would have no classes")
-        validation = None if X_val is None else (self._check_rows(X_val), y_val)
-        self._set_state(self._solve(stats, classes, grid, validation=validation))
+        validation = None
+        if self.rho is None:
+            validation = self._changed_validation(validation_added, validation_removed)
+        state = self._solve(stats, classes, grid, validation=validation)
+        for name in _VALIDATION_ATTRIBUTES:
+            if name not in state and hasattr(self, name):
+                delattr(self, name)
+        self._set_state(state)
         return dropped
+
+    def _stats_of(self, X: Any, y_index: Any, n_classes: int) -> RowStats:
+        return ridge_stats(self._check_rows(X), y_index, n_classes, self.gram_precision)
+
+    def _validation(self, X_val: Any, y_val: Any) -> tuple:
+        """What `_solve` chooses ρ by, as `rho_criterion` says: (the statistics of (X_val,
+        y_val), indexed by their own sorted labels, and those labels), or the rows themselves
+        (checked) for the per-class rate."""
+        if not isinstance(y_val, da.Array):
+            y_val = np.asarray(y_val).ravel()
+        if self.rho_criterion == "rate":
+            return self._check_rows(X_val), y_val
+        labels = unique_labels(y_val)
+        if len(labels) == 0:
+            raise ValueError("y_val has no labelled rows")
+        return self._stats_of(X_val, encode_labels_lazy(y_val, labels), len(labels)), labels
+
+    def _changed_validation(
+        self, added: tuple[Any, Any] | None, removed: tuple[Any, Any] | None
+    ) -> tuple[RowStats, np.ndarray] | None:
+        """The kept validation statistics plus ``added`` minus ``removed``; None when the
+        model keeps none and none are added. For the per-class rate, ``added`` are all the
+        validation rows."""
+        if self.rho_criterion == "rate":
+            if removed is not None:
+                raise ValueError(
+                    "rho_criterion='rate' keeps no validation statistics to remove rows from: "
+                    "pass all validation rows as validation_added"
+                )
+            return None if added is None else self._validation(*added)
+        if hasattr(self, "validation_gram_"):
+            kept = RowStats(
+                n_rows=self.validation_n_rows_,
+                feature_sum=self.validation_feature_sum_,
+                class_sums=self.validation_class_sums_,
+                class_counts=self.validation_class_counts_,
+                gram=self.validation_gram_,
+            )
+            labels = np.asarray(self.validation_classes_)
+        elif added is None:
+            return None
+        else:
+            kept = RowStats.zeros(self.n_features_in_, 0, gram=True)
+            labels = np.asarray(self.classes_)[:0]
+        none = (np.empty((0, self.n_features_in_), np.float32), np.empty(0, np.int64))
+        stats, labels, _ = changed_stats(
+            kept, labels, self._stats_of, added or none, removed or none
+        )
+        return stats, labels
 
     def _checked_grid(self) -> np.ndarray:
         if self.gram_precision not in GRAM_PRECISIONS:
             raise ValueError(
                 f"gram_precision must be one of {GRAM_PRECISIONS}, got {self.gram_precision!r}"
+            )
+        if self.rho_criterion not in self.RHO_CRITERIA:
+            raise ValueError(
+                f"rho_criterion must be one of {self.RHO_CRITERIA}, got {self.rho_criterion!r}"
             )
         return checked_grid(self.rho_grid, self.rho, "rho")
 
@@ -250,12 +363,17 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         eigvals, eigvecs = scipy.linalg.eigh(gram, driver="evd")
         eigvals = eigvals.clip(min=0.0)  # G is PSD; negative values are rounding
         z = eigvecs.T @ targets
+        kept_validation = {}
         if self.rho is not None:
             scores = gcv_scores(eigvals, z, stats.n_labelled, grid)
             rho, how = float(self.rho), "fixed"
-        elif validation is not None:
+        elif validation is not None and self.rho_criterion == "rate":
             scores = _validation_rates(eigvals, eigvecs, z, mean, grid, classes, *validation)
             rho, how = float(grid[np.argmax(scores)]), "validation"
+        elif validation is not None and validation[0].n_labelled > 0:
+            scores = validation_errors(eigvals, eigvecs, z, mean, grid, classes, *validation)
+            rho, how = float(grid[np.argmin(scores)]), "validation"
+            kept_validation = _validation_attributes(*validation)
         elif keep is not None:
             (rho, scores), how = keep, "validation"
         else:
@@ -271,6 +389,7 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
             "rho_scores_": np.asarray(scores, dtype=np.float64),
             "rho_selection_": how,
             **row_stats_attributes(stats),
+            **kept_validation,
         }
 
     def _set_state(self, state: dict[str, Any]) -> None:
@@ -293,6 +412,22 @@ def _validation_rates(
     weights = eigvecs @ np.hstack([z / (eigvals + rho)[:, None] for rho in grid])
     intercepts = -(mean @ weights)
     return grid_rates(weights, intercepts, classes, X_val, y_val)
+
+
+def _validation_attributes(stats: RowStats, labels: np.ndarray) -> dict[str, Any]:
+    """The validation statistics as the fitted attributes `RidgeClassifier` keeps them."""
+    named = {f"validation_{name}": value for name, value in row_stats_attributes(stats).items()}
+    return {**named, "validation_classes_": labels}
+
+
+_VALIDATION_ATTRIBUTES = (
+    "validation_n_rows_",
+    "validation_feature_sum_",
+    "validation_gram_",
+    "validation_class_sums_",
+    "validation_class_counts_",
+    "validation_classes_",
+)
 
 
 def grid_rates(

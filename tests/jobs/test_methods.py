@@ -62,6 +62,7 @@ def test_option_choices_are_the_estimators_own():
     from imgscale.pipeline.gram import GRAM_PRECISIONS
 
     assert methods.GRAM_PRECISION.type == GRAM_PRECISIONS
+    assert methods.RHO_CRITERION.type == RidgeClassifier.RHO_CRITERIA
     assert methods.HOPE_EXEMPLAR_INIT.type == ExemplarHOPE.EXEMPLAR_INITS
     assert methods.HOPE_SOLVER.type == ExemplarHOPE.SOLVERS
     for value in GRAM_PRECISIONS:  # and the estimator accepts each

@@ -77,6 +77,11 @@ def _assert_equal_to_fresh_train(model_path: Path, store, tmp_path: Path, method
     """The updated model against `train` from scratch on the store as it now is."""
     fresh = tmp_path / f"fresh-{np.random.default_rng().integers(1 << 30)}.model"
     _imgscale("train", store.path, fresh, "--method", method)
+    _assert_equal_models(model_path, fresh, store, method)
+
+
+def _assert_equal_models(model_path: Path, fresh: Path, store, method: str) -> None:
+    """The updated model against ``fresh``, trained from scratch on the store as it now is."""
     (classes, predicted, scores), (classes0, predicted0, scores0) = (
         _decisions(model_path, store),
         _decisions(fresh, store),
@@ -246,16 +251,71 @@ def _assert_equal_to_fresh_ssl(model: Path, store, tmp_path: Path) -> None:
     np.testing.assert_array_equal(scores, scores0)
 
 
-def test_only_the_changed_rows_are_read(tmp_path):
+@pytest.mark.parametrize("method", ["ncm", "ridge"])
+def test_only_the_changed_rows_are_read(tmp_path, method):
+    """Ridge's validation rows too: rows added to and forgotten from the validation split are
+    read, the unchanged ones are not (ρ is chosen from their kept statistics)."""
     s, model = _grown(tmp_path)
-    _imgscale("train", s.store.path, model, "--method", "ncm")
+    _imgscale("train", s.store.path, model, "--method", method)
     s.append("c", 45, 5, [0, 2, -1])
     s.store.remove_batch("b")
-    # Rows 0-15 are of batch "a", unchanged: without their chunk, train fails, update does not.
-    (s.store.path / "features" / "c" / "0" / "0").unlink()
-    assert "chunk" in _refused("train", s.store.path, tmp_path / "fresh.model", "--method", "ncm")
+    s.append("val-2", 30, 6, [0, 1, 2], split="val")
+    s.store.forget(s.store.ids("val")[[40, 75]].tolist())
+    fresh = tmp_path / "fresh.model"
+    _imgscale("train", s.store.path, fresh, "--method", method)
+    # Rows 0-15 are of batch "a" and rows 112-127 of batch "val", both unchanged: without their
+    # chunks, train fails, update does not.
+    for chunk in ("0", "7"):
+        (s.store.path / "features" / "c" / chunk / "0").unlink()
+    assert "chunk" in _refused("train", s.store.path, tmp_path / "again.model", "--method", method)
     summary = _imgscale("update", model, s.store.path)
     assert summary["rows_added"] == 45 and summary["rows_removed"] == 40
+    _assert_equal_models(model, fresh, s.store, method)
+
+
+def test_a_ridge_model_choosing_rho_by_the_per_class_rate_follows_the_store(tmp_path):
+    """`--rho-criterion rate` keeps no validation statistics: `update` reads the validation
+    split again and chooses ρ by its per-class rate, as `train` does."""
+    s, model = _grown(tmp_path)
+    rate = ("--method", "ridge", "--rho-criterion", "rate")
+    _imgscale("train", s.store.path, model, *rate)
+    _change(s)
+    s.append("val-2", 30, 6, [0, 1, 2], split="val")
+    _imgscale("update", model, s.store.path)
+    fresh = tmp_path / "fresh.model"
+    _imgscale("train", s.store.path, fresh, *rate)
+    _assert_equal_models(model, fresh, s.store, "ridge")
+    updated, trained = models.load(model)[0], models.load(fresh)[0]
+    assert updated.rho_criterion == "rate" and not hasattr(updated, "validation_gram_")
+    np.testing.assert_allclose(updated.rho_scores_, trained.rho_scores_)
+
+
+def _as_saved_before_validation_statistics(model_path: Path) -> None:
+    """The ridge model at ``model_path`` as an imgscale that chose ρ by the validation rows'
+    per-class rate saved it: the same fitted values, without the validation statistics."""
+    model, provenance = models.load(model_path)
+    for name in [name for name in vars(model) if name.startswith("validation_")]:
+        delattr(model, name)
+    models.save(model, model_path, replace=True, **provenance)
+
+
+def test_a_ridge_model_without_validation_statistics_reads_the_validation_split_once(tmp_path):
+    s, model = _grown(tmp_path)
+    _imgscale("train", s.store.path, model, "--method", "ridge")
+    _as_saved_before_validation_statistics(model)
+    loaded, _ = models.load(model)
+    assert not hasattr(loaded, "validation_gram_")
+    assert (loaded.predict(s.store.features("test").compute()) >= 0).all()
+    _change(s)
+    _imgscale("update", model, s.store.path)  # reads all of "val", and keeps its statistics
+    _assert_equal_to_fresh_train(model, s.store, tmp_path, "ridge")
+    assert models.load(model)[0].validation_class_counts_.sum() == 60
+    s.append("d", 30, 8, [1, 2])
+    fresh = tmp_path / "fresh.model"
+    _imgscale("train", s.store.path, fresh, "--method", "ridge")
+    (s.store.path / "features" / "c" / "7" / "0").unlink()  # rows 112-127, of "val"
+    _imgscale("update", model, s.store.path)
+    _assert_equal_models(model, fresh, s.store, "ridge")
 
 
 @pytest.mark.parametrize(

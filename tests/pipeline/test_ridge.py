@@ -100,15 +100,61 @@ def test_without_validation_rows_rho_minimises_gcv(data):
     assert model.rho_ == 30.0 == grid[np.argmin([brute_force_gcv(X, y, r) for r in grid])]
 
 
+def reference_validation_error(X, y, X_val, y_val, rho):
+    """Mean over the labelled validation rows of ‖(x − μ)ᵀW − y‖², from the rows themselves:
+    W by sklearn on the training rows (`reference_weights`, over the classes they have), a row
+    of another class targeting zero in every column."""
+    classes = np.unique(y[y >= 0])
+    weights = reference_weights(X, y, rho)[:, classes]
+    labelled = y_val >= 0
+    scores = (X_val[labelled].astype(np.float64) - X.astype(np.float64).mean(axis=0)) @ weights
+    targets = (y_val[labelled][:, None] == classes[None, :]).astype(np.float64)
+    return ((scores - targets) ** 2).sum(axis=1).mean()
+
+
+def test_validation_scores_are_the_squared_errors_of_each_grid_model(data):
+    """Computed from the validation rows' statistics alone, equal to the error of each grid
+    value's model on the rows; also with validation rows of a class the model does not have."""
+    X, y = data
+    X_val, y_val = X[::2], y[::2]
+    train = np.arange(len(y)) % 2 == 1
+    X, y = X[train], np.where(y[train] == 4, -1, y[train])  # class 4 in validation rows only
+    model = RidgeClassifier().fit(X, y, X_val=X_val, y_val=y_val)
+    expected = [reference_validation_error(X, y, X_val, y_val, rho) for rho in RHO_GRID]
+    np.testing.assert_allclose(model.rho_scores_, expected, rtol=1e-6)
+    assert len(set(np.round(expected, 3))) > 1
+    assert model.rho_selection_ == "validation"
+    assert model.rho_ == RHO_GRID[int(np.argmin(expected))]
+    assert model.validation_class_counts_.tolist() == np.bincount(y_val[y_val >= 0]).tolist()
+
+
+def test_validation_statistics_follow_added_and_removed_validation_rows(data):
+    """`update` with validation rows added and removed chooses ρ as a fit on the rows as they
+    then are, from the kept statistics and the changed rows only."""
+    X, y = data
+    grid = (1e-3, 30.0, 1e3, 3e4)
+    model = RidgeClassifier(rho_grid=grid).fit(X[:200], y[:200], X_val=X[200:300], y_val=y[200:300])
+    none = (X[:0], y[:0])
+    model.update(none, none, (X[300:], y[300:]), (X[200:240], y[200:240]))
+    fresh = RidgeClassifier(rho_grid=grid).fit(X[:200], y[:200], X_val=X[240:], y_val=y[240:])
+    np.testing.assert_allclose(model.rho_scores_, fresh.rho_scores_, rtol=1e-9)
+    assert model.rho_ == fresh.rho_
+    np.testing.assert_allclose(model.validation_gram_, fresh.validation_gram_, rtol=1e-9)
+    model.update(none, none, None, (X[240:], y[240:]))  # no validation row is left: GCV
+    assert model.rho_selection_ == "gcv" and not hasattr(model, "validation_gram_")
+
+
 @pytest.mark.parametrize("block_rows", [None, 7], ids=["one-block", "blocks-of-7-rows"])
-def test_validation_scores_are_per_class_rates_of_each_grid_model(data, block_rows, monkeypatch):
+def test_rate_criterion_scores_are_per_class_rates_of_each_grid_model(
+    data, block_rows, monkeypatch
+):
     """Also scored 7 rows at a time: blocks of labelled rows and blocks with unlabelled ones."""
     if block_rows:
         monkeypatch.setattr(ridge, "_GRID_SCORE_BYTES", 1)
         monkeypatch.setattr(ridge, "_GRID_MIN_ROWS", block_rows)
     X, y = data
     X_val, y_val = X[::2], y[::2]
-    model = RidgeClassifier().fit(X[1::2], y[1::2], X_val=X_val, y_val=y_val)
+    model = RidgeClassifier(rho_criterion="rate").fit(X[1::2], y[1::2], X_val=X_val, y_val=y_val)
     labelled = y_val >= 0
     expected = [
         per_class_rate(
@@ -118,8 +164,20 @@ def test_validation_scores_are_per_class_rates_of_each_grid_model(data, block_ro
         for rho in RHO_GRID
     ]
     np.testing.assert_allclose(model.rho_scores_, expected)
-    assert model.rho_selection_ == "validation"
+    assert model.rho_selection_ == "validation" and not hasattr(model, "validation_gram_")
     assert model.rho_ == RHO_GRID[int(np.argmax(expected))]
+    none = (X[:0], y[:0])
+    model.update(none, none, (X[::3], y[::3]))  # the rate scores every validation row again
+    again = RidgeClassifier(rho_criterion="rate").fit(X[1::2], y[1::2], X_val=X[::3], y_val=y[::3])
+    np.testing.assert_allclose(model.rho_scores_, again.rho_scores_)
+    with pytest.raises(ValueError, match="pass all validation rows as validation_added"):
+        model.update(none, none, (X[::3], y[::3]), (X[:3], y[:3]))
+
+
+def test_unknown_rho_criterion_is_rejected_before_any_work(data):
+    X, y = data
+    with pytest.raises(ValueError, match="rho_criterion must be one of"):
+        RidgeClassifier(rho_criterion="accuracy").fit(X, y, X_val=X, y_val=y)
 
 
 def test_validation_on_dask_rows_equals_numpy(data):
