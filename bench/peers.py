@@ -266,11 +266,11 @@ PURPOSES = (
     ),
     Purpose(
         "rare-local",
-        r"\w+ mean accuracy oracle",
+        r".* mean accuracy oracle",
         "the ceiling: ours trained on each query's true neighbourhood",
     ),
     Purpose(
-        "rare-local", r"\w+ mean ours.* minus .*", "the paper's claim as a difference: target named"
+        "rare-local", r".* mean ours.* minus .*", "the paper's claim as a difference: target named"
     ),
     Purpose("io", r".* (zarr-python|zarrs|tensorstore) (cold|warm)", _ENGINE),
     Purpose("io", r"read np\.fromfile (cold|warm)", "the floor: the file read by numpy alone"),
