@@ -147,6 +147,12 @@ PEER_FIGURES = (
     ),
     PeerFigure(
         "rare-local",
+        r"(.*)accuracy ours other signs",
+        r"\1accuracy ours",
+        "ours with its own signs, same run",
+    ),
+    PeerFigure(
+        "rare-local",
         r"(.*)accuracy ours uncompressed (rff|k=\d+|alpha=\S+)",
         r"\1accuracy ours uncompressed",
         "ours uncompressed, same run",
