@@ -452,6 +452,7 @@ FIGURES = (
         r"gist mean accuracy ours",
         "CIFAR-10 GIST, one class vs nine at 6% positives: balanced accuracy of train --method "
         "local",
+        "Where paper 004's claim lives (rare attributes): is it level with a global classifier?",
         peer_figure=r"gist mean accuracy global b",
         peer_label="Global B (balanced linear classifier on all rows), same run",
     ),
