@@ -350,27 +350,50 @@ def gist_arrays(ctx: Context, features: str = "gist-tiny") -> dict[str, np.ndarr
         source += "-tiny"
     scratch = ctx.scratch("cifar10-gist")
     exported = scratch / f"{source}-{features.replace(',', '+')}-arrays.npz"
+    store = scratch / f"cifar10-{features.replace(',', '+')}.zarr"
+    tables = None
+    if not exported.exists() and not _holds(store, train, test):
+        store, tables = exported.with_suffix(".zarr"), {"train": train, "test": test}
+    data = exported_rows(ctx, features, store, exported, tables)
+    splits = np.where(data["splits"] == "val", "train", data["splits"])  # val rows train here
+    out = {"class_names": data["class_names"]}
+    for split in ("train", "test"):
+        rows = splits == split
+        out[f"X_{split}"], out[f"y_{split}"] = data["X"][rows], data["y"][rows]
+    return out
+
+
+def exported_rows(
+    ctx: Context,
+    features: str,
+    store: Path,
+    exported: Path,
+    tables: dict[str, pa.Table] | None = None,
+) -> dict[str, np.ndarray]:
+    """``X``, ``y`` (int64), ``splits`` and ``class_names`` of ``store`` as `imgscale export`
+    writes them to ``exported``, an npz made once per work dir and read from then on.
+
+    Unless ``exported`` exists, each table of ``tables`` (split → images) is first written
+    beside it as parquet and ingested as that split into a new ``store`` by `imgscale ingest`
+    with ``features`` (without ``tables``, ``store`` holds the images already). The export is
+    written under a partial name and renamed, so a killed run leaves no npz to trust.
+    """
     if not exported.exists():
-        store = scratch / f"cifar10-{features.replace(',', '+')}.zarr"
-        if not _holds(store, train, test):
-            store = exported.with_suffix(".zarr")
+        if tables is not None:
             paths = {}
-            for split, table in (("train", train), ("test", test)):
-                paths[split] = scratch / f"{source}-{split}.parquet"
-                pq.write_table(table, paths[split], row_group_size=2048)
+            for split, table in tables.items():
+                paths[split] = exported.with_name(f"{exported.stem}-{split}.parquet")
+                pq.write_table(table, paths[split], row_group_size=512)
             _ingest(CommandRunner(ctx), features, store, paths)
         partial = exported.with_name(f"partial-{exported.name}")
         # export reads the store in-process: it takes no --scheduler.
         CommandRunner(dataclasses.replace(ctx, scheduler=None)).json("export", store, partial)
         partial.replace(exported)
     with np.load(exported, allow_pickle=False) as data:
-        X, y, splits = data["X"], data["y"].astype(np.int64), data["splits"]
-        out = {"class_names": data["class_names"]}
-    splits = np.where(splits == "val", "train", splits)  # the protocol's val rows train here
-    for split in ("train", "test"):
-        rows = splits == split
-        out[f"X_{split}"], out[f"y_{split}"] = X[rows], y[rows]
-    return out
+        return {
+            "X": data["X"], "y": data["y"].astype(np.int64), "splits": data["splits"],
+            "class_names": data["class_names"],
+        }  # fmt: skip
 
 
 def _holds(store: Path, train: pa.Table, test: pa.Table) -> bool:

@@ -127,7 +127,7 @@ def recovery_precision(model, X: np.ndarray, method: str | None) -> tuple[float,
     """Mean precision of the |y| most confident rows against the target neighbourhood y of the
     first training instances (from their predicted indicators, or compressed indicators
     recovered by `method`), and the median seconds per recovery."""
-    signs = model.sensing_signs_
+    signs = model.sensing_matrix()
     bounds = model.neighbourhood_indptr_
     precisions, seconds = [], []
     for n, instance in enumerate(model.neighbourhood_instances_[:RECOVERY_INSTANCES]):

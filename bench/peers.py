@@ -137,6 +137,32 @@ PEER_FIGURES = (
         r"\1accuracy ours",
         "ours with the paper's settings, same run",
     ),
+    # Paper 004 on rare attributes: ours uncompressed against ours (the default), its settings
+    # against it, the fix on Local against Global B, which it is meant to reach.
+    PeerFigure(
+        "rare-local",
+        r"(.*)accuracy ours uncompressed",
+        r"\1accuracy ours",
+        "ours (compressed indicators, the default), same run",
+    ),
+    PeerFigure(
+        "rare-local",
+        r"(.*)accuracy ours other signs",
+        r"\1accuracy ours",
+        "ours with its own signs, same run",
+    ),
+    PeerFigure(
+        "rare-local",
+        r"(.*)accuracy ours uncompressed (rff|k=\d+|alpha=\S+)",
+        r"\1accuracy ours uncompressed",
+        "ours uncompressed, same run",
+    ),
+    PeerFigure(
+        "rare-local",
+        r"(.*)accuracy (local fixed|local weighted|ours fixed without prior)",
+        r"\1accuracy global b",
+        "Global B, same run",
+    ),
     # Speed: our engine or path against the plain one on the same data.
     PeerFigure(
         "io",
@@ -238,6 +264,19 @@ PURPOSES = (
     ),
     Purpose(
         "natural-local", r"mean ours minus .*", "the paper's claim as a difference: target named"
+    ),
+    Purpose(
+        "rare-local",
+        r".*accuracy (local|global) [bum]+l?( k=\d+)?",
+        "a baseline of paper 004 (Local/Global, balanced/unbalanced, metric learning)",
+    ),
+    Purpose(
+        "rare-local",
+        r".* mean accuracy oracle",
+        "the ceiling: ours trained on each query's true neighbourhood",
+    ),
+    Purpose(
+        "rare-local", r".* mean ours.* minus .*", "the paper's claim as a difference: target named"
     ),
     Purpose("io", r".* (zarr-python|zarrs|tensorstore) (cold|warm)", _ENGINE),
     Purpose("io", r"read np\.fromfile (cold|warm)", "the floor: the file read by numpy alone"),

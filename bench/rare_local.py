@@ -1,8 +1,9 @@
 """Paper 004 where its claim lives: rare attributes — one CIFAR-10 class against the other nine,
-its positives subsampled to 6% of the training rows, 200 test queries a task balanced between
-the labels, on GIST and on a CNN's features: ours against Global B/U, Local B/U at each k and
-with k chosen per query, and Local+ML; ablations of ours; and the fix, label weights with a
-global prior, on ours and on Local.
+and attributes that span two classes (`ATTRIBUTES`: "has wheels", automobile and truck; "flies",
+airplane and bird), the positives subsampled to 6% of the training rows, every test positive and
+as many test negatives as queries, on GIST and on a CNN's features: ours against Global B/U,
+Local B/U at each k and with k chosen per query, and Local+ML; ablations of ours; and the fix,
+label weights with a global prior, on ours and on Local.
 
 Features are computed once for a class-stratified subset of CIFAR-10 (the first
 ``train_per_class`` train and ``test_per_class`` test images of each class, in file order) by
@@ -15,15 +16,18 @@ What is measured on each task, all on the same rows and queries:
 
 - the paper's baselines (§4): Global B (balanced by downsampling, mean of 10 draws) and U,
   Local B and U with k chosen per query and at each fixed k, Local+ML (k chosen per query);
-- ours as the paper describes it (count-balanced targets and local sets, plain local ridge),
-  the oracle (each query's own target, found with its label) and the precision of ours' rows
-  against it, and one change at a time on the same targets: compressed indicators (§3.2,
-  D = 15% of M, correlation recovery), the indicator regression on random Fourier features,
-  each fixed k, the local regularisation α (0.1, 10);
+- ours as the paper describes it and as `imgscale train --method local` fits it
+  (count-balanced targets and local sets, plain local ridge, compressed indicators: §3.2,
+  D = 15% of M, correlation recovery), and on the same targets ours uncompressed (the
+  indicators regressed themselves), the oracle (each query's own target, found with its label)
+  and the precision of ours uncompressed's rows against it, and one change at a time from ours
+  uncompressed: the indicator regression on random Fourier features, each fixed k, the local
+  regularisation α (0.1, 10);
 - the fix (beyond the paper): local sets of the k most confident rows whatever their label,
   each row weighted by its label's rarity (``class_weight="balanced"``), the local ridge shrunk
-  towards the global one (``local_prior="global"``) with α = `FIX_ALPHA`; on ours (targets
-  found the same way) and on nearest rows (Local), and ours without the prior at inference.
+  towards the global one (``local_prior="global"``) with α = `FIX_ALPHA`; on ours uncompressed
+  (targets found the same way) and on nearest rows (Local), and ours uncompressed without the
+  prior at inference.
 
 Tiny scale runs one task on sklearn's digits written as JPEGs, without the data folder.
 """
@@ -31,17 +35,15 @@ Tiny scale runs one task on sklearn's digits written as JPEGs, without the data 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from sklearn.decomposition import PCA
 
-from imgscale.bench.cifar10_gist import CommandRunner, _ingest, source_tables
+from imgscale.bench.cifar10_gist import exported_rows, source_tables
 from imgscale.bench.common import record
 from imgscale.bench.local import TINY_METRIC_ITER, global_balanced, oracle_records
 from imgscale.bench.registry import Context, benchmark
@@ -49,12 +51,22 @@ from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier, RidgeCl
 
 ONNX_MODEL = "models/efficientnet-lite0.onnx"
 POSITIVE_SHARE = 0.06
+# Ours' compressed indicators, D = 15% of M (§4): what `imgscale train --method local` fits.
+COMPRESSION = 0.15
+# Other draws of the compressed indicators' random signs, to tell their luck from their effect.
+SIGN_DRAWS = 4
 PCA_DIM = 100
 # The fix's local regularisation: how far a neighbourhood may pull away from the global ridge.
 FIX_ALPHA = 10.0
 FIX = {"balanced": False, "class_weight": "balanced", "local_prior": "global", "alpha": FIX_ALPHA}
 PAPER_SUN = "paper 004 Table 1 (SUN): Local 0.50-0.74, Global B 0.64-0.80, ours 0.67-0.89"
 LOCALS = ("local b", "local u", "local ml")
+# Attributes that span classes, as paper 004's do (SUN's attributes span scene categories):
+# positives of unlike appearance (a bird and an airplane fly), subsampled like one class's.
+ATTRIBUTES = {"has wheels": ("automobile", "truck"), "flies": ("airplane", "bird")}
+# The methods of the plot, in its order: the paper's baselines, ours, the fix, the oracle.
+PLOTTED = ("global b", "global u", "local b", "local u", "local ml", "ours uncompressed", "ours",
+           "ours other signs", "ours fixed", "local fixed", "oracle")  # fmt: skip
 
 
 def class_subset(table: pa.Table, per_class: int) -> pa.Table:
@@ -74,35 +86,28 @@ def feature_arrays(ctx: Context, features: str, train_per_class: int, test_per_c
     train, test = class_subset(train, train_per_class), class_subset(test, test_per_class)
     scratch = ctx.scratch("rare-local")
     tag = f"{train_per_class}-{test_per_class}-{features.split('/')[-1].replace(':', '-')}"
-    exported = scratch / f"{tag}-arrays.npz"
-    if not exported.exists():
-        paths = {}
-        for split, table in (("train", train), ("test", test)):
-            paths[split] = scratch / f"{train_per_class}-{test_per_class}-{split}.parquet"
-            pq.write_table(table, paths[split], row_group_size=512)
-        store = scratch / f"{tag}.zarr"
-        _ingest(CommandRunner(ctx), features, store, paths)
-        partial = exported.with_name(f"partial-{exported.name}")
-        CommandRunner(dataclasses.replace(ctx, scheduler=None)).json("export", store, partial)
-        partial.replace(exported)
-    with np.load(exported, allow_pickle=False) as data:
-        X, y, splits = data["X"], data["y"].astype(np.int64), data["splits"]
-        out = {"class_names": data["class_names"]}
+    tables = {"train": train, "test": test}
+    data = exported_rows(ctx, features, scratch / f"{tag}.zarr", scratch / f"{tag}-arrays.npz",
+                         tables)  # fmt: skip
+    out = {"class_names": data["class_names"]}
     for split in ("train", "test"):
-        out[f"X_{split}"], out[f"y_{split}"] = X[splits == split], y[splits == split]
+        rows = data["splits"] == split
+        out[f"X_{split}"], out[f"y_{split}"] = data["X"][rows], data["y"][rows]
     return out
 
 
-def rare_task(y_train, y_test, positive: int, seed: int = 0):
-    """(training rows, test rows) of ``positive`` against the rest: every other row and the
-    positives subsampled to `POSITIVE_SHARE` of the training rows; all test positives and as
-    many test negatives drawn at random."""
+def rare_task(y_train, y_test, positive: int | tuple[int, ...], seed: int = 0):
+    """(training rows, test rows) of ``positive`` (a class, or classes that share an attribute)
+    against the rest: every other row and the positives subsampled to `POSITIVE_SHARE` of the
+    training rows; all test positives and as many test negatives drawn at random."""
     rng = np.random.default_rng(seed)
-    negatives, positives = np.flatnonzero(y_train != positive), np.flatnonzero(y_train == positive)
+    is_positive = np.isin(y_train, positive)
+    negatives, positives = np.flatnonzero(~is_positive), np.flatnonzero(is_positive)
     keep = min(len(positives), round(POSITIVE_SHARE / (1 - POSITIVE_SHARE) * len(negatives)))
     train = np.sort(np.concatenate([negatives, rng.choice(positives, keep, replace=False)]))
-    test_positives = np.flatnonzero(y_test == positive)
-    test_negatives = rng.choice(np.flatnonzero(y_test != positive), len(test_positives), False)
+    test_positives = np.flatnonzero(np.isin(y_test, positive))
+    test_negatives = rng.choice(np.flatnonzero(~np.isin(y_test, positive)), len(test_positives),
+                                False)  # fmt: skip
     return train, np.concatenate([test_positives, test_negatives])
 
 
@@ -127,22 +132,32 @@ def run_task(name, X, y, X_test, y_test, params, log, seed=0) -> tuple[list[dict
             rates[f"local {label} k={k}"] = rate(copy.deepcopy(model).set_params(sizes=(k,)))
     rates["local ml"] = rate(nearest(metric="learned", random_state=seed))
     paper = PredictedNeighbourhoodClassifier(**params, random_state=seed).fit(X, y)
-    rates["ours"] = rate(paper)
+    rates["ours"] = rate(copy.deepcopy(paper).set_params(compression=COMPRESSION).fit_regression())
+    rates["ours uncompressed"] = rate(paper)
+    # Ours with the compressed indicators' random signs drawn again (the same targets).
+    other_signs = [
+        rate(copy.deepcopy(paper).set_params(compression=COMPRESSION, random_state=seed + draw)
+             .fit_regression())
+        for draw in range(1, SIGN_DRAWS + 1)
+    ]  # fmt: skip
+    rates["ours other signs"] = float(np.mean(other_signs))
     log(f"{name}: " + ", ".join(f"{m} {r:.3f}" for m, r in rates.items()))
+    baselines = len(rates)
     changed = {
-        "ours compressed": copy.deepcopy(paper).set_params(compression=0.15).fit_regression(),
-        "ours rff": copy.deepcopy(paper).set_params(embedding_dim=2_000).fit_regression(),
-        **{f"ours k={k}": copy.deepcopy(paper).set_params(sizes=(k,)) for k in sizes},
-        "ours alpha=0.1": copy.deepcopy(paper).set_params(alpha=0.1),
-        "ours alpha=10": copy.deepcopy(paper).set_params(alpha=10.0),
-    }
+        "ours uncompressed rff": copy.deepcopy(paper).set_params(embedding_dim=2_000)
+        .fit_regression(),
+        **{f"ours uncompressed k={k}": copy.deepcopy(paper).set_params(sizes=(k,))
+           for k in sizes},
+        "ours uncompressed alpha=0.1": copy.deepcopy(paper).set_params(alpha=0.1),
+        "ours uncompressed alpha=10": copy.deepcopy(paper).set_params(alpha=10.0),
+    }  # fmt: skip
     rates.update({method: rate(model) for method, model in changed.items()})
     fix = PredictedNeighbourhoodClassifier(**{**params, **FIX}, random_state=seed).fit(X, y)
     rates["ours fixed"] = rate(fix)
     rates["ours fixed without prior"] = rate(copy.deepcopy(fix).set_params(local_prior=None))
     rates["local fixed"] = rate(nearest(**FIX))
     rates["local weighted"] = rate(nearest(balanced=False, class_weight="balanced"))
-    log(f"{name}: " + ", ".join(f"{m} {rates[m]:.3f}" for m in list(rates)[len(sizes) * 2 + 6 :]))
+    log(f"{name}: " + ", ".join(f"{m} {rates[m]:.3f}" for m in list(rates)[baselines:]))
     best_local = max(rates[m] for m in LOCALS)
     records = [
         record(f"{name} accuracy ours fixed", rates["ours fixed"], "fraction", best_local,
@@ -150,40 +165,69 @@ def run_task(name, X, y, X_test, y_test, params, log, seed=0) -> tuple[list[dict
         record(f"{name} accuracy ours", rates["ours"], "fraction", best_local,
                peer="best Local (B, U, ML)", **tag),
         *(record(f"{name} accuracy {m}", r, "fraction", **tag)
-          for m, r in rates.items() if m not in ("ours", "ours fixed")),
+          for m, r in rates.items() if m not in ("ours", "ours fixed", "ours other signs")),
+        record(f"{name} accuracy ours other signs", rates["ours other signs"], "fraction",
+               draws=SIGN_DRAWS, std=float(np.std(other_signs)), min=min(other_signs),
+               max=max(other_signs), **tag),
         *oracle_records(paper, X_test, y_test, name, tag),
     ]  # fmt: skip
     rates["oracle"] = records[-2]["value"]
     return records, rates
 
 
+def attribute_tasks(names, n_tasks: int) -> dict[str, dict[str, tuple[int, ...]]]:
+    """Kind of task ("", one class against nine; "attributes ", `ATTRIBUTES`, those whose
+    classes are all there) → task name → the class ids of its positives."""
+    names = [str(name) for name in names]
+    return {
+        "": {names[c]: (c,) for c in range(n_tasks)},
+        "attributes ": {
+            attribute: tuple(names.index(c) for c in classes)
+            for attribute, classes in ATTRIBUTES.items()
+            if all(c in names for c in classes)
+        },
+    }
+
+
 def run_features(ctx: Context, features: str, label: str, sizes: dict) -> list[dict]:
-    """Every task on one feature set, and the means over tasks."""
+    """Every task on one feature set, and the means over each kind of task."""
     train_per_class, test_per_class, params, n_tasks = sizes["subset"], sizes["queries"], sizes[
         "params"], sizes["tasks"]  # fmt: skip
     data = feature_arrays(ctx, features, train_per_class, test_per_class)
-    names = data["class_names"]
-    records, by_method = [], {}
-    for positive in range(n_tasks):
-        name = f"{label} {names[positive]}"
-        train, test = rare_task(data["y_train"], data["y_test"], positive)
-        pca = PCA(PCA_DIM, random_state=0).fit(data["X_train"][train])
-        X = pca.transform(data["X_train"][train]).astype(np.float32)
-        X_test = pca.transform(data["X_test"][test]).astype(np.float32)
-        y, y_test = (data["y_train"][train] == positive).astype(np.int64), (
-            data["y_test"][test] == positive).astype(np.int64)  # fmt: skip
-        task_records, rates = run_task(name, X, y, X_test, y_test, params, ctx.log)
-        for r in task_records:
-            r["load_1min"] = os.getloadavg()[0]
-        records += task_records
-        ctx.log(f"{name} records: {json.dumps(task_records)}")
-        for method, value in rates.items():
-            by_method.setdefault(method, []).append(value)
+    records = []
+    for kind, tasks in attribute_tasks(data["class_names"], n_tasks).items():
+        by_method = {}
+        for task, positive in tasks.items():
+            name = f"{label} {task}"
+            train, test = rare_task(data["y_train"], data["y_test"], positive)
+            pca = PCA(PCA_DIM, random_state=0).fit(data["X_train"][train])
+            X = pca.transform(data["X_train"][train]).astype(np.float32)
+            X_test = pca.transform(data["X_test"][test]).astype(np.float32)
+            y = np.isin(data["y_train"][train], positive).astype(np.int64)
+            y_test = np.isin(data["y_test"][test], positive).astype(np.int64)
+            task_records, rates = run_task(name, X, y, X_test, y_test, params, ctx.log)
+            for r in task_records:
+                r["load_1min"] = os.getloadavg()[0]
+            records += task_records
+            ctx.log(f"{name} records: {json.dumps(task_records)}")
+            for method, value in rates.items():
+                by_method.setdefault(method, []).append(value)
+        if by_method:
+            records += mean_records(f"{label} {kind}", by_method)
+    return records
+
+
+def mean_records(prefix: str, by_method: dict[str, list[float]]) -> list[dict]:
+    """The mean over tasks of each method, and the paper's claim as differences."""
+    n_tasks = len(by_method["ours"])
     means = {method: float(np.mean(values)) for method, values in by_method.items()}
+    label = prefix.rstrip()
     best_local = max(means[m] for m in LOCALS)
-    records += [
-        record(f"{label} mean accuracy {m}", v, "fraction", tasks=n_tasks,
-               **({"peer": PAPER_SUN} if m.startswith("ours") else {}))
+    records = [
+        record(f"{label} mean accuracy {m}", v, "fraction", tasks=n_tasks)
+        if m not in ("ours", "ours fixed") else
+        record(f"{label} mean accuracy {m}", v, "fraction", best_local, tasks=n_tasks,
+               peer=f"best Local (B, U, ML), same run; {PAPER_SUN}")
         for m, v in means.items()
     ]  # fmt: skip
     for method in ("ours", "ours fixed"):
@@ -194,6 +238,46 @@ def run_features(ctx: Context, features: str, label: str, sizes: dict) -> list[d
                    means[method] - means["global b"], "points"),
         ]  # fmt: skip
     return records
+
+
+def plot(records: list[dict], path) -> None:
+    """Mean accuracy over the one-class tasks of each method that answers the paper's claim, a
+    panel per feature set, each one-class task's accuracy as a dot and each attribute's as a
+    triangle, and Global B − 3 points (the paper's shape: ours at or above it) as a dashed
+    line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_name = {r["name"]: r["value"] for r in records}
+    labels = [label for label in ("gist", "cnn") if f"{label} mean accuracy ours" in by_name]
+    fig, axes = plt.subplots(1, len(labels), figsize=(5.5 * len(labels), 4.4), squeeze=False)
+    for ax, label in zip(axes[0], labels, strict=True):
+        tasks = list(dict.fromkeys(r["task"] for r in records
+                                   if r.get("task", "").startswith(f"{label} ")))  # fmt: skip
+        attributes = [t for t in tasks if t.removeprefix(f"{label} ") in ATTRIBUTES]
+        classes = [t for t in tasks if t not in attributes]
+        for i, method in enumerate(PLOTTED):
+            mean = by_name[f"{label} mean accuracy {method}"]
+            colour = "tab:red" if method.startswith("ours") else "tab:grey"
+            ax.bar(i, 100 * mean, color=colour, alpha=0.6)
+            for marker, group in (("k.", classes), ("b^", attributes)):
+                ax.plot([i] * len(group), [100 * by_name[f"{t} accuracy {method}"] for t in group],
+                        marker, markersize=4)  # fmt: skip
+        ax.axhline(100 * (by_name[f"{label} mean accuracy global b"] - 0.03), color="tab:blue",
+                   linestyle="--", linewidth=1, label="Global B − 3 points")  # fmt: skip
+        ax.set_xticks(range(len(PLOTTED)), PLOTTED, rotation=40, ha="right", fontsize=8)
+        ax.set_ylim(40, 100)
+        ax.set_ylabel("balanced test accuracy (%)")
+        ax.set_title(f"{label}: {len(classes)} one-class tasks (bars, dots), "
+                     f"{len(attributes)} attributes (triangles)", fontsize=9)  # fmt: skip
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle("paper 004 on rare attributes, 6% positives", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def scale_sizes(ctx: Context) -> dict:
@@ -230,4 +314,5 @@ def suite(ctx: Context) -> list[dict]:
     if ctx.scale in ("medium", "large"):
         model = ctx.data(ONNX_MODEL)
         records += run_features(ctx, f"onnx:{model}", "cnn", sizes)
+    plot(records, ctx.plot("rates"))
     return records

@@ -321,7 +321,9 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         ``class_weight``), C' = 1 for two classes: what ``local_prior="global"`` shrinks to.
     neighbourhood_instances_ : ndarray (N,) row ids; neighbourhood_indptr_ (N + 1,) and
         neighbourhood_members_: their target neighbourhoods (CSR); neighbourhood_sizes_ (N,) k*.
-    sensing_signs_ : ndarray (D, M) int8, φ·√D, or None without compression.
+    sensing_seed_ : int or None, the seed of the D × M signs φ·√D (`sensing_matrix`), or None
+        without compression; the model keeps the seed, not the signs, which would outweigh
+        every other array (a model saved before kept them as ``sensing_signs_``).
     regression_coef_ : ndarray (d, D) float32; regression_mean_ (d,), target_mean_ (D,),
         regression_rho_: the indicator ridge (d: features or embedding dimensions; D = M
         without compression).
@@ -339,7 +341,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
     _fitted_shapes: ClassVar[dict[str, Shape]] = {
         "training_rows_": ("N", "D"),
         "training_index_": ("N",),
-        "sensing_signs_": ("S", "N"),
+        "sensing_signs_": ("S", "N"),  # what a model saved before `sensing_seed_` kept
         "target_mean_": ("S",),
         "neighbourhood_instances_": ("M",),
         "neighbourhood_sizes_": ("M",),
@@ -465,10 +467,13 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
         check_is_fitted(self, "neighbourhood_indptr_")
         X, n_rows = self.training_rows_, len(self.training_rows_)
         seed = check_random_state(self.random_state).randint(2**31)
-        self.sensing_signs_ = self.embedding_weights_ = self.embedding_offset_ = None
+        self.sensing_seed_ = self.embedding_weights_ = self.embedding_offset_ = None
+        vars(self).pop("sensing_signs_", None)  # a model saved with its signs: drawn anew now
+        self._sensing_signs = None
         if self.compression is not None:
             n_measurements = max(1, round(self.compression * n_rows))
-            self.sensing_signs_ = sensing_signs(n_measurements, n_rows, seed)
+            self.sensing_seed_ = seed
+            self._sensing_signs = sensing_signs(n_measurements, n_rows, seed)
         targets = self.regression_targets()
         inputs = X[self.neighbourhood_instances_]
         if self.embedding_dim is not None:
@@ -484,7 +489,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
     def regression_targets(self) -> np.ndarray:
         """The N target neighbourhoods' indicator vectors y (N, M), or φ y (N, D) compressed."""
         check_is_fitted(self, "neighbourhood_indptr_")
-        signs, bounds = self.sensing_signs_, self.neighbourhood_indptr_
+        signs, bounds = self.sensing_matrix(), self.neighbourhood_indptr_
         n_targets = len(self.training_rows_) if signs is None else len(signs)
         out = np.zeros((len(self.neighbourhood_instances_), n_targets), dtype=np.float32)
         for n in range(len(out)):
@@ -494,6 +499,20 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
             else:
                 out[n] = signs[:, members].sum(axis=1, dtype=np.float32)
         return out if signs is None else out / np.float32(np.sqrt(len(signs)))
+
+    def sensing_matrix(self) -> np.ndarray | None:
+        """The signs φ·√D (D, M) int8 of the compressed indicators, or None without compression:
+        drawn from `sensing_seed_` the first time a loaded model needs them, or the signs a
+        model saved before kept."""
+        saved = vars(self).get("sensing_signs_")
+        if saved is not None or getattr(self, "sensing_seed_", None) is None:
+            return saved
+        if getattr(self, "_sensing_signs", None) is None:
+            n_measurements = len(self.target_mean_)
+            self._sensing_signs = sensing_signs(
+                n_measurements, len(self.training_rows_), self.sensing_seed_
+            )
+        return self._sensing_signs
 
     def prior(self) -> np.ndarray | None:
         """The weights (d, C') local fits shrink towards (``local_prior``), or None."""
@@ -513,7 +532,7 @@ class PredictedNeighbourhoodClassifier(RowClassifierMixin, BaseEstimator):
             self.training_rows_, self.training_index_, len(self.classes_),
             tuple(int(k) for k in self.sizes), float(self.alpha), self.neighbourhood,
             bool(self.balanced), self.label_weights(), self.prior(), self.components_,
-            self.sensing_signs_ if predicted else None,
+            self.sensing_matrix() if predicted else None,
             self.regression_coef_ if predicted else None,
             self.regression_mean_ if predicted else None,
             self.target_mean_ if predicted else None,

@@ -197,9 +197,19 @@ def local_posteriors(
 
 
 def sensing_signs(n_measurements: int, n_rows: int, seed: int) -> np.ndarray:
-    """Random ±1 signs (D, M) int8; φ = signs/√D satisfies the RIP with high probability."""
-    rng = np.random.default_rng(seed)
-    return np.where(rng.random((n_measurements, n_rows)) < 0.5, -1, 1).astype(np.int8)
+    """Random ±1 signs (D, M) int8; φ = signs/√D satisfies the RIP with high probability.
+
+    Sign i·M + j is bit i·M + j of the raw 64-bit words of PCG64 seeded with ``seed``, the least
+    significant bit of each word first: -1 for a 0 bit, +1 for a 1. NumPy guarantees a bit
+    generator's raw stream for a fixed seed across versions (a `Generator` method's is not), so
+    a model that keeps only ``seed`` draws the same signs again wherever it is loaded.
+    """
+    count = n_measurements * n_rows
+    words = np.random.PCG64(seed).random_raw(-(-count // 64)).astype("<u8")
+    signs = np.unpackbits(words.view(np.uint8), count=count, bitorder="little").view(np.int8)
+    signs *= 2
+    signs -= 1
+    return signs.reshape(n_measurements, n_rows)
 
 
 def multi_target_ridge(

@@ -66,3 +66,20 @@ def test_a_figure_no_rule_explains_is_listed_and_the_table_says_what_others_are_
     table = report.table(peers.annotate(run))
     assert "| store of 1000 rows, GiB | 0.1 | GiB | *none — the store's size" in table
     assert "| something new | 1 | s |  |" in table
+
+
+def test_rare_local_variants_stand_against_ours_and_the_fix_against_global_b():
+    run = _run(
+        "rare-local",
+        record("gist frog accuracy ours", 0.80, "fraction"),
+        record("gist frog accuracy ours uncompressed", 0.72, "fraction"),
+        record("gist frog accuracy ours uncompressed k=50", 0.90, "fraction"),
+        record("gist frog accuracy global b", 0.75, "fraction"),
+        record("gist frog accuracy local fixed", 0.60, "fraction"),
+        record("gist dog accuracy ours", 0.50, "fraction"),
+    )
+    by_name = {r["name"]: r for r in peers.annotate(run)}
+    assert by_name["gist frog accuracy ours uncompressed"]["ratio"] == 0.72 / 0.80
+    assert by_name["gist frog accuracy ours uncompressed k=50"]["ratio"] == 0.90 / 0.72
+    assert by_name["gist frog accuracy local fixed"]["ratio"] == 0.60 / 0.75
+    assert "baseline" in by_name["gist frog accuracy global b"]["purpose"]

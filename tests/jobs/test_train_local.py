@@ -81,3 +81,50 @@ def test_local_sizes_that_are_not_integers_are_one_line_errors(tmp_path, schedul
     assert result.exit_code != 0
     assert "--sizes '10,x': expected integers" in str(result.exception)
     assert not (tmp_path / "m.model").exists()
+
+
+def _compressed(compression: float, n: int = 300) -> PredictedNeighbourhoodClassifier:
+    X, y = _rows(2, 1, n)
+    return PredictedNeighbourhoodClassifier(
+        n_neighbourhoods=40, sizes=(12, 24), n_samples=2, compression=compression, random_state=0
+    ).fit(X, y)
+
+
+def _bytes_on_disk(path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def test_a_compressed_model_saves_the_seed_of_its_signs_and_predicts_the_same_loaded(tmp_path):
+    """The D × M signs are drawn again from their seed on load: the file grows with D by the
+    regression's (d + 1) × D float32 numbers, not by the D × M signs (M × D / 8 bytes at least,
+    one random bit each, however the store compresses them)."""
+    n = 1_200
+    Xt, _ = _rows(2, 2, 60)
+    sizes = {}
+    for compression in (0.2, 0.8):
+        model = _compressed(compression, n)
+        path = tmp_path / f"{compression}.model"
+        models.save(model, path)
+        sizes[compression] = _bytes_on_disk(path)
+        loaded = models.load(path)[0]
+        assert "sensing_signs_" not in vars(loaded)
+        np.testing.assert_array_equal(loaded.sensing_matrix(), model.sensing_matrix())
+        np.testing.assert_array_equal(loaded.predict_proba(Xt), model.predict_proba(Xt))
+    added = round(0.8 * n) - round(0.2 * n)
+    assert sizes[0.8] - sizes[0.2] < 2 * (DIM + 1) * 4 * added < n * added / 8
+
+
+def test_a_model_saved_with_its_signs_loads_and_scores_with_them(tmp_path):
+    """A model saved before the seed kept its signs (``sensing_signs_``): they, not a seed's,
+    score its queries after loading."""
+    model = _compressed(0.3)
+    signs = -model.sensing_matrix()
+    del model.sensing_seed_
+    model.sensing_signs_ = signs
+    Xt, _ = _rows(2, 2, 60)
+    before = model.predict_proba(Xt)
+    models.save(model, tmp_path / "old.model")
+    loaded = models.load(tmp_path / "old.model")[0]
+    np.testing.assert_array_equal(loaded.sensing_matrix(), signs)
+    np.testing.assert_array_equal(loaded.predict_proba(Xt), before)
+    assert not np.array_equal(before, _compressed(0.3).predict_proba(Xt))

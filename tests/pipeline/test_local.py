@@ -41,6 +41,18 @@ def test_omp_recovers_a_planted_sparse_indicator_from_order_l_log_m_over_l_measu
         np.testing.assert_allclose(recovered, indicator, atol=1e-8)
 
 
+def test_sensing_signs_are_the_bits_of_pcg64s_raw_stream_which_numpy_keeps_across_versions():
+    """A saved model keeps only the seed of its signs, so they must not change with NumPy: the
+    first two raw words of PCG64 seeded with 0 (as NumPy 1.17 to 2.x draw them), bit by bit,
+    least significant first, 1 for +1 and 0 for -1."""
+    words = (0xA30FEBCFD9C2825F, 0x4510BDF882D9D721)
+    expected = [1 if word >> bit & 1 else -1 for word in words for bit in range(64)]
+    signs = sensing_signs(4, 32, seed=0)
+    assert signs.dtype == np.int8
+    np.testing.assert_array_equal(signs, np.reshape(expected, (4, 32)))
+    assert 0.45 < np.mean(sensing_signs(50, 400, seed=3) > 0) < 0.55
+
+
 def test_candidates_are_label_balanced_and_drawn_with_weight_one_over_rank():
     """One row per label and set: row of rank r is drawn with probability (1/r)/H_m exactly."""
     ranked = [np.arange(0, 40), np.arange(100, 140)]
@@ -309,10 +321,10 @@ def test_regression_targets_are_the_indicators_or_their_compression(compression)
         indicators[n, model.neighbourhood_members_[bounds[n] : bounds[n + 1]]] = 1.0
     targets = model.regression_targets()
     if compression is None:
-        assert model.sensing_signs_ is None
+        assert model.sensing_matrix() is None
         np.testing.assert_array_equal(targets, indicators)
     else:
-        phi = model.sensing_signs_ / np.sqrt(len(model.sensing_signs_))
+        phi = model.sensing_matrix() / np.sqrt(len(model.sensing_matrix()))
         assert phi.shape == (round(0.3 * len(X)), len(X))
         np.testing.assert_allclose(targets, indicators @ phi.T, atol=1e-5)
     assert model.regression_coef_.shape == (X.shape[1], targets.shape[1])
@@ -322,7 +334,7 @@ def test_refitting_the_regression_with_compression_equals_fitting_with_it():
     compressed, X, _ = _fitted(compression=0.3)
     refitted, _, _ = _fitted()
     refitted.set_params(compression=0.3).fit_regression()
-    np.testing.assert_array_equal(refitted.sensing_signs_, compressed.sensing_signs_)
+    np.testing.assert_array_equal(refitted.sensing_matrix(), compressed.sensing_matrix())
     np.testing.assert_array_equal(refitted.regression_coef_, compressed.regression_coef_)
     np.testing.assert_array_equal(refitted.predict_proba(X[:20]), compressed.predict_proba(X[:20]))
 
