@@ -75,7 +75,7 @@ FIELDS = (
     "run_id", "kind", "outcome", "started", "ended", "heartbeat", "host", "pid", "pid_started",
     "worker", "cwd", "spec", "spec_file", "command", "scheduler", "versions", "git_commit",
     "rows_done", "rows_total", "pass", "progress_unit", "rows", "figures", "error", "parent",
-    "children", "generation", "cancel_requested",
+    "children", "generation", "cancel_requested", "outputs",
 )  # fmt: skip
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _IMPORTED = "imported-sqlite"
@@ -150,7 +150,8 @@ class Ledger:
         self._event(run_id, "cancel", {"cancel_requested": f"{utc_now()} by {by}"})
 
     def finish(self, run_id: str, outcome: str, **fields: Any) -> None:
-        """Record the end of a run: ``outcome`` and any of rows, figures, error."""
+        """Record the end of a run: ``outcome`` and any of rows, figures, error, outputs (the
+        files it wrote)."""
         if outcome not in OUTCOMES[1:]:
             raise StoreError(f"ledger {self.url}: outcome {outcome!r}; expected {OUTCOMES[1:]}")
         self._check_fields(fields)

@@ -387,3 +387,48 @@ def test_a_schedule_on_the_cluster_records_each_turn_goes_on_after_a_failed_one_
     _imgscale("cancel", run_id, ledger=ledger)
     status = _wait(run_id, ledger, _ended, "ended")
     assert status["outcome"] == "cancelled"
+
+
+def test_a_submitted_benchmark_writes_its_results_where_out_says_and_its_record_lists_them(
+    tmp_path, cluster_factory
+):
+    import pyarrow.parquet as pq
+
+    cluster = cluster_factory()
+    ledger = tmp_path / "ledger"
+    out = tmp_path / "shared" / "bench-out"
+    done = _imgscale(
+        "bench", "ridge", "--scale", "tiny", "--out", str(out), "--scheduler", cluster.address,
+        "--submit", "--json", ledger=ledger,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    status = _wait(run_id, ledger, _ended, "ended")
+    assert (status["kind"], status["outcome"]) == ("bench", "ok"), status
+    assert status["worker"] == next(iter(cluster.workers))  # the driver worker ran the suite
+    results, report = out / "results.parquet", out / "report.md"
+    assert status["outputs"][:2] == [str(results), str(report)]
+    assert str(out / "ridge-dask.html") in status["outputs"]
+    assert all(Path(file).is_file() and Path(file).parent == out for file in status["outputs"])
+    rows = pq.read_table(results).to_pylist()
+    assert {row["benchmark"] for row in rows} == {"machine", "ridge"}
+    ridge = {row["name"] for row in rows if row["benchmark"] == "ridge"}
+    assert {"ridge fit, 8-value rho grid, wall", "ridge fit throughput"} <= ridge
+    assert "\n## ridge: " in report.read_text()
+    assert Ledger(ledger).get(run_id)["outputs"] == status["outputs"]
+
+
+def test_a_benchmark_submitted_with_folders_the_workers_cannot_reach_submits_nothing(tmp_path):
+    ledger = tmp_path / "ledger"
+    far = _imgscale(
+        "bench", "ridge", "--scale", "tiny", "--out", "bench-out", "--scheduler",
+        "tcp://10.0.0.9:8786", "--submit", ledger=ledger,
+    )  # fmt: skip
+    assert far.returncode == 2, far.stderr
+    assert (
+        "--out bench-out: relative to this machine; the workers of tcp://10.0.0.9:8786 cannot "
+        "reach it" in far.stderr
+    )
+    alone = _imgscale("bench", "ridge", "--out", str(tmp_path / "o"), "--submit", ledger=ledger)
+    assert alone.returncode == 2 and "--submit needs a cluster" in alone.stderr
+    assert not ledger.exists() and not (tmp_path / "o").exists()
