@@ -8,6 +8,9 @@ the `imgscale` script, SIGKILL for the faults. Each fault of issue 43 item 5 is 
 - the scheduler killed: the run reads lost within a bounded time; `resume` on a new cluster ends
   it ok with the stores of an uninterrupted run; of two resumes at once exactly one wins;
 - a compute worker killed mid-job: the run ends ok.
+
+The driver-worker and scheduler faults run with the ledger in a folder and on a real
+S3-compatible server (moto, a process).
 """
 
 from __future__ import annotations
@@ -113,25 +116,34 @@ def work(tmp_path) -> Path:
     return tmp_path
 
 
-def _imgscale(*args: str, ledger: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+@pytest.fixture(params=["folder", pytest.param("s3", marks=pytest.mark.slow)])
+def ledger(request, work) -> Path | str:
+    """The ledger of a fault test: a folder, or a prefix on a real S3-compatible server (moto, a
+    process; the cluster the test starts inherits its address and test credentials)."""
+    if request.param == "s3":
+        return f"{request.getfixturevalue('s3_bucket')}/ledger"
+    return work / "ledger"
+
+
+def _imgscale(*args: str, ledger: Path | str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [IMGSCALE, *args, "--ledger", str(ledger)], capture_output=True, text=True, timeout=timeout
     )
 
 
-def _submit(spec: Path, cluster: Cluster, ledger: Path) -> str:
+def _submit(spec: Path, cluster: Cluster, ledger: Path | str) -> str:
     done = _imgscale("submit", str(spec), "--scheduler", cluster.address, "--json", ledger=ledger)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)["run_id"]
 
 
-def _status(run_id: str, ledger: Path) -> dict:
+def _status(run_id: str, ledger: Path | str) -> dict:
     shown = _imgscale("status", run_id, "--json", ledger=ledger)
     assert shown.returncode == 0, shown.stderr
     return json.loads(shown.stdout)
 
 
-def _wait(run_id: str, ledger: Path, until, what: str, timeout: float = TIMEOUT) -> dict:
+def _wait(run_id: str, ledger: Path | str, until, what: str, timeout: float = TIMEOUT) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = _status(run_id, ledger)
@@ -226,10 +238,9 @@ def test_cancel_stops_the_run_at_a_safe_point_and_the_store_stays_as_committed(
 
 
 def test_the_driver_worker_killed_mid_ingest_reruns_elsewhere_fenced_and_ends_ok(
-    work, cluster_factory
+    work, cluster_factory, ledger
 ):
     cluster = cluster_factory(drivers=2, plain=1)
-    ledger = work / "ledger"
     run_id = _submit(work / "big.toml", cluster, ledger)
     first = _wait(run_id, ledger, _ingesting, "started its ingest")
     assert first["generation"] == 1
@@ -255,10 +266,9 @@ def test_a_compute_worker_killed_mid_job_and_the_run_still_ends_ok(work, cluster
 
 
 def test_a_run_whose_scheduler_died_reads_lost_and_one_of_two_resumes_ends_it_ok(
-    work, cluster_factory
+    work, cluster_factory, ledger
 ):
     first = cluster_factory()
-    ledger = work / "ledger"
     run_id = _submit(work / "big.toml", first, ledger)
     _wait(run_id, ledger, _ingesting, "started its ingest")
     first.kill(first.scheduler)
