@@ -399,32 +399,42 @@ def test_a_schedule_on_the_cluster_records_each_turn_goes_on_after_a_failed_one_
     assert status["outcome"] == "cancelled"
 
 
+@pytest.mark.parametrize("shared", ["folder", pytest.param("s3", marks=pytest.mark.slow)])
 def test_a_submitted_benchmark_writes_its_results_where_out_says_and_its_record_lists_them(
-    tmp_path, cluster_factory
+    request, tmp_path, cluster_factory, shared
 ):
+    import fsspec
     import pyarrow.parquet as pq
 
+    if shared == "s3":  # results and ledger on a real S3-compatible server (moto, a process)
+        bucket = request.getfixturevalue("s3_bucket")
+        out, ledger = f"{bucket}/bench-out", f"{bucket}/ledger"
+    else:
+        out, ledger = str(tmp_path / "shared" / "bench-out"), tmp_path / "ledger"
     cluster = cluster_factory()
-    ledger = tmp_path / "ledger"
-    out = tmp_path / "shared" / "bench-out"
     done = _imgscale(
-        "bench", "ridge", "--scale", "tiny", "--out", str(out), "--scheduler", cluster.address,
+        "bench", "ridge", "--scale", "tiny", "--out", out, "--scheduler", cluster.address,
         "--submit", "--json", ledger=ledger,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout)["run_id"]
     status = _wait(run_id, ledger, _ended, "ended")
-    assert (status["kind"], status["outcome"]) == ("bench", "ok"), status
+    logs = _imgscale("logs", run_id, ledger=ledger).stdout
+    assert (status["kind"], status["outcome"]) == ("bench", "ok"), (status, logs[-3000:])
     assert status["worker"] == next(iter(cluster.workers))  # the driver worker ran the suite
-    results, report = out / "results.parquet", out / "report.md"
-    assert status["outputs"][:2] == [str(results), str(report)]
-    assert str(out / "ridge-dask.html") in status["outputs"]
-    assert all(Path(file).is_file() and Path(file).parent == out for file in status["outputs"])
-    rows = pq.read_table(results).to_pylist()
+    results, report = f"{out}/results.parquet", f"{out}/report.md"
+    assert status["outputs"][:2] == [results, report]
+    assert f"{out}/ridge-dask.html" in status["outputs"]
+    assert all(file.rsplit("/", 1)[0] == out for file in status["outputs"])
+    for file in status["outputs"]:
+        assert fsspec.open(file).fs.exists(file), file
+    with fsspec.open(results, "rb") as table:
+        rows = pq.read_table(table).to_pylist()
     assert {row["benchmark"] for row in rows} == {"machine", "ridge"}
     ridge = {row["name"] for row in rows if row["benchmark"] == "ridge"}
     assert {"ridge fit, 8-value rho grid, wall", "ridge fit throughput"} <= ridge
-    assert "\n## ridge: " in report.read_text()
+    with fsspec.open(report, "rt") as text:
+        assert "\n## ridge: " in text.read()
     assert Ledger(ledger).get(run_id)["outputs"] == status["outputs"]
 
 
