@@ -96,7 +96,6 @@ def bench(
     imgscale bench --list
     imgscale bench ridge pq --scale tiny --out bench-out
     imgscale bench --docs docs --add bench-out/results.parquet
-    imgscale bench ridge --scale tiny --out /shared/bench-out --scheduler ADDRESS --submit
     """
     from imgscale.bench.registry import data_dir as resolve_data_dir
     from imgscale.bench.suite import run_suite, select
