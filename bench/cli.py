@@ -4,6 +4,7 @@ entry point, so the program's own layers never import the benchmarks."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import tempfile
@@ -14,6 +15,8 @@ import click
 
 from imgscale.bench.registry import SCALES
 from imgscale.jobs.options import json_option, scheduler_option, verbose, verbose_option
+from imgscale.jobs.runs import ledger_option
+from imgscale.storage import is_url
 
 # The bench extra: plots (matplotlib) and each benchmark's Dask performance report (bokeh).
 # Checked before any benchmark runs, so that without the extra running benchmarks is a one-line
@@ -44,7 +47,8 @@ def _require_bench_extra() -> None:
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
-    help="Where results.parquet, report.md, plots and Dask reports go (required to run).",
+    help="Where results.parquet, report.md, plots and Dask reports go (required to run): a "
+    "folder, or an s3:// prefix they are uploaded to when the suite ends.",
 )
 @click.option(
     "--data-dir",
@@ -71,14 +75,22 @@ def _require_bench_extra() -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="With --docs: a run's results.parquet to merge in (its plots beside it are copied).",
 )
+@click.option(
+    "--submit",
+    is_flag=True,
+    help="Run the suite detached on the cluster at --scheduler, as `imgscale submit` runs a "
+    "spec: prints the run id and exits; the run's record lists the result files.",
+)
 @scheduler_option
+@ledger_option
 @json_option
 @verbose_option
 def bench(
-    names, list_only, scale, out, data_dir, workdir, docs, tables, scheduler, as_json
-) -> None:  # fmt: skip
+    names, list_only, scale, out, data_dir, workdir, docs, tables, submit, scheduler, ledger,
+    as_json,
+) -> list[str] | None:  # fmt: skip
     """Run benchmarks NAMES (default: all) at one scale; each figure beside a peer or a machine
-    limit measured in the same run.
+    limit measured in the same run. Returns the files it wrote (a submitted run lists them).
 
     \b
     imgscale bench --list
@@ -104,7 +116,13 @@ def bench(
     data = resolve_data_dir(data_dir)
     if data is not None and not data.is_dir():
         raise click.UsageError(f"--data-dir {data}: no such folder")
+    if submit:
+        _submit(names, scale, out, data, workdir, scheduler, ledger, as_json)
+        return None
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="imgscale-bench-"))
+    target = out
+    if is_url(out):  # written here, uploaded when the suite ends
+        out = tempfile.mkdtemp(prefix="imgscale-bench-out-")
 
     def log(line: str) -> None:
         if not as_json:
@@ -125,6 +143,11 @@ def bench(
     finally:
         if not workdir:  # our own temporary stores; a given --workdir is kept for the next run
             shutil.rmtree(work, ignore_errors=True)
+    written = _written(outcome)
+    if target != out:
+        written = _upload(written, target)
+        shutil.rmtree(out, ignore_errors=True)
+        outcome.results, outcome.report = written[0], written[1]
     summary = {
         "results": str(outcome.results),
         "report": str(outcome.report),
@@ -143,6 +166,68 @@ def bench(
     if outcome.failed:
         failed = "; ".join(f"{n}: {reason}" for n, reason in outcome.failed.items())
         raise click.ClickException(f"benchmark failed ({failed}); the others' results are saved")
+    return [str(file) for file in written]
+
+
+def _written(outcome) -> list[Path]:
+    """The files this run wrote: the results table and the report first, then each run
+    benchmark's plots and Dask report."""
+    folder = outcome.results.parent
+    own = [
+        file
+        for name in [*outcome.ran, *outcome.failed]
+        for file in sorted(folder.glob(f"{name}-*"))
+        if file.is_file()
+    ]
+    return [outcome.results, outcome.report, *own]
+
+
+def _upload(files: list[Path], prefix: str) -> list[str]:
+    """Copy ``files`` under the object-store ``prefix``; returns their URLs, in order."""
+    from imgscale.storage.fs import location, put_object
+
+    urls = []
+    for file in files:
+        url = f"{prefix.rstrip('/')}/{file.name}"
+        put_object(location(url), file.read_bytes())
+        urls.append(url)
+    return urls
+
+
+def _submit(names, scale, out, data, workdir, scheduler, ledger, as_json) -> None:
+    """Hand the suite to the cluster as a detached run of kind ``bench``: its driver runs this
+    command there (jobs/driver.py) and lists the files it wrote in the run's record."""
+    from imgscale.jobs.detached import is_remote, job_record, submit_run
+
+    if not scheduler:
+        raise click.UsageError(
+            "--submit needs a cluster: --scheduler ADDRESS or $DASK_SCHEDULER_ADDRESS"
+        )
+    folders = {"--out": out, "--data-dir": data, "--workdir": workdir}
+    relative = [
+        f"{flag} {path}"
+        for flag, path in folders.items()
+        if path is not None and not is_url(path) and not Path(path).is_absolute()
+    ]
+    if relative and is_remote(scheduler):
+        raise click.UsageError(
+            f"{', '.join(relative)}: relative to this machine; the workers of {scheduler} "
+            "cannot reach it: give a URL or an absolute path every worker mounts"
+        )
+    params = {"names": list(names), "scale": scale, "submit": False}
+    for key, path in (("out", out), ("data_dir", data), ("workdir", workdir)):
+        if path is not None:
+            params[key] = str(path) if is_url(path) else os.path.abspath(path)
+    command = ["imgscale", "bench", *names, "--scale", scale, "--out", params["out"], "--submit"]
+    run_id = submit_run(
+        [job_record(1, "bench", params)],
+        kind="bench",
+        address=scheduler,
+        ledger=ledger,
+        spec_file=None,
+        command=command,
+    )
+    click.echo(json.dumps({"run_id": run_id}) if as_json else run_id)
 
 
 def _print_list(chosen, as_json: bool) -> None:

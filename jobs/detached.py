@@ -37,6 +37,8 @@ from imgscale.jobs.spec import Job, SpecError, load_spec
 from imgscale.storage import Ledger, StoreError, is_url, use_storage_options
 
 _LOOPBACK = ("127.", "localhost", "[::1]", "::1")
+# The kinds of run `submit_run` records: a spec's jobs, and `imgscale bench --submit`'s suite.
+SUBMITTED_KINDS = ("spec", "bench")
 
 
 @click.command()
@@ -70,7 +72,6 @@ def submit(
     same cluster and is recorded as a run of kind ``turn`` (a failed turn does not stop the
     next); `imgscale cancel RUN` ends it.
     """
-    from imgscale.jobs.cluster import connect
     from imgscale.jobs.schedule import CronSchedule, parse_every
 
     if every is not None and cron is not None:
@@ -90,7 +91,7 @@ def submit(
             "submit needs a cluster: --scheduler ADDRESS, $DASK_SCHEDULER_ADDRESS or the "
             "spec's scheduler"
         )
-    remote = not any(host in address for host in _LOOPBACK)
+    remote = is_remote(address)
     refused = [
         f"{spec}: job {job.number} ({job.kind}): key '{key}': {value!r} is relative to this "
         f"machine; the workers of {address} cannot reach it: give a URL or an absolute path "
@@ -103,6 +104,33 @@ def submit(
         click.echo(f"imgscale: error: {line}", err=True)
     if refused:
         raise click.ClickException(f"{spec}: {len(refused)} paths the workers cannot reach")
+    run_id = submit_run(
+        [_job_record(job) for job in jobs],
+        kind="spec",
+        address=address,
+        ledger=ledger,
+        spec_file=str(Path(spec).resolve()),
+        command=["imgscale", "submit", str(Path(spec).resolve())],
+        schedule=schedule,
+    )
+    click.echo(json.dumps({"run_id": run_id}) if as_json else run_id)
+
+
+def submit_run(
+    jobs: list[dict[str, Any]],
+    *,
+    kind: str,
+    address: str,
+    ledger: str | None,
+    spec_file: str | None,
+    command: list[str],
+    schedule: dict[str, Any] | None = None,
+) -> str:
+    """Record a run of ``jobs`` (each as `job_record` makes it, paths the workers reach) in the
+    ledger ``ledger`` names, hand its driver to the scheduler at ``address``, and return the
+    run id. ``kind`` is the kind its record lists (``spec``, ``bench``: `SUBMITTED_KINDS`)."""
+    from imgscale.jobs.cluster import connect
+
     book = open_ledger(ledger)
     shared = [] if is_url(book.url) else [os.path.abspath(book.url)]
     for folder in shared:
@@ -113,18 +141,24 @@ def submit(
         book.submit(
             {
                 "run_id": run_id,
-                "kind": "spec",
+                "kind": kind,
                 "cwd": os.getcwd(),
-                "spec": {"jobs": [_job_record(job) for job in jobs], **schedule},
-                "spec_file": str(Path(spec).resolve()),
-                "command": redact_urls(["imgscale", "submit", str(Path(spec).resolve())]),
+                "spec": {"jobs": jobs, **(schedule or {})},
+                "spec_file": spec_file,
+                "command": redact_urls(command),
                 "scheduler": address,
                 "versions": versions(),
                 "git_commit": git_commit(),
             }
         )
-        submit_driver(client, run_id, os.path.abspath(book.url) if shared else book.url, address)
-    click.echo(json.dumps({"run_id": run_id}) if as_json else run_id)
+        submit_driver(client, run_id, shared[0] if shared else book.url, address)
+    return run_id
+
+
+def is_remote(address: str) -> bool:
+    """Whether the scheduler at ``address`` may run on another machine than this one (its
+    workers then cannot reach this machine's relative paths)."""
+    return not any(host in address for host in _LOOPBACK)
 
 
 def _checked(spec: str, root: click.Group) -> list[Job]:
@@ -142,11 +176,19 @@ def _spec_scheduler(jobs: list[Job]) -> str | None:
 
 
 def _job_record(job: Job) -> dict[str, Any]:
+    return job_record(job.number, job.kind, job.params, job.storage_options)
+
+
+def job_record(
+    number: int, kind: str, params: dict[str, Any], storage_options: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Job ``number`` of a submitted run as its record keeps it: the command ``kind`` (any
+    ``imgscale`` command, a contributed one such as ``bench`` too) and its parameters."""
     return {
-        "number": job.number,
-        "kind": job.kind,
-        "params": redact_urls(job.params),
-        "storage_options": job.storage_options,
+        "number": number,
+        "kind": kind,
+        "params": redact_urls(params),
+        "storage_options": storage_options,
     }
 
 
@@ -170,7 +212,7 @@ def drive(
     children = list(record["children"] or [])
     finished = {c["job"] for c in children if _outcome(ledger, c["run_id"]) == "ok"}
     jobs = [
-        Job(j["number"], root.commands[j["kind"]], j["params"], j["storage_options"])
+        Job(j["number"], root.get_command(ctx, j["kind"]), j["params"], j["storage_options"])
         for j in record["spec"]["jobs"]
     ]
     with Watch(ledger, run_id, generation, scheduler, parent) as watch:
@@ -188,7 +230,7 @@ def drive(
         except (Exception, KeyboardInterrupt) as exc:
             _end_stopped(ledger, run_id, scheduler, watch.stopped_by, exc)
             sys.exit(1)
-    ledger.finish(run_id, "ok")
+    ledger.finish(run_id, "ok", **({"outputs": watch.outputs} if watch.outputs else {}))
     click.echo(f"run {run_id}: {len(jobs)} jobs ok")
 
 
@@ -253,7 +295,9 @@ def _run_job(root, job: Job, count: int, scheduler, ledger_url, watch: Watch, or
     watch.children.append({"job": job.number, "run_id": None})
     with use_storage_options(job.storage_options or {}):
         try:
-            root.main(args=argv[1:], prog_name="imgscale", standalone_mode=False)
+            written = root.main(args=argv[1:], prog_name="imgscale", standalone_mode=False)
+            if isinstance(written, list):  # the files the command wrote (bench's results)
+                watch.outputs += [str(file) for file in written]
         finally:
             watch.children[-1]["run_id"] = origin.run_ids[0] if origin.run_ids else None
 
@@ -292,7 +336,8 @@ def _end_stopped(ledger: Ledger, run_id: str, scheduler: str, reason, exc: BaseE
 def status(run_id: str, ledger, as_json: bool) -> None:
     """Outcome, stage, progress, heartbeat age and driver worker of run RUN_ID (or a unique
     prefix). --json keys: run_id, kind, outcome, stage, done, total, unit, heartbeat_age_s,
-    worker, generation, scheduler, started, ended, error."""
+    worker, generation, scheduler, started, ended, error, outputs (the files the run wrote
+    that its record lists: a submitted benchmark's results)."""
     record = open_ledger(ledger).get(run_id)
     heartbeat = record["heartbeat"]
     found = {
@@ -310,13 +355,14 @@ def status(run_id: str, ledger, as_json: bool) -> None:
         "started": record["started"],
         "ended": record["ended"],
         "error": record["error"],
+        "outputs": record["outputs"],
     }
     if as_json:
         click.echo(json.dumps(found))
         return
     for key, value in found.items():
         if value is not None:
-            click.echo(f"{key:>15}: {value}")
+            click.echo(f"{key:>15}: {', '.join(value) if key == 'outputs' else value}")
 
 
 @click.command()
@@ -372,7 +418,7 @@ def resume(run_id: str, scheduler: str | None, ledger, as_json: bool) -> None:
 
     book = open_ledger(ledger)
     record = book.get(run_id)
-    if record["outcome"] != "lost" or record["kind"] != "spec":
+    if record["outcome"] != "lost" or record["kind"] not in SUBMITTED_KINDS:
         raise click.ClickException(
             f"run {record['run_id']} is {record['outcome']}; only a lost run of `imgscale "
             "submit` is resumed"

@@ -147,12 +147,19 @@ class Watch:
         self.scheduler, self.parent = scheduler, parent
         self.stage = "starting"
         self.children: list[dict[str, Any]] = []
+        # The files the run's jobs wrote, listed in its record at the end (bench's results).
+        self.outputs: list[str] = []
         self.stopped_by: str | None = None
         self._unreachable_since: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def __enter__(self) -> Watch:
+        # The heartbeat thread's first look at the scheduler imports distributed.comm: imported
+        # here first, so that it never races the jobs' own first import of distributed (a
+        # module half-initialised by the other thread fails to import).
+        import distributed.comm  # noqa: F401
+
         self._thread.start()
         return self
 

@@ -12,11 +12,18 @@ object, created create-only, as store commits are (storage/commit_log.py)::
 
 Concurrent writers (the driver of a run, a ``cancel`` typed elsewhere, a second attempt of a
 driver) never lose each other's writes and take no lock: their objects have distinct names, and
-a run's record is the fold of its events in time order. Where one writer must win (two attempts
-of a driver, two ``resume`` calls), each creates the next generation claim create-only and the
-server decides: exactly one creates it, and a writer whose generation is no longer the newest
-stops (it has been fenced). A local folder gets create-only from ``link(2)``, which refuses an
-existing name on every POSIX file system, NFS included.
+a run's record is the fold of its events. Where one writer must win (two attempts of a driver,
+two ``resume`` calls), each creates the next generation claim create-only and the server
+decides: exactly one creates it, and a writer whose generation is no longer the newest stops (it
+has been fenced).
+
+A local folder gets create-only from ``link(2)``, which refuses an existing name on every POSIX
+file system, NFS included.
+
+The fold orders events by the generation their writer held, then by that writer's own count of
+its events (each event records both), never by the clocks of different hosts: the attempt of a
+newer generation on a host whose clock is behind still folds after the older attempt's last
+beat. Event times order only the events of older imgscale versions, which carry no count.
 
 ``lost`` is never written by a reader: a running record whose holder is gone (same host and its
 pid ended, or a heartbeat older than `STALE_AFTER_SECONDS`) reads as ``lost``, so a read-only
@@ -75,7 +82,7 @@ FIELDS = (
     "run_id", "kind", "outcome", "started", "ended", "heartbeat", "host", "pid", "pid_started",
     "worker", "cwd", "spec", "spec_file", "command", "scheduler", "versions", "git_commit",
     "rows_done", "rows_total", "pass", "progress_unit", "rows", "figures", "error", "parent",
-    "children", "generation", "cancel_requested",
+    "children", "generation", "cancel_requested", "outputs",
 )  # fmt: skip
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _IMPORTED = "imported-sqlite"
@@ -106,6 +113,9 @@ class Ledger:
                 )
             )
         self._last_beat: dict[str, Location] = {}
+        # Per run: the generation this writer claimed, and how many events it has written.
+        self._held: dict[str, int] = {}
+        self._written: dict[str, int] = {}
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -150,7 +160,8 @@ class Ledger:
         self._event(run_id, "cancel", {"cancel_requested": f"{utc_now()} by {by}"})
 
     def finish(self, run_id: str, outcome: str, **fields: Any) -> None:
-        """Record the end of a run: ``outcome`` and any of rows, figures, error."""
+        """Record the end of a run: ``outcome`` and any of rows, figures, error, outputs (the
+        files it wrote)."""
         if outcome not in OUTCOMES[1:]:
             raise StoreError(f"ledger {self.url}: outcome {outcome!r}; expected {OUTCOMES[1:]}")
         self._check_fields(fields)
@@ -176,6 +187,7 @@ class Ledger:
                 else "was claimed by another writer at the same moment"
             )
             raise StoreError(f"run {run_id}: generation {n} {held}; this one stops") from None
+        self._held[run_id] = n
         return n
 
     def _claim_holder(self, run_id: str, n: int) -> dict[str, Any]:
@@ -275,8 +287,10 @@ class Ledger:
         """Create the object of one event of run ``run_id``; returns it."""
         name = f"{time.time_ns():019d}-{event}-{secrets.token_hex(4)}.json"
         file = self._run(run_id) / name
+        self._written[run_id] = self._written.get(run_id, 0) + 1
+        order = [self._held.get(run_id, 0), self._written[run_id]]
         try:
-            _create(file, json.dumps({**body, "run_id": run_id}).encode())
+            _create(file, json.dumps({**body, "run_id": run_id, "order": order}).encode())
         except OSError as e:
             raise StoreError(
                 f"ledger {self.url}: cannot write ({e}); expected a writable folder or URL "
@@ -285,23 +299,32 @@ class Ledger:
         return file
 
     def _fold(self, run_id: str) -> dict[str, Any] | None:
-        """The record of run ``run_id`` from its events in time order (None without any)."""
+        """The record of run ``run_id`` from its events in order (None without any): by the
+        generation their writer held and its count, a generation's claim first among them."""
         folder = self._run(run_id)
         names = _names(folder)
         record: dict[str, Any] = dict.fromkeys(FIELDS)
         record["run_id"] = run_id
-        # Events in time order, a generation claim among them at the time it was made.
-        timed = [(name, name) for name in names if _event_of(name) not in (None, "log")]
-        for name in filter(_is_claim, names):
-            claim = _read_json(folder / name) or {}
-            timed.append((f"{claim.get('ns', 0):019d}-claim", name))
-            record["generation"] = max(record["generation"] or 0, int(name[1:7]))
+        events = []
+        for name in names:
+            event = _event_of(name) or ("claim" if _is_claim(name) else None)
+            if event not in (None, "log"):
+                body = _read_json(folder / name)
+                if body is not None:  # else a beat deleted since the listing
+                    events.append((event, name, body))
+        # Events of older imgscale versions carry no order: by time, each claim at its time.
+        timed = not any("order" in body for event, _, body in events if event != "claim")
+        ordered = []
+        for event, name, body in events:
+            if event == "claim":
+                n = int(name[1:7])
+                record["generation"] = max(record["generation"] or 0, n)
+                key = (0, 0, f"{body.get('ns', 0):019d}-claim") if timed else (n, 0, name)
+            else:
+                key = (*(body.get("order") or (0, 0)), name)
+            ordered.append((key, event, body))
         seen = False
-        for _, name in sorted(timed):
-            event = _event_of(name) or "claim"
-            body = _read_json(folder / name)
-            if body is None:
-                continue  # a beat deleted since the listing
+        for _, event, body in sorted(ordered, key=lambda item: item[0]):
             if event == "claim":
                 # Claimed, its driver not started yet: running, held by no process so far.
                 record.update(outcome="running", ended=None, error=None, host=None, pid=None)

@@ -8,6 +8,9 @@ the `imgscale` script, SIGKILL for the faults. Each fault of issue 43 item 5 is 
 - the scheduler killed: the run reads lost within a bounded time; `resume` on a new cluster ends
   it ok with the stores of an uninterrupted run; of two resumes at once exactly one wins;
 - a compute worker killed mid-job: the run ends ok.
+
+The driver-worker and scheduler faults run with the ledger in a folder and on a real
+S3-compatible server (moto, a process).
 """
 
 from __future__ import annotations
@@ -113,25 +116,34 @@ def work(tmp_path) -> Path:
     return tmp_path
 
 
-def _imgscale(*args: str, ledger: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+@pytest.fixture(params=["folder", pytest.param("s3", marks=pytest.mark.slow)])
+def ledger(request, work) -> Path | str:
+    """The ledger of a fault test: a folder, or a prefix on a real S3-compatible server (moto, a
+    process; the cluster the test starts inherits its address and test credentials)."""
+    if request.param == "s3":
+        return f"{request.getfixturevalue('s3_bucket')}/ledger"
+    return work / "ledger"
+
+
+def _imgscale(*args: str, ledger: Path | str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [IMGSCALE, *args, "--ledger", str(ledger)], capture_output=True, text=True, timeout=timeout
     )
 
 
-def _submit(spec: Path, cluster: Cluster, ledger: Path) -> str:
+def _submit(spec: Path, cluster: Cluster, ledger: Path | str) -> str:
     done = _imgscale("submit", str(spec), "--scheduler", cluster.address, "--json", ledger=ledger)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)["run_id"]
 
 
-def _status(run_id: str, ledger: Path) -> dict:
+def _status(run_id: str, ledger: Path | str) -> dict:
     shown = _imgscale("status", run_id, "--json", ledger=ledger)
     assert shown.returncode == 0, shown.stderr
     return json.loads(shown.stdout)
 
 
-def _wait(run_id: str, ledger: Path, until, what: str, timeout: float = TIMEOUT) -> dict:
+def _wait(run_id: str, ledger: Path | str, until, what: str, timeout: float = TIMEOUT) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = _status(run_id, ledger)
@@ -226,10 +238,9 @@ def test_cancel_stops_the_run_at_a_safe_point_and_the_store_stays_as_committed(
 
 
 def test_the_driver_worker_killed_mid_ingest_reruns_elsewhere_fenced_and_ends_ok(
-    work, cluster_factory
+    work, cluster_factory, ledger
 ):
     cluster = cluster_factory(drivers=2, plain=1)
-    ledger = work / "ledger"
     run_id = _submit(work / "big.toml", cluster, ledger)
     first = _wait(run_id, ledger, _ingesting, "started its ingest")
     assert first["generation"] == 1
@@ -255,10 +266,9 @@ def test_a_compute_worker_killed_mid_job_and_the_run_still_ends_ok(work, cluster
 
 
 def test_a_run_whose_scheduler_died_reads_lost_and_one_of_two_resumes_ends_it_ok(
-    work, cluster_factory
+    work, cluster_factory, ledger
 ):
     first = cluster_factory()
-    ledger = work / "ledger"
     run_id = _submit(work / "big.toml", first, ledger)
     _wait(run_id, ledger, _ingesting, "started its ingest")
     first.kill(first.scheduler)
@@ -387,3 +397,58 @@ def test_a_schedule_on_the_cluster_records_each_turn_goes_on_after_a_failed_one_
     _imgscale("cancel", run_id, ledger=ledger)
     status = _wait(run_id, ledger, _ended, "ended")
     assert status["outcome"] == "cancelled"
+
+
+@pytest.mark.parametrize("shared", ["folder", pytest.param("s3", marks=pytest.mark.slow)])
+def test_a_submitted_benchmark_writes_its_results_where_out_says_and_its_record_lists_them(
+    request, tmp_path, cluster_factory, shared
+):
+    import fsspec
+    import pyarrow.parquet as pq
+
+    if shared == "s3":  # results and ledger on a real S3-compatible server (moto, a process)
+        bucket = request.getfixturevalue("s3_bucket")
+        out, ledger = f"{bucket}/bench-out", f"{bucket}/ledger"
+    else:
+        out, ledger = str(tmp_path / "shared" / "bench-out"), tmp_path / "ledger"
+    cluster = cluster_factory()
+    done = _imgscale(
+        "bench", "ridge", "--scale", "tiny", "--out", out, "--scheduler", cluster.address,
+        "--submit", "--json", ledger=ledger,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    status = _wait(run_id, ledger, _ended, "ended")
+    logs = _imgscale("logs", run_id, ledger=ledger).stdout
+    assert (status["kind"], status["outcome"]) == ("bench", "ok"), (status, logs[-3000:])
+    assert status["worker"] == next(iter(cluster.workers))  # the driver worker ran the suite
+    results, report = f"{out}/results.parquet", f"{out}/report.md"
+    assert status["outputs"][:2] == [results, report]
+    assert f"{out}/ridge-dask.html" in status["outputs"]
+    assert all(file.rsplit("/", 1)[0] == out for file in status["outputs"])
+    for file in status["outputs"]:
+        assert fsspec.open(file).fs.exists(file), file
+    with fsspec.open(results, "rb") as table:
+        rows = pq.read_table(table).to_pylist()
+    assert {row["benchmark"] for row in rows} == {"machine", "ridge"}
+    ridge = {row["name"] for row in rows if row["benchmark"] == "ridge"}
+    assert {"ridge fit, 8-value rho grid, wall", "ridge fit throughput"} <= ridge
+    with fsspec.open(report, "rt") as text:
+        assert "\n## ridge: " in text.read()
+    assert Ledger(ledger).get(run_id)["outputs"] == status["outputs"]
+
+
+def test_a_benchmark_submitted_with_folders_the_workers_cannot_reach_submits_nothing(tmp_path):
+    ledger = tmp_path / "ledger"
+    far = _imgscale(
+        "bench", "ridge", "--scale", "tiny", "--out", "bench-out", "--scheduler",
+        "tcp://10.0.0.9:8786", "--submit", ledger=ledger,
+    )  # fmt: skip
+    assert far.returncode == 2, far.stderr
+    assert (
+        "--out bench-out: relative to this machine; the workers of tcp://10.0.0.9:8786 cannot "
+        "reach it" in far.stderr
+    )
+    alone = _imgscale("bench", "ridge", "--out", str(tmp_path / "o"), "--submit", ledger=ledger)
+    assert alone.returncode == 2 and "--submit needs a cluster" in alone.stderr
+    assert not ledger.exists() and not (tmp_path / "o").exists()

@@ -227,6 +227,7 @@ def test_a_run_of_another_host_reads_lost_once_its_heartbeat_is_stale(tmp_path):
         ledger.start(_record(run_id))
         # The beat another host's process writes: its host, its pid, its heartbeat.
         beat = {"host": "elsewhere", "pid": 1, "pid_started": 0.0, "heartbeat": time.time() - age}
+        beat["order"] = [0, 2]  # generation 0 (none claimed), that writer's second event
         name = f"{time.time_ns():019d}-beat-00000000.json"
         (tmp_path / "ledger" / "runs" / run_id / name).write_text(json.dumps(beat))
     assert socket.gethostname() != "elsewhere"
@@ -250,3 +251,67 @@ def test_many_finished_runs_are_compacted_into_an_index_that_lists_the_same_reco
     assert sum(r["outcome"] == "ok" for r in from_index) == (COMPACT_AFTER + 5) // 2
     ledger.start(_record("later"))  # a run after the index is listed from its events
     assert {r["run_id"] for r in ledger.runs()} >= {"later", "still", "r0000"}
+
+
+def _skew(folder: Path, names: set[str], seconds: float) -> None:
+    """Move the objects ``names`` of a run ``seconds`` back in time, as a writer whose clock is
+    that far behind would have named (events) and stamped (claims) them."""
+    for name in names:
+        file = folder / name
+        if name.startswith("g"):
+            claim = json.loads(file.read_text())
+            claim["ns"] -= int(seconds * 1e9)
+            file.write_text(json.dumps(claim))
+        else:
+            ns, rest = name.split("-", 1)
+            file.rename(folder / f"{int(ns) - int(seconds * 1e9):019d}-{rest}")
+
+
+def test_a_newer_attempt_on_a_host_whose_clock_is_behind_still_folds_after_the_older_one(
+    tmp_path,
+):
+    url = tmp_path / "ledger"
+    folder = url / "runs" / "skewed"
+    Ledger(url).submit(_record("skewed", kind="spec"))
+    first = Ledger(url)  # the driver's first attempt
+    assert first.claim_generation("skewed", {"by": "driver on w1"}) == 1
+    first.resumed("skewed", worker="tcp://w1:1")
+    first.beat("skewed", **{"pass": "job 1/2 ingest"})
+    before = set(os.listdir(folder))
+    second = Ledger(url)  # its rerun, on a host whose clock is a minute behind
+    assert second.claim_generation("skewed", {"by": "driver on w2"}) == 2
+    second.resumed("skewed", worker="tcp://w2:1")
+    second.beat("skewed", **{"pass": "job 2/2 train"})
+    _skew(folder, set(os.listdir(folder)) - before, 60.0)
+    first.beat("skewed", **{"pass": "job 1/2 ingest"})  # the fenced attempt's last beat
+    record = Ledger(url).get("skewed")
+    assert (record["generation"], record["worker"], record["pass"]) == (
+        2,
+        "tcp://w2:1",
+        "job 2/2 train",
+    )
+    before = set(os.listdir(folder))
+    second.finish("skewed", "ok")
+    _skew(folder, set(os.listdir(folder)) - before, 60.0)
+    assert (Ledger(url).get("skewed")["outcome"], first.get("skewed")["worker"]) == (
+        "ok",
+        "tcp://w2:1",
+    )
+
+
+def test_a_run_recorded_by_an_older_imgscale_folds_by_time_with_its_claims(tmp_path):
+    folder = tmp_path / "ledger" / "runs" / "older"
+    folder.mkdir(parents=True)
+    t = time.time_ns()
+    events = {  # as the version before event counts wrote them: no "order"
+        f"{t:019d}-submitted-00000001.json": {**_record("older", kind="spec"), "pass": "submitted",
+                                              "started": "2026-01-01T00:00:00+00:00"},
+        "g000001.json": {"by": "driver on w1", "ns": t + 1000},
+        f"{t + 2000:019d}-resumed-00000002.json": {"worker": "tcp://w1:1", "host": "elsewhere",
+                                                   "pid": 1, "heartbeat": time.time()},
+        f"{t + 3000:019d}-finish-00000003.json": {"outcome": "ok", "ended": "2026-01-01T00:01"},
+    }  # fmt: skip
+    for name, body in events.items():
+        (folder / name).write_text(json.dumps({**body, "run_id": "older"}))
+    record = Ledger(tmp_path / "ledger").get("older")
+    assert (record["outcome"], record["generation"], record["worker"]) == ("ok", 1, "tcp://w1:1")
