@@ -18,7 +18,7 @@ def test_every_option_of_a_method_names_a_parameter_its_estimator_checks(method)
         checked |= set(getattr(estimator_class(reference), "_parameter_rules", {}))
     # Each option a method takes sets a parameter its estimator checks by rule, or one whose
     # other checks the method names (``parameters``), or is read by jobs itself.
-    read_by_jobs = {"rho", "gram_precision", "sizes"}
+    read_by_jobs = {"rho", "gram_precision", "rho_criterion", "sizes"}
     names = {o.name for o in method.options} - read_by_jobs
     reached = {method.parameters.get(p, p) for p in checked} | set(method.parameters.values())
     assert names <= reached, names - reached
