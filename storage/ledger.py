@@ -70,6 +70,9 @@ STALE_AFTER_SECONDS = 120.0
 QUEUED_STALE_AFTER_SECONDS = 3600.0
 # A pid is the same process only if it also started at the same time (pids are reused).
 _START_TIME_TOLERANCE = 0.5
+# How long a refused claim waits for the winner's claim to show (an object store may refuse a
+# create while another is in flight and serve the winner's object only later).
+CLAIM_LANDS_SECONDS = 10.0
 # Finished runs outside the index that make a reader write the next index segment.
 COMPACT_AFTER = 100
 
@@ -191,15 +194,16 @@ class Ledger:
         return n
 
     def _claim_holder(self, run_id: str, n: int) -> dict[str, Any]:
-        """The claim of generation ``n`` ({} if it does not show): an object store may refuse a
-        create while another create of the key is in flight, which lands a moment later or
+        """The claim of generation ``n`` ({} if it does not show within
+        :data:`CLAIM_LANDS_SECONDS`): an object store may refuse a create while another create
+        of the key is in flight, which lands a moment later (later still on a busy server) or
         fails too."""
-        for _ in range(10):
+        deadline = time.monotonic() + CLAIM_LANDS_SECONDS
+        while True:
             holder = _read_json(self._run(run_id) / f"g{n:06d}.json")
-            if holder is not None:
-                return holder
+            if holder is not None or time.monotonic() > deadline:
+                return holder or {}
             time.sleep(0.1)
-        return {}
 
     def generation(self, run_id: str) -> int | None:
         """The newest generation claimed of run ``run_id`` (None before any)."""
