@@ -442,14 +442,17 @@ def plan_ingest(
     changes = find_changes(existing, source, partitions, partial(image_id, split))
     unread = _refused_unchanged(existing, changes, split)
     new = _new_images(partitions, existing, split, unread)
-    total = None
-    if new is not None:
-        total = int(new.sum())
+    total = None if new is None else int(new.sum())
+    # Tasks sized by cost over the new images, or over every image when listing cannot tell
+    # which are new but knows how many there are (parquet); tar shards are tasks as they are.
+    sized_over = total if total is not None else images.images
+    if sized_over is not None:
         stored = existing.descriptor["features"] if features is None else []
         names = spec_names(features) if features else [entry["name"] for entry in stored]
-        size = partition_size(seconds_per_image(names), total, images_per_partition, threads)
+        size = partition_size(seconds_per_image(names), sized_over, images_per_partition, threads)
         if size != images_per_partition:
             partitions = images.partitions(size)
+    if new is not None:
         ends = np.cumsum([len(p.keys) for p in partitions])
         partitions = [
             p for p, end in zip(partitions, ends, strict=True) if new[end - len(p.keys) : end].any()

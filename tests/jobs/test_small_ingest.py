@@ -10,6 +10,8 @@ import sys
 import textwrap
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from imgscale.jobs.cluster import connect, local_cluster_soon
@@ -49,6 +51,16 @@ def test_a_grown_folder_is_planned_as_tasks_of_its_new_images_alone(tmp_path, sc
     planned = {key for p in plan.partitions for key in p.keys}
     assert set(added) <= planned
     assert plan.features.steps is not None  # built where first asked for
+
+
+def test_a_parquet_source_is_cut_into_tasks_for_every_thread_by_cost(tmp_path):
+    # Parquet lists no keys, but knows how many images it holds: 768 images in row groups of
+    # 128 give each of 2 threads work (the cap of 4,096 images a task would make one task).
+    source = tmp_path / "images.parquet"
+    table = pa.table({"image": [b"not read when planning"] * 768, "label": ["a"] * 768})
+    pq.write_table(table, source, row_group_size=128)
+    plan = plan_ingest(str(source), tmp_path / "s.zarr", features="gist", threads=2)
+    assert [p.rows for p in plan.partitions] == [128] * 6
 
 
 def test_the_client_of_an_ingest_into_a_store_of_named_descriptors_builds_none(
