@@ -151,7 +151,8 @@ def _section(
     lines += [about, ""] if about else []
     findings = docs / FINDINGS / f"{name}.md"
     if findings.is_file():
-        lines += [findings.read_text().strip(), ""]
+        # Its links are relative to DOCS/findings; printed here, they are relative to DOCS.
+        lines += [findings.read_text().strip().replace("](../", "]("), ""]
     for scale in sorted({r["scale"] for r in mine}, key=_scale_order):
         at_scale = [r for r in mine if r["scale"] == scale]
         for run in _runs(at_scale):

@@ -239,6 +239,16 @@ PURPOSES = (
     Purpose("photos-bow-fisher", r".*(ingest|vocabulary fit|reference pipeline).*, wall", _COST),
     Purpose("cifar10-cnn", r"GIST-320 linear ridge, \d+ labelled/class", _BASELINE),
     Purpose("cifar10-cnn", r".*(ingest \w+ split|: train), wall", _COST),
+    Purpose(
+        "small-ingest",
+        r".*, (no cluster|running cluster): stage .*",
+        "where one ingest's seconds went, stage by stage: the breakdown of the figure above it",
+    ),
+    Purpose(
+        "small-ingest",
+        r"ingest --features gist of .*",
+        "a ratio or a difference already: the plain loop or describing, same run, is inside it",
+    ),
     Purpose("ale-ceiling", r"\w+_ale_choice_paper_defaults_\w+", _BASELINE),
     Purpose(
         "ale-ceiling",
