@@ -70,9 +70,6 @@ STALE_AFTER_SECONDS = 120.0
 QUEUED_STALE_AFTER_SECONDS = 3600.0
 # A pid is the same process only if it also started at the same time (pids are reused).
 _START_TIME_TOLERANCE = 0.5
-# How long a refused claim waits for the winner's claim to show (an object store may refuse a
-# create while another is in flight and serve the winner's object only later).
-CLAIM_LANDS_SECONDS = 10.0
 # Finished runs outside the index that make a reader write the next index segment.
 COMPACT_AFTER = 100
 
@@ -178,32 +175,25 @@ class Ledger:
         driver (as after `submit`). StoreError naming the holder if another writer created that
         claim first."""
         n = generation if generation is not None else (self.generation(run_id) or 0) + 1
+        claim = self._run(run_id) / f"g{n:06d}.json"
         body = {**holder, **process_identity(), "since": utc_now(), "ns": time.time_ns()}
         try:
-            _create(self._run(run_id) / f"g{n:06d}.json", json.dumps(body).encode())
+            _create(claim, json.dumps(body).encode())
         except FileExistsError:
-            winner = self._claim_holder(run_id, n)
+            # The create was refused because the claim exists, so it reads back at once, once
+            # this process forgets any listing of the run's folder it holds: taken before the
+            # winner's create, it would say the claim is missing.
+            _forget_listing(claim)
+            winner = _read_json(claim)
             held = (
                 f"is held by {winner.get('by')} (host {winner.get('host')}, pid "
                 f"{winner.get('pid')}, since {winner.get('since')})"
-                if winner
-                else "was claimed by another writer at the same moment"
+                if winner is not None
+                else "was claimed by another writer, whose claim has since gone"
             )
             raise StoreError(f"run {run_id}: generation {n} {held}; this one stops") from None
         self._held[run_id] = n
         return n
-
-    def _claim_holder(self, run_id: str, n: int) -> dict[str, Any]:
-        """The claim of generation ``n`` ({} if it does not show within
-        :data:`CLAIM_LANDS_SECONDS`): an object store may refuse a create while another create
-        of the key is in flight, which lands a moment later (later still on a busy server) or
-        fails too."""
-        deadline = time.monotonic() + CLAIM_LANDS_SECONDS
-        while True:
-            holder = _read_json(self._run(run_id) / f"g{n:06d}.json")
-            if holder is not None or time.monotonic() > deadline:
-                return holder or {}
-            time.sleep(0.1)
 
     def generation(self, run_id: str) -> int | None:
         """The newest generation claimed of run ``run_id`` (None before any)."""
@@ -430,8 +420,9 @@ def _names(folder: Location) -> list[str]:
 
 def _read_json(file: Location) -> dict[str, Any] | None:
     try:
-        # cat_file GETs the object: an object-store file system's cached listing of the folder,
-        # older than the object, must not make it read as missing.
+        # An object store's file system (s3fs) takes the object's size from its cached listing
+        # of the folder where it holds one: read names listed since they were created, or
+        # `_forget_listing` first.
         body = json.loads(file.read_bytes() if is_local(file) else file.fs.cat_file(file.path))
     except FileNotFoundError:
         return None
@@ -440,6 +431,13 @@ def _read_json(file: Location) -> dict[str, Any] | None:
     if not isinstance(body, dict):
         raise StoreError(f"{file}: a {type(body).__name__}; expected a ledger event object")
     return body
+
+
+def _forget_listing(file: Location) -> None:
+    """Drop the cached listings of ``file``'s folders (an object store's file system keeps them;
+    a listing older than ``file`` makes it read as missing: fsspec/s3fs #851)."""
+    if not is_local(file):
+        file.fs.invalidate_cache(file.path)
 
 
 def _delete(file: Location) -> None:

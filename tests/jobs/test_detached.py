@@ -266,16 +266,8 @@ def test_a_compute_worker_killed_mid_job_and_the_run_still_ends_ok(work, cluster
 
 
 def test_a_run_whose_scheduler_died_reads_lost_and_one_of_two_resumes_ends_it_ok(
-    work, cluster_factory, ledger, request
+    work, cluster_factory, ledger
 ):
-    if isinstance(ledger, str):
-        request.applymarker(
-            pytest.mark.xfail(
-                reason="known intermittent failure on the S3 ledger: of two concurrent resumes, "
-                "the loser is sometimes refused with no winner's claim to name (moto server)",
-                strict=False,
-            )
-        )
     first = cluster_factory()
     run_id = _submit(work / "big.toml", first, ledger)
     _wait(run_id, ledger, _ingesting, "started its ingest")

@@ -187,8 +187,32 @@ def test_of_writers_claiming_a_generation_at_once_each_number_has_exactly_one_ho
     assert len(won) == len(set(won)) >= 1  # never two holders of one generation
     assert Ledger(url).generation("r1") == max(won)
     for refusal in (a for a in answers if a.startswith("refused")):
-        assert "is held by claimer " in refusal or "by another writer at the same" in refusal
+        assert "is held by claimer " in refusal
         assert refusal.endswith("; this one stops")
+
+
+@pytest.mark.parametrize("where", ["folder", "s3"])
+def test_a_claim_refused_after_this_writer_read_the_run_names_the_other_processs_claim(
+    where, tmp_path, request
+):
+    """As two ``resume`` calls run: each reads the run, then claims its next generation. The
+    other process claims first, after this one read the run; this one is refused naming it."""
+    url = str(tmp_path / "ledger")
+    if where == "s3":
+        url = f"{request.getfixturevalue('s3_bucket')}/ledger"
+    ledger = Ledger(url)
+    ledger.start(_record("r1"))
+    ledger.claim_generation("r1", {"by": "the first attempt"})
+    assert ledger.get("r1")["generation"] == 1  # read, as resume reads the run it continues
+    other = subprocess.run(
+        [sys.executable, "-c", CLAIMER, url, "the other resume"], capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert other.stdout.strip() == "2", other.stderr
+    with pytest.raises(StoreError) as refused:
+        ledger.claim_generation("r1", {"by": "this resume"}, 2)
+    assert "generation 2 is held by the other resume (host " in str(refused.value)
+    assert ledger.generation("r1") == 2
 
 
 STARTER = textwrap.dedent(
