@@ -3,7 +3,9 @@
 Mutual exclusion is an exclusive ``flock`` on a lock file, taken without waiting before each run
 and inherited by the command's process: the kernel drops it when every holder has exited, so a
 scheduler or command that dies (even by SIGKILL) cannot keep it. A run whose turn comes while
-another holds the lock (a slow previous run, or another scheduler) is skipped, not queued.
+another holds the lock (a slow previous run, or another scheduler) is skipped, not queued. The
+default lock file, one per command in the temp directory, is removed when its scheduler ends and
+no run holds it.
 """
 
 from __future__ import annotations
@@ -177,6 +179,21 @@ def run_once_locked(command: list[str], lock_path: Path) -> int | None:
         lock.release()
 
 
+def _remove_unheld_lock(lock_path: Path) -> None:
+    """Delete the lock file ``lock_path`` unless a run holds it. It is deleted while this
+    process holds its lock: a process that opened it meanwhile finds, once it has the lock, that
+    the file is no longer at its path, and takes the lock on the path's new file instead
+    (`FileLock.acquire`), so no two runs ever hold locks on different files at once."""
+    from imgscale.storage import FileLock  # imports the store layout: not on every --help
+
+    lock = FileLock(lock_path)
+    if lock.acquire(blocking=False):
+        try:
+            lock_path.unlink(missing_ok=True)
+        finally:
+            lock.release()
+
+
 def schedule(
     command: list[str],
     *,
@@ -196,25 +213,30 @@ def schedule(
     if not command:
         raise ValueError("no command to schedule")
     parsed = CronSchedule.parse(cron) if cron is not None else None
+    owned = lock_path is None  # the default lock file is this module's to remove
     lock_path = lock_path or default_lock_path(command)
     counts = {"ran": 0, "failed": 0, "skipped": 0}
     last_failure = 0
-    for turn, at in enumerate(run_times(every, parsed, now)):
-        if max_runs is not None and turn >= max_runs:
-            break
-        wait = at - now()
-        if wait > 0:
-            sleep(wait)
-        stamp = dt.datetime.now().isoformat(timespec="seconds")
-        code = run_once_locked(command, lock_path)
-        if code is None:
-            counts["skipped"] += 1
-            log(f"{stamp} skipped: another run holds {lock_path}")
-        else:
-            counts["ran"] += 1
-            counts["failed"] += code != 0
-            last_failure = code or last_failure
-            log(f"{stamp} imgscale {' '.join(command)}: exit {code}")
+    try:
+        for turn, at in enumerate(run_times(every, parsed, now)):
+            if max_runs is not None and turn >= max_runs:
+                break
+            wait = at - now()
+            if wait > 0:
+                sleep(wait)
+            stamp = dt.datetime.now().isoformat(timespec="seconds")
+            code = run_once_locked(command, lock_path)
+            if code is None:
+                counts["skipped"] += 1
+                log(f"{stamp} skipped: another run holds {lock_path}")
+            else:
+                counts["ran"] += 1
+                counts["failed"] += code != 0
+                last_failure = code or last_failure
+                log(f"{stamp} imgscale {' '.join(command)}: exit {code}")
+    finally:
+        if owned:
+            _remove_unheld_lock(lock_path)
     if counts["failed"]:
         raise ScheduleFailed(
             f"schedule: {counts['failed']} of {counts['ran']} runs of imgscale {command[0]} "

@@ -16,7 +16,13 @@ import numpy as np
 import pytest
 
 from imgscale.jobs import models
-from imgscale.jobs.schedule import CronSchedule, parse_every, run_once_locked, run_times
+from imgscale.jobs.schedule import (
+    CronSchedule,
+    default_lock_path,
+    parse_every,
+    run_once_locked,
+    run_times,
+)
 from imgscale.pipeline.embed import ALE
 from imgscale.storage import create_store, open_store
 
@@ -94,6 +100,22 @@ def test_a_lock_held_by_a_killed_process_is_free_again(tmp_path):
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
     assert run_once_locked(["--version"], lock) == 0
+
+
+def test_a_scheduler_removes_its_default_lock_file_when_it_ends_unless_a_run_holds_it(tmp_path):
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    lock = temp / default_lock_path(["--version"]).name  # named by the command, in $TMPDIR
+    command = [IMGSCALE, "schedule", "--every", "1s", "--max-runs", "1", "--", "--version"]
+    env = {**os.environ, "TMPDIR": str(temp)}
+    with open(lock, "w") as held:  # another scheduler's run
+        fcntl.flock(held, fcntl.LOCK_EX)
+        skipped = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert skipped.returncode == 0 and "skipped: another run holds" in skipped.stderr
+        assert lock.exists()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--version: exit 0" in done.stderr, done.stderr
+    assert os.listdir(temp) == []
 
 
 def test_two_schedulers_started_at_once_embed_each_row_once(tmp_path, scheduler_address):
