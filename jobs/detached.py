@@ -197,17 +197,20 @@ def job_record(
 @click.option("--ledger", "ledger_url", required=True)
 @click.option("--scheduler", required=True)
 @click.option("--worker", required=True)
+@click.option("--generation", type=int, required=True)
 @click.option("--parent", type=int, required=True)
 @click.pass_context
 def drive(
-    ctx: click.Context, run_id: str, ledger_url: str, scheduler: str, worker: str, parent: int
-) -> None:
-    """The child process of a run's driver task (jobs/driver.py): runs the run's jobs."""
+    ctx: click.Context, run_id: str, ledger_url: str, scheduler: str, worker: str,
+    generation: int, parent: int,
+) -> None:  # fmt: skip
+    """The child process of a run's driver task (jobs/driver.py): runs the run's jobs as the
+    attempt of ``generation``, which the task claimed."""
     die_with_parent(parent)
     root = ctx.find_root().command
     ledger = Ledger(ledger_url)
+    ledger.hold(run_id, generation)
     record = ledger.get(run_id)
-    generation = ledger.claim_generation(run_id, {"by": f"driver on {worker}"})
     ledger.resumed(run_id, worker=worker, scheduler=scheduler)
     children = list(record["children"] or [])
     finished = {c["job"] for c in children if _outcome(ledger, c["run_id"]) == "ok"}
@@ -374,10 +377,10 @@ def logs(run_id: str, follow: bool, ledger) -> None:
     """Print the output of run RUN_ID's driver (from any machine that reads the ledger)."""
     book = open_ledger(ledger)
     run_id = book.get(run_id)["run_id"]
-    cursor = ""
+    read: frozenset[str] = frozenset()
     while True:
         running = book.get(run_id)["outcome"] == "running"
-        lines, cursor = book.logs(run_id, cursor)
+        lines, read = book.logs(run_id, read)
         for line in lines:
             click.echo(line)
         if not follow or not running:

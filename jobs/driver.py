@@ -16,16 +16,17 @@ no ``worker_client`` whose futures a worker restart would erase (#4400). The two
 child asks the kernel to kill it when the worker thread that started it dies
 (``PR_SET_PDEATHSIG``), checks its parent at every heartbeat, and the task waits for the child.
 
-Each attempt of the child first claims the run's next generation in the ledger, create-only: a
-worker killed with the driver makes the scheduler run the task again elsewhere, and the new
-attempt's claim fences the old one (an attempt that finds a newer generation stops at once,
-writing nothing more). A new attempt skips the jobs an earlier one finished ``ok`` and runs the
-others again, which resume from what their stores committed (an image ingest skips committed
-keys, embed resumes by batch, train restarts its pass). The child stops at its next safe point
-(the Ctrl-C path every command already handles, which keeps stores consistent) when the ledger
-holds a cancel request. A child that cannot reach its scheduler for `SCHEDULER_GRACE_SECONDS`
-records the run ``lost`` with the reason and exits; `imgscale resume` continues it on another
-cluster.
+Each attempt (the task, for its child) first claims the run's next generation in the ledger,
+create-only: a worker killed with the driver makes the scheduler run the task again elsewhere,
+and the new attempt's claim fences the old one (an attempt that finds a newer generation stops
+at once, writing nothing more). The child's events and the output lines the task copies are
+written as that generation's, so they read in attempt order whatever the hosts' clocks. A new
+attempt skips the jobs an earlier one finished ``ok`` and runs the others again, which resume
+from what their stores committed (an image ingest skips committed keys, embed resumes by batch,
+train restarts its pass). The child stops at its next safe point (the Ctrl-C path every command
+already handles, which keeps stores consistent) when the ledger holds a cancel request. A child
+that cannot reach its scheduler for `SCHEDULER_GRACE_SECONDS` records the run ``lost`` with the
+reason and exits; `imgscale resume` continues it on another cluster.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import time
 import uuid
 from typing import Any
 
-from imgscale.storage import Ledger
+from imgscale.storage import Ledger, StoreError
 
 DRIVER_RESOURCE = "driver"
 # A child whose scheduler refuses connections this long records the run lost.
@@ -81,9 +82,15 @@ def drive(run_id: str, ledger_url: str, scheduler: str) -> int:
     # with driver=N still hosts N drivers at once.
     secede()
     ledger = Ledger(ledger_url)
+    worker = get_worker().address
+    try:  # this attempt's generation: the child's events and the lines copied here are its
+        generation = ledger.claim_generation(run_id, {"by": f"driver on {worker}"})
+    except StoreError as e:  # a newer attempt holds the run
+        _flush(ledger, run_id, [f"imgscale: error: {e}"])
+        return 1
     argv = [
         sys.executable, "-m", "imgscale", "drive", run_id, "--ledger", ledger_url,
-        "--scheduler", scheduler, "--worker", get_worker().address,
+        "--scheduler", scheduler, "--worker", worker, "--generation", str(generation),
         "--parent", str(os.getpid()),
     ]  # fmt: skip
     child = subprocess.Popen(

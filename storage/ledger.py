@@ -195,6 +195,12 @@ class Ledger:
         self._held[run_id] = n
         return n
 
+    def hold(self, run_id: str, generation: int) -> None:
+        """Write this process's events of run ``run_id`` as generation ``generation``'s, which
+        another process of the same attempt claimed (a driver task claims, its child runs the
+        jobs): they fold and read in that generation's order."""
+        self._held[run_id] = generation
+
     def generation(self, run_id: str) -> int | None:
         """The newest generation claimed of run ``run_id`` (None before any)."""
         claims = [int(n[1:7]) for n in _names(self._run(run_id)) if _is_claim(n)]
@@ -255,15 +261,22 @@ class Ledger:
             raise StoreError(f"ledger {self.url}: no run with id {run_id!r}")
         return _with_lost(record)
 
-    def logs(self, run_id: str, after: str = "") -> tuple[list[str], str]:
-        """The output lines of run ``run_id`` recorded after the log event named ``after``, and
-        the name of the last event read (give it as ``after`` to read what follows)."""
+    def logs(
+        self, run_id: str, read: frozenset[str] = frozenset()
+    ) -> tuple[list[str], frozenset[str]]:
+        """The output lines of run ``run_id`` in the log events not named in ``read``, in the
+        order events fold (by their writer's generation, then its count: a newer attempt's
+        lines follow the older attempt's whatever the clocks of their hosts), and the names of
+        every log event read so far (give them as ``read`` to read what follows)."""
         folder = self._run(run_id)
-        names = sorted(n for n in _names(folder) if _event_of(n) == "log" and n > after)
-        lines: list[str] = []
-        for name in names:
-            lines += (_read_json(folder / name) or {}).get("lines", [])
-        return lines, (names[-1] if names else after)
+        new = [n for n in _names(folder) if _event_of(n) == "log" and n not in read]
+        events = []
+        for name in new:
+            body = _read_json(folder / name) or {}
+            # Lines of older imgscale versions carry no order: by time, before any that do.
+            events.append(((*body.get("order", (0, 0)), name), body.get("lines", [])))
+        lines = [line for _, chunk in sorted(events, key=lambda e: e[0]) for line in chunk]
+        return lines, read | set(new)
 
     # -- inside ----------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fsspec.core import url_to_fs
 from sklearn.datasets import load_digits
 
 from imgscale.storage import Ledger, open_store
@@ -251,6 +252,14 @@ def test_the_driver_worker_killed_mid_ingest_reruns_elsewhere_fenced_and_ends_ok
     store = open_store(work / "big.zarr")
     assert store.committed_rows == ROWS  # every row exactly once
     assert len(set(store.rows()["id"].to_pylist())) == ROWS
+    # The lines each attempt's task copied are written as its generation's, so they read in
+    # attempt order whatever the clocks of the hosts.
+    fs, folder = url_to_fs(f"{ledger}/runs/{run_id}")
+    names = fs.ls(folder, detail=False, refresh=True)
+    logged = [json.loads(fs.cat_file(name)) for name in names if "-log-" in name]
+    assert {body["order"][0] for body in logged} <= {1, 2}
+    logs = _imgscale("logs", run_id, ledger=ledger)
+    assert logs.stdout.splitlines()[-1] == f"run {run_id}: 2 jobs ok", logs.stdout
 
 
 def test_a_compute_worker_killed_mid_job_and_the_run_still_ends_ok(work, cluster_factory):

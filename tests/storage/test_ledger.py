@@ -339,3 +339,28 @@ def test_a_run_recorded_by_an_older_imgscale_folds_by_time_with_its_claims(tmp_p
         (folder / name).write_text(json.dumps({**body, "run_id": "older"}))
     record = Ledger(tmp_path / "ledger").get("older")
     assert (record["outcome"], record["generation"], record["worker"]) == ("ok", 1, "tcp://w1:1")
+
+
+def test_log_lines_read_in_attempt_order_and_follow_finds_lines_named_earlier_than_read_ones(
+    tmp_path,
+):
+    url = tmp_path / "ledger"
+    folder = url / "runs" / "skewed"
+    Ledger(url).submit(_record("skewed", kind="spec"))
+    first = Ledger(url)  # the driver task of the first attempt
+    assert first.claim_generation("skewed", {"by": "driver on w1"}) == 1
+    first.log("skewed", ["first 1"])
+    first.log("skewed", ["first 2"])
+    before = set(os.listdir(folder))
+    second = Ledger(url)  # its rerun, on a host whose clock is a minute behind
+    assert second.claim_generation("skewed", {"by": "driver on w2"}) == 2
+    second.log("skewed", ["second 1", "second 2"])
+    _skew(folder, set(os.listdir(folder)) - before, 60.0)
+    lines, read = Ledger(url).logs("skewed")
+    assert lines == ["first 1", "first 2", "second 1", "second 2"]
+    before = set(os.listdir(folder))
+    second.log("skewed", ["second 3"])  # named before every line already read
+    _skew(folder, set(os.listdir(folder)) - before, 60.0)
+    more, read = Ledger(url).logs("skewed", read)  # as `imgscale logs --follow` reads on
+    assert more == ["second 3"]
+    assert Ledger(url).logs("skewed", read)[0] == []  # no line twice
