@@ -231,7 +231,8 @@ class FeatureStore:
 
     def features_at(self, positions: np.ndarray) -> da.Array:
         """Rows at ``positions`` of the row array (sorted; live, forgotten or of a removed
-        batch: `storage.changes`), chunked like `features`."""
+        batch: `storage.changes`), one dask chunk per zarr chunk that holds any of them: the
+        graph and the pass over it grow with the rows asked for, not with the store."""
         record = self._record()
         reader = rows_codec(self.path, record).reader(record["committed_rows"])
         return self._dask_rows("imgscale-features-", reader, record, None, at=positions)
@@ -252,8 +253,8 @@ class FeatureStore:
         at: np.ndarray | None = None,
     ) -> da.Array:
         """One task per zarr chunk of ``reader``, of the chunk's live rows kept by ``split`` and
-        ``where``, or of its rows at positions ``at`` (`SplitRows`: chunks stay aligned to the
-        zarr chunks, some shorter or empty)."""
+        ``where`` (`SplitRows`: chunks stay aligned to the zarr chunks, some shorter or empty),
+        or of its rows at positions ``at``, for the chunks that hold any."""
         # Imported here: commands that only describe a store (`imgscale info`) never need dask.
         import dask.array as da
         from dask.base import tokenize
@@ -277,7 +278,7 @@ class FeatureStore:
         if mask is not None:
             reader = SplitRows(reader, mask)
             row_chunks = reader.row_chunks
-        return da.from_array(
+        rows = da.from_array(
             reader,
             chunks=(row_chunks, width),
             name=prefix + tokenize(str(absolute(self.path)), n, record["created"], mask, batches),
@@ -285,6 +286,10 @@ class FeatureStore:
             fancy=False,
             meta=np.empty((0, width), reader.dtype),
         )
+        if at is None:
+            return rows
+        holding = [b for b, count in enumerate(row_chunks) if count] or [0]
+        return rows.blocks[holding]
 
     @property
     def codec(self) -> Any:
