@@ -398,9 +398,27 @@ def row_stats(
     `chains` is `reduce_rows`' (default: `stats_chains`, by the size of the partials); without
     a Gram the kernel is light and tasks take several blocks (`reduce_rows`' "auto").
     """
+    lazy = lazy_row_stats(
+        X, y_index, n_classes, gram=gram, gram_precision=gram_precision, chains=chains
+    )
+    return compute(lazy)[0]
+
+
+def lazy_row_stats(
+    X: Any,
+    y_index: Any,
+    n_classes: int,
+    *,
+    gram: bool,
+    gram_precision: str = "float64",
+    chains: int | None = None,
+) -> Any:
+    """`row_stats` before its pass runs: a `Delayed` RowStats for dask `X`, so that several
+    passes run in one graph (one `pipeline.compute.compute` of them all); for numpy `X`, the
+    RowStats itself."""
     if chains is None:
         chains = stats_chains(X.shape[1], n_classes, gram=gram)
-    partial = reduce_rows(
+    return reduce_rows(
         chunk_row_stats,
         [X, y_index],
         n_classes,
@@ -409,4 +427,3 @@ def row_stats(
         chains=chains,
         blocks_per_task=1 if gram else "auto",
     )
-    return compute(partial)[0]

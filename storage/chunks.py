@@ -158,3 +158,39 @@ class SplitRows:
         bits = np.unpackbits(self._packed_mask[first_byte:stop_byte])
         offset = chunk_start - 8 * first_byte
         return bits[offset : offset + self.reader.rows_per_chunk].view(bool)
+
+
+class RowsAt:
+    """Array-like view of the rows of a per-chunk ``reader`` at sorted ``positions``, chunked
+    like `SplitRows` (chunk b of the view holds the positions in the reader's chunk b), built
+    and pickled from the positions alone: its cost follows the rows asked for, where a
+    `SplitRows` mask is one bit for every row of the store. For the few rows of a change
+    (`FeatureStore.features_at`)."""
+
+    ndim = 2
+
+    def __init__(self, reader: OneChunkReader, positions: np.ndarray) -> None:
+        positions = np.asarray(positions, dtype=np.int64)
+        if len(positions) and (np.diff(positions) <= 0).any():
+            raise ValueError("positions must be sorted and distinct")
+        self.reader = reader
+        self.positions = positions
+        n_chunks = -(-reader.shape[0] // reader.rows_per_chunk)
+        counts = np.bincount(positions // reader.rows_per_chunk, minlength=n_chunks)
+        self.row_chunks = tuple(int(c) for c in counts)
+        self.shape = (len(positions), reader.shape[1])
+        self.dtype = reader.dtype
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        rows, cols = key if isinstance(key, tuple) else (key, slice(None))
+        start, stop, _ = rows.indices(self.shape[0])
+        if stop <= start:
+            return np.empty((0, self.shape[1]), self.dtype)[:, cols]
+        wanted = self.positions[start:stop]
+        first, last = int(wanted[0]), int(wanted[-1])
+        if first // self.reader.rows_per_chunk != last // self.reader.rows_per_chunk:
+            raise ValueError(f"read of rows {start}–{stop - 1} spans chunks; read one at a time")
+        block = self.reader[first : last + 1]
+        if last - first + 1 == len(wanted):  # consecutive rows: the read itself
+            return block[:, cols]
+        return block[wanted - first][:, cols]

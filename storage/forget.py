@@ -79,7 +79,7 @@ def forget_rows(
 
     Crash-safe as any commit: a process killed before the record is written leaves the store as
     it was, after it every read skips the rows. An id or digest that names no live row is
-    refused by name and nothing changes (an id already forgotten is named as such).
+    refused by name and nothing changes (an id or digest already forgotten is named as such).
     """
     ids, digests = list(dict.fromkeys(ids)), list(dict.fromkeys(sha256))
     if not ids and not digests:
@@ -93,6 +93,7 @@ def forget_rows(
         found_ids: set[str] = set()
         found_digests: set[bytes] = set()
         already: set[str] = set()
+        already_digests: set[bytes] = set()
         forgotten = 0
         for batch in record["batches"]:
             table = _batch_table(store.path, batch, with_sha256=bool(wanted_digests))
@@ -105,14 +106,18 @@ def forget_rows(
                         value_set=pa.array(wanted_digests, pa.binary(ROW_DIGEST_BYTES)),
                     )
                     by_digest = pc.fill_null(by_digest, False).to_numpy(zero_copy_only=False)
-                    found_digests.update(table.column(SHA256).filter(by_digest).to_pylist())
                     hit = hit | by_digest
             offsets = np.flatnonzero(hit)
             earlier = set(forgotten_offsets(batch))
             batch_ids = table.column("id")
             fresh = [int(o) for o in offsets if int(o) not in earlier]
-            already.update(batch_ids[int(o)].as_py() for o in offsets if int(o) in earlier)
+            gone = [int(o) for o in offsets if int(o) in earlier]
+            already.update(batch_ids[o].as_py() for o in gone)
             found_ids.update(batch_ids[o].as_py() for o in fresh)
+            if wanted_digests and SHA256 in table.column_names:
+                column = table.column(SHA256)
+                found_digests.update(column.take(pa.array(fresh, pa.int64())).to_pylist())
+                already_digests.update(column.take(pa.array(gone, pa.int64())).to_pylist())
             if fresh:
                 batch[FORGOTTEN] = [*forgotten_offsets(batch), *fresh]
                 forgotten += len(fresh)
@@ -125,12 +130,15 @@ def forget_rows(
                 + "; nothing was forgotten"
             )
         missing_digests = [
-            d for d, b in zip(digests, wanted_digests, strict=True) if b not in found_digests
+            (d, b) for d, b in zip(digests, wanted_digests, strict=True) if b not in found_digests
         ]
         if missing_digests:
+            (digest, short), more = missing_digests[0], len(missing_digests) - 1
+            state = "is already forgotten" if short in already_digests else "names no live row"
             raise StoreError(
-                f"store {store.path}: sha256 {missing_digests[0]} names no live row "
-                "(or only forgotten ones); nothing was forgotten"
+                f"store {store.path}: sha256 {digest} {state}"
+                + (f" ({more} more digests too)" if more else "")
+                + "; nothing was forgotten"
             )
         record.setdefault("forgets", []).append(
             {

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from imgscale.storage.chunks import SplitRows
+from imgscale.storage.chunks import RowsAt, SplitRows
 from imgscale.storage.classes import check_class_names
 from imgscale.storage.errors import StoreError
 from imgscale.storage.forget import (
@@ -231,16 +231,17 @@ class FeatureStore:
 
     def features_at(self, positions: np.ndarray) -> da.Array:
         """Rows at ``positions`` of the row array (sorted; live, forgotten or of a removed
-        batch: `storage.changes`), chunked like `features`."""
+        batch: `storage.changes`), one dask chunk per zarr chunk that holds any of them: the
+        graph and the pass over it grow with the rows asked for, not with the store."""
         record = self._record()
         reader = rows_codec(self.path, record).reader(record["committed_rows"])
-        return self._dask_rows("imgscale-features-", reader, record, None, at=positions)
+        return self._rows_at("imgscale-features-", reader, record, positions)
 
     def codes_at(self, positions: np.ndarray) -> da.Array:
         """A coded store's codes at ``positions`` of the row array (see `features_at`)."""
         record = self._record()
         reader = rows_codec(self.path, record).codes_reader(record["committed_rows"])
-        return self._dask_rows("imgscale-codes-", reader, record, None, at=positions)
+        return self._rows_at("imgscale-codes-", reader, record, positions)
 
     def _dask_rows(
         self,
@@ -249,11 +250,9 @@ class FeatureStore:
         record: dict[str, Any],
         split: str | None,
         where: np.ndarray | None = None,
-        at: np.ndarray | None = None,
     ) -> da.Array:
         """One task per zarr chunk of ``reader``, of the chunk's live rows kept by ``split`` and
-        ``where``, or of its rows at positions ``at`` (`SplitRows`: chunks stay aligned to the
-        zarr chunks, some shorter or empty)."""
+        ``where`` (`SplitRows`: chunks stay aligned to the zarr chunks, some shorter or empty)."""
         # Imported here: commands that only describe a store (`imgscale info`) never need dask.
         import dask.array as da
         from dask.base import tokenize
@@ -263,7 +262,7 @@ class FeatureStore:
         batches = [(b["batch_id"], b["rows_file"], b.get("crc32c")) for b in record["batches"]]
         n, width = reader.shape
         row_chunks = self.rows_per_chunk
-        live = live_mask(record) if at is None else _positions_mask(at, n, self.path)
+        live = live_mask(record)
         mask = None  # over the live rows
         if split is not None:
             # Compared by arrow: a numpy object array of 1M split names took 0.1 s more.
@@ -285,6 +284,35 @@ class FeatureStore:
             fancy=False,
             meta=np.empty((0, width), reader.dtype),
         )
+
+    def _rows_at(
+        self, prefix: str, reader: Any, record: dict[str, Any], at: np.ndarray
+    ) -> da.Array:
+        """The rows of ``reader`` at positions ``at``: one task per chunk that holds any, the
+        graph and its tasks made from the positions alone (`RowsAt`)."""
+        import dask.array as da
+        from dask.base import tokenize
+
+        # As `_dask_rows`: which commits of which batches these positions are rows of.
+        batches = [(b["batch_id"], b["rows_file"], b.get("crc32c")) for b in record["batches"]]
+        n, width = reader.shape
+        at = np.asarray(at, dtype=np.int64)
+        if len(at) and (at.min() < 0 or at.max() >= n):
+            raise StoreError(
+                f"store {self.path}: rows {at.min()}–{at.max()} asked for, but the row array "
+                f"holds {n} rows (rows dropped since they were listed)"
+            )
+        view = RowsAt(reader, at)
+        rows = da.from_array(
+            view,
+            chunks=(view.row_chunks, width),
+            name=prefix + tokenize(str(absolute(self.path)), n, record["created"], at, batches),
+            asarray=False,
+            fancy=False,
+            meta=np.empty((0, width), reader.dtype),
+        )
+        holding = [b for b, count in enumerate(view.row_chunks) if count] or [0]
+        return rows.blocks[holding]
 
     @property
     def codec(self) -> Any:
@@ -599,19 +627,6 @@ def _check_labels(
 def open_store(path: str | Path | Location) -> FeatureStore:
     """Open an existing store; StoreError if missing, not a store, or of another schema version."""
     return FeatureStore(path)
-
-
-def _positions_mask(positions: np.ndarray, n: int, path: Location) -> np.ndarray:
-    """A mask over the ``n`` rows of the row array, True at ``positions``."""
-    positions = np.asarray(positions, dtype=np.int64)
-    if len(positions) and (positions.min() < 0 or positions.max() >= n):
-        raise StoreError(
-            f"store {path}: rows {positions.min()}–{positions.max()} asked for, but the row "
-            f"array holds {n} rows (rows dropped since they were listed)"
-        )
-    mask = np.zeros(n, dtype=bool)
-    mask[positions] = True
-    return mask
 
 
 def _subset(mask: np.ndarray, where: Any, path: Location) -> np.ndarray:

@@ -15,7 +15,7 @@ from imgscale.pipeline.classify._row_stats import changed_stats
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.params import check_params
 from imgscale.pipeline.pq_codes import check_codebook, code_row_stats
-from imgscale.pipeline.reductions import RowStats, row_stats
+from imgscale.pipeline.reductions import RowStats, lazy_row_stats, row_stats
 
 
 class NearestClassMean(RowClassifierMixin, BaseEstimator):
@@ -87,7 +87,7 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         """
 
         def stats_of(X: Any, y_index: Any, n_classes: int) -> RowStats:
-            return row_stats(self._check_rows(X), y_index, n_classes, gram=False)
+            return lazy_row_stats(self._check_rows(X), y_index, n_classes, gram=False)
 
         return self._apply_change(stats_of, added, removed)
 

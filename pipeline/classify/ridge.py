@@ -20,13 +20,15 @@ from imgscale.pipeline.classify._base import (
 )
 from imgscale.pipeline.classify._row_stats import (
     RowStatsMixin,
-    changed_stats,
+    apply_change,
+    computed,
+    row_change,
     row_stats_attributes,
 )
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.gram import GRAM_PRECISIONS
-from imgscale.pipeline.reductions import RowStats, reduce_rows, row_stats
+from imgscale.pipeline.reductions import RowStats, lazy_row_stats, reduce_rows, row_stats
 
 RHO_GRID = (0.0002, 0.002, 0.02, 0.2, 2.0, 20.0, 200.0, 2000.0)
 
@@ -262,22 +264,45 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         The Gram, XᵀY, row and class sums are updated, the centring becomes the mean of the rows
         as they now are, and ρ is chosen again as `fit` chooses it, unless `rho` is fixed: on
         the validation rows the model keeps the statistics of, plus ``validation_added`` and
-        minus ``validation_removed`` (one pass over those only), else by GCV; one
-        eigendecomposition. A model without validation statistics (saved before they were kept,
-        or choosing ρ by the per-class rate, which needs the rows) starts from none: pass all
-        its validation rows as ``validation_added``. The result is the fit from scratch on the
-        rows as they now are, to float64 rounding of the statistics.
+        minus ``validation_removed`` (summed in the same pass as the training rows: one graph
+        over every changed row), else by GCV; one eigendecomposition. A model without
+        validation statistics (saved before they were kept, or choosing ρ by the per-class
+        rate, which needs the rows) starts from none: pass all its validation rows as
+        ``validation_added``. The result is the fit from scratch on the rows as they now are,
+        to float64 rounding of the statistics.
         """
         check_is_fitted(self)
         grid = self._checked_grid()
-        stats, classes, dropped = changed_stats(
-            self._row_stats(), np.asarray(self.classes_), self._stats_of, added, removed
-        )
+        classes = np.asarray(self.classes_)
+        changes = [row_change(classes, self._lazy_stats_of, added, removed)]
+        validation = kept = None
+        if self.rho is None and self.rho_criterion == "rate":
+            if validation_removed is not None:
+                raise ValueError(
+                    "rho_criterion='rate' keeps no validation statistics to remove rows from: "
+                    "pass all validation rows as validation_added"
+                )
+            if validation_added is not None:
+                validation = self._validation(*validation_added)
+        elif self.rho is None:
+            kept = self._kept_validation(validation_added is not None)
+        if kept is not None:
+            none = (np.empty((0, self.n_features_in_), np.float32), np.empty(0, np.int64))
+            changes.append(
+                row_change(
+                    kept[1],
+                    self._lazy_stats_of,
+                    validation_added or none,
+                    validation_removed or none,
+                )
+            )
+        # One graph: the changed rows of both splits, added and removed, in one pass.
+        change, *validation_change = computed(*changes)
+        stats, classes, dropped = apply_change(self._row_stats(), classes, change)
         if len(classes) == 0:
             raise ValueError("no labelled rows are left: the model would have no classes")
-        validation = None
-        if self.rho is None:
-            validation = self._changed_validation(validation_added, validation_removed)
+        if kept is not None:
+            validation = apply_change(*kept, *validation_change)[:2]
         state = self._solve(stats, classes, grid, validation=validation)
         for name in _VALIDATION_ATTRIBUTES:
             if name not in state and hasattr(self, name):
@@ -287,6 +312,11 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
 
     def _stats_of(self, X: Any, y_index: Any, n_classes: int) -> RowStats:
         return ridge_stats(self._check_rows(X), y_index, n_classes, self.gram_precision)
+
+    def _lazy_stats_of(self, X: Any, y_index: Any, n_classes: int) -> Any:
+        return lazy_row_stats(
+            self._check_rows(X), y_index, n_classes, gram=True, gram_precision=self.gram_precision
+        )
 
     def _validation(self, X_val: Any, y_val: Any) -> tuple:
         """What `_solve` chooses ρ by, as `rho_criterion` says: (the statistics of (X_val,
@@ -301,19 +331,10 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
             raise ValueError("y_val has no labelled rows")
         return self._stats_of(X_val, encode_labels_lazy(y_val, labels), len(labels)), labels
 
-    def _changed_validation(
-        self, added: tuple[Any, Any] | None, removed: tuple[Any, Any] | None
-    ) -> tuple[RowStats, np.ndarray] | None:
-        """The kept validation statistics plus ``added`` minus ``removed``; None when the
-        model keeps none and none are added. For the per-class rate, ``added`` are all the
-        validation rows."""
-        if self.rho_criterion == "rate":
-            if removed is not None:
-                raise ValueError(
-                    "rho_criterion='rate' keeps no validation statistics to remove rows from: "
-                    "pass all validation rows as validation_added"
-                )
-            return None if added is None else self._validation(*added)
+    def _kept_validation(self, rows_added: bool) -> tuple[RowStats, np.ndarray] | None:
+        """The validation statistics the model keeps and their labels, to add and subtract the
+        changed validation rows to and from; none kept, zero statistics when rows are added
+        (all the validation rows, for a model saved before they were kept), else None."""
         if hasattr(self, "validation_gram_"):
             kept = RowStats(
                 n_rows=self.validation_n_rows_,
@@ -322,17 +343,10 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
                 class_counts=self.validation_class_counts_,
                 gram=self.validation_gram_,
             )
-            labels = np.asarray(self.validation_classes_)
-        elif added is None:
+            return kept, np.asarray(self.validation_classes_)
+        if not rows_added:
             return None
-        else:
-            kept = RowStats.zeros(self.n_features_in_, 0, gram=True)
-            labels = np.asarray(self.classes_)[:0]
-        none = (np.empty((0, self.n_features_in_), np.float32), np.empty(0, np.int64))
-        stats, labels, _ = changed_stats(
-            kept, labels, self._stats_of, added or none, removed or none
-        )
-        return stats, labels
+        return RowStats.zeros(self.n_features_in_, 0, gram=True), np.asarray(self.classes_)[:0]
 
     def _checked_grid(self) -> np.ndarray:
         if self.gram_precision not in GRAM_PRECISIONS:

@@ -29,7 +29,7 @@ from imgscale.pipeline.classify._row_stats import (
 )
 from imgscale.pipeline.classify.ridge import RidgeClassifier, grid_rates
 from imgscale.pipeline.fitted import Shape
-from imgscale.pipeline.reductions import RowStats, row_stats
+from imgscale.pipeline.reductions import RowStats, lazy_row_stats, row_stats
 
 LAM_GRID = (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
 
@@ -176,7 +176,7 @@ class SemiSupervisedEigenSolver(RowStatsMixin, LinearClassifierMixin, BaseEstima
             raise ValueError("lam=None selects λ on validation rows: pass X_val and y_val")
 
         def stats_of(X: Any, y_index: Any, n_classes: int) -> RowStats:
-            return row_stats(self._check_rows(X), y_index, n_classes, gram=True)
+            return lazy_row_stats(self._check_rows(X), y_index, n_classes, gram=True)
 
         stats, classes, dropped = changed_stats(
             self._row_stats(), np.asarray(self.classes_), stats_of, added, removed

@@ -273,6 +273,21 @@ def test_only_the_changed_rows_are_read(tmp_path, method):
     _assert_equal_models(model, fresh, s.store, method)
 
 
+def test_the_changed_rows_are_read_through_a_graph_of_the_chunks_that_hold_them(tmp_path):
+    """`features_at` and `codes_at` make one task per chunk holding rows asked for: the graph
+    of an update grows with the change, not with the store."""
+    for coded, codec in ((False, None), (True, _codec())):
+        s = Store(tmp_path / f"s-{coded}.zarr", codec)
+        s.append("a", 100, 0, [0, 1])  # 7 chunks of 16 rows
+        read = s.store.codes_at if coded else s.store.features_at
+        whole = (s.store.codes() if coded else s.store.features()).compute()
+        positions = np.array([3, 4, 50, 99])  # in chunks 0, 3 and 6
+        rows = read(positions)
+        assert rows.chunks[0] == (2, 1, 1)
+        np.testing.assert_array_equal(rows.compute(), whole[positions])
+        assert read(np.array([], np.int64)).compute().shape == (0, whole.shape[1])
+
+
 def test_a_ridge_model_choosing_rho_by_the_per_class_rate_follows_the_store(tmp_path):
     """`--rho-criterion rate` keeps no validation statistics: `update` reads the validation
     split again and chooses ρ by its per-class rate, as `train` does."""

@@ -1,5 +1,6 @@
 """RidgeClassifier (paper 000 §3.3) vs sklearn Ridge on rows centred on the mean of all rows."""
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -7,6 +8,7 @@ from sklearn.linear_model import Ridge
 
 from imgscale.pipeline.classify import RidgeClassifier, ridge
 from imgscale.pipeline.classify.ridge import RHO_GRID
+from imgscale.pipeline.compute import use_compute
 from imgscale.pipeline.metrics import per_class_rate
 from tests.pipeline.conftest import N_CLASSES, as_dask
 
@@ -142,6 +144,36 @@ def test_validation_statistics_follow_added_and_removed_validation_rows(data):
     np.testing.assert_allclose(model.validation_gram_, fresh.validation_gram_, rtol=1e-9)
     model.update(none, none, None, (X[240:], y[240:]))  # no validation row is left: GCV
     assert model.rho_selection_ == "gcv" and not hasattr(model, "validation_gram_")
+
+
+def test_an_update_sums_the_changed_rows_of_both_splits_in_one_graph(data):
+    """Training and validation rows added and removed (dask rows, as a store gives them) are
+    summed in one computation, and the result is the fit on the rows as they then are."""
+    X, y = data
+    grid = (1e-3, 30.0, 1e3, 3e4)
+    model = RidgeClassifier(rho_grid=grid).fit(X[:200], y[:200], X_val=X[200:300], y_val=y[200:300])
+    computations = []
+
+    def counted(*collections):
+        computations.append(len(collections))
+        return dask.compute(*collections)
+
+    def rows(start, stop):
+        return as_dask(X[start:stop], rows=13), y[start:stop]
+
+    with use_compute(counted):
+        model.update(rows(300, 340), rows(0, 40), rows(340, 420), rows(200, 240))
+    assert computations == [4]
+    fresh = RidgeClassifier(rho_grid=grid).fit(
+        np.vstack([X[40:200], X[300:340]]),
+        np.concatenate([y[40:200], y[300:340]]),
+        X_val=np.vstack([X[240:300], X[340:420]]),
+        y_val=np.concatenate([y[240:300], y[340:420]]),
+    )
+    assert model.rho_ == fresh.rho_
+    np.testing.assert_allclose(model.rho_scores_, fresh.rho_scores_, rtol=1e-9)
+    assert_rel_close(model.coef_, fresh.coef_)
+    np.testing.assert_allclose(model.mean_, fresh.mean_, rtol=1e-9)
 
 
 @pytest.mark.parametrize("block_rows", [None, 7], ids=["one-block", "blocks-of-7-rows"])

@@ -115,6 +115,40 @@ def test_forgetting_by_content_digest(tmp_path):
     assert open_store(store.path).ids().tolist() == ["i0", "i1", "i3", "i4", "i5"]
 
 
+def test_forgetting_a_digest_whose_rows_are_all_forgotten_is_refused_and_changes_nothing(
+    tmp_path,
+):
+    store = create_store(tmp_path / "s.zarr", DIM, rows_per_chunk=CHUNK)
+    digests = np.random.default_rng(0).integers(0, 256, (6, 32), dtype=np.uint8)
+    digests[4] = digests[2]  # one image committed twice, as two rows
+    with store.writer("a") as w:
+        w.write(
+            random_rows(6, 0, DIM),
+            np.zeros(6, int),
+            ids=[f"i{k}" for k in range(6)],
+            sha256=digests,
+        )
+    twice = bytes(digests[2]).hex()
+    assert store.forget(sha256=[twice]) == 2
+    before = _reads(store), store.path.joinpath("zarr.json").read_bytes()
+    refused = subprocess.run(
+        [sys.executable, "-m", "imgscale", "forget", str(store.path), "--sha256", twice],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0
+    assert refused.stderr.strip().splitlines() == [
+        f"imgscale: error: store {store.path}: sha256 {twice} is already forgotten; "
+        "nothing was forgotten"
+    ]
+    # Not even a record of a forget of no rows is committed.
+    assert (_reads(store), store.path.joinpath("zarr.json").read_bytes()) == before
+    # A digest of live rows beside it is refused with it: nothing is forgotten.
+    with pytest.raises(StoreError, match="is already forgotten"):
+        store.forget(sha256=[bytes(digests[0]).hex(), twice])
+    assert (_reads(store), store.path.joinpath("zarr.json").read_bytes()) == before
+
+
 @pytest.mark.parametrize(
     ("ids", "digests", "expected"),
     [
