@@ -45,11 +45,11 @@ def test_a_grown_folder_is_planned_as_tasks_of_its_new_images_alone(tmp_path, sc
     write_folder(photos, added)
     plan = plan_ingest(str(photos), store, features="gist", threads=2)
     assert plan.total == 12
-    # 12 new images at 2 threads: tasks of 10 (a quarter second of gist each) over 42 keys
-    # listed by class, the new ones last in each class: 4 of the 5 tasks hold a new key.
-    assert [len(p.keys) for p in plan.partitions] == [10, 10, 10, 2]
-    planned = {key for p in plan.partitions for key in p.keys}
-    assert set(added) <= planned
+    # 12 new images at 2 threads: tasks of 10 (a quarter second of gist each) of the new images
+    # alone, none of the 30 committed ones among them, so no committed key to skip.
+    assert [len(p.keys) for p in plan.partitions] == [10, 2]
+    assert {key for p in plan.partitions for key in p.keys} == set(added)
+    assert len(plan.known.key_hashes) == 0 and len(plan.known.digests) == 30
     assert plan.features.steps is not None  # built where first asked for
 
 
