@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -62,7 +61,6 @@ from imgscale.storage import (
     create_store,
     decode_image,
     default_rows_per_chunk,
-    id_hashes,
     image_rows_per_chunk,
     open_image_source,
     read_partition,
@@ -562,8 +560,6 @@ def ingest_images(
         )  # fmt: skip
     summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0,
                "already_stored": 0, "commit_seconds": 0.0}  # fmt: skip
-    if plan.partitions:  # loaded while the workers describe, not by the first commit
-        threading.Thread(target=id_hashes, args=(pa.array(["id"]),), daemon=True).start()
     with create_or_open(plan.store_path, create) as (store, _):
         check_same_features(store.descriptor, described_by, str(plan.store_path))
         # The store's own codec: another ingest may have created the store meanwhile.

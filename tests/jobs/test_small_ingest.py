@@ -63,7 +63,7 @@ def test_a_parquet_source_is_cut_into_tasks_for_every_thread_by_cost(tmp_path):
     assert [p.rows for p in plan.partitions] == [128] * 6
 
 
-def test_the_client_of_an_ingest_into_a_store_of_named_descriptors_builds_none(
+def test_the_client_of_a_small_ingest_builds_no_descriptor_and_imports_no_numba(
     tmp_path, scheduler_address
 ):
     photos, store = tmp_path / "photos", tmp_path / "s.zarr"
@@ -78,7 +78,8 @@ def test_the_client_of_an_ingest_into_a_store_of_named_descriptors_builds_none(
         plan = plan_ingest({str(photos)!r}, {str(store)!r}, features="gist-tiny")
         with Client({scheduler_address!r}) as client:
             summary = ingest_images(plan, client)
-        heavy = sorted(m for m in ("sklearn", "imgscale.pipeline.describe") if m in sys.modules)
+        heavy = ("sklearn", "imgscale.pipeline.describe", "numba", "dask.array")
+        heavy = sorted(m for m in heavy if m in sys.modules)
         print(json.dumps({{"rows": summary["rows"], "imported": heavy}}))
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
