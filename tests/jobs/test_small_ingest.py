@@ -104,3 +104,24 @@ def test_a_cluster_started_while_planning_is_the_one_connect_uses_and_is_closed_
     assert unused.result().status.name == "closed"
     with local_cluster_soon(start=False) as none:
         assert none is None
+
+
+def test_a_worker_describing_gist_and_colour_imports_no_numba_opencv_or_kmeans():
+    # A new cluster's workers import what their first task needs: for GIST and colour, not the
+    # other descriptors' libraries.
+    code = textwrap.dedent("""
+        import io, json, sys
+        from PIL import Image
+        from imgscale.jobs.features import parse_features
+        from imgscale.storage import decode_image
+        png = io.BytesIO()
+        Image.new("RGB", (50, 40), (200, 30, 90)).save(png, "PNG")
+        features = parse_features("gist,color")
+        rows = features.describe([decode_image(png.getvalue(), features.requests)])
+        other = ("numba", "cv2", "sklearn.cluster", "onnxruntime")
+        imported = [m for m in other if m in sys.modules]
+        print(json.dumps({"dim": rows.shape[1], "imported": imported}))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"dim": 512 + 128, "imported": []}
