@@ -125,3 +125,25 @@ def test_a_worker_describing_gist_and_colour_imports_no_numba_opencv_or_kmeans()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"dim": 512 + 128, "imported": []}
+
+
+def test_the_workers_of_a_local_cluster_do_not_run_the_imgscale_script_again(tmp_path):
+    # The `imgscale` console script imports the command line before its main guard; spawned
+    # worker processes would run it again, importing all of it, for nothing.
+    script = tmp_path / "imgscale_script.py"
+    script.write_text(
+        textwrap.dedent("""
+            import sys
+            import imgscale.jobs.cli
+            if __name__ == "__main__":
+                from imgscale.jobs.cluster import connect
+                def imported():
+                    import sys
+                    return "imgscale.jobs.cli" in sys.modules
+                with connect(quiet=True, n_workers=1) as client:
+                    print(list(client.run(imported).values()), sys.modules["__main__"].__file__)
+        """)
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[False]", str(script)]
