@@ -6,12 +6,13 @@ quality 90), written as a folder tree ``<class>/<n>.jpg`` (at tiny without the d
 sklearn's digits as 32×32 JPEGs).
 
 - **Without a cluster**: ``imgscale ingest FOLDER STORE --features gist`` of the first `PHOTOS`
-  photos into a new store, timed as a whole process (interpreter start to exit), beside two plain
-  single-process loops on the same photos in the same run (Pillow decode, dense float64 numpy
-  GIST, one image at a time, as ``imgscale bench images`` writes it). The target's peer is the
-  issue's loop, at the photos' own 256×256 (no resize): the plain loop's seconds over imgscale's
-  (target ≥ 3, aim 4). Beside it, the stricter ratio against the loop doing imgscale's own work,
-  the photos resized to its 128×128 working size (a GIST a quarter the size).
+  photos into a new store, timed as a whole process (the ``imgscale`` script, interpreter start
+  to exit), beside two plain single-process loops on the same photos in the same run (Pillow
+  decode, dense float64 numpy GIST, one image at a time, as ``imgscale bench images`` writes
+  it). The target's peer is the issue's loop, at the photos' own 256×256 (no resize): the plain
+  loop's seconds over imgscale's (target ≥ 3, aim 4). Beside it, the stricter ratio against the
+  loop doing imgscale's own work, the photos resized to its 128×128 working size (a GIST a
+  quarter the size).
 - **On a running cluster**: a ``dask scheduler`` and 2 single-threaded ``dask worker``
   processes on 127.0.0.1 ingest the `PHOTOS` photos first (the workers warm), then the folder
   grows by `NEW_PHOTOS` photos and ``imgscale ingest ... --scheduler`` adds them, timed as a
@@ -78,7 +79,7 @@ def write_photos(ctx: Context, folder: Path, n: int) -> list[Path]:
 def whole_process(source: Path, store: Path, scheduler: str | None) -> dict:
     """Seconds of ``imgscale ingest SOURCE STORE --features gist [--scheduler]`` as a process,
     its --json summary, and the 1-minute load as it started."""
-    argv = [sys.executable, "-m", "imgscale", "ingest", str(source), str(store)]
+    argv = [str(Path(sys.executable).with_name("imgscale")), "ingest", str(source), str(store)]
     argv += ["--features", FEATURES, "--json"]
     if scheduler:
         argv += ["--scheduler", scheduler]
