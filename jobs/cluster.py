@@ -305,14 +305,30 @@ def _local_cluster(n_workers: int | None) -> LocalCluster:
     """
     n_workers = n_workers or psutil.cpu_count(logical=False) or os.cpu_count() or 1
     memory = psutil.virtual_memory().total
-    return LocalCluster(
-        n_workers=n_workers,
-        threads_per_worker=1,
-        host="127.0.0.1",
-        memory_limit=int(0.8 * memory / n_workers),
-        dashboard_address="127.0.0.1:0",
-        silence_logs=logging.CRITICAL,
-    )
+    with _main_script_not_rerun():
+        return LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            memory_limit=int(0.8 * memory / n_workers),
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.CRITICAL,
+        )
+
+
+@contextlib.contextmanager
+def _main_script_not_rerun() -> Iterator[None]:
+    """While worker processes are spawned: multiprocessing runs the parent's main script again in
+    each child, up to its ``__main__`` guard, and the ``imgscale`` console script imports the
+    whole command line (click, every command's options) there, which a worker never uses. A main
+    module without a file is not run again (``multiprocessing.spawn.get_preparation_data``)."""
+    main = sys.modules["__main__"]
+    script = main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        if script is not None:
+            main.__file__ = script
 
 
 def _threaded_cluster(n_threads: int | None) -> LocalCluster:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -62,7 +61,6 @@ from imgscale.storage import (
     create_store,
     decode_image,
     default_rows_per_chunk,
-    id_hashes,
     image_rows_per_chunk,
     open_image_source,
     read_partition,
@@ -156,14 +154,19 @@ def key_hash(key: str) -> int:
 
 
 def known_of(
-    store: FeatureStore | None, split: str = DEFAULT_SPLIT, unread: Sequence[str] = ()
+    store: FeatureStore | None,
+    split: str = DEFAULT_SPLIT,
+    unread: Sequence[str] = (),
+    *,
+    keys: bool = True,
 ) -> Known:
-    """What ``store`` holds, for an ingest as ``split``; ``unread`` are more ids not to read."""
+    """What ``store`` holds, for an ingest as ``split``; ``unread`` are more ids not to read.
+    Without ``keys``, no id's hash: for partitions holding new images alone."""
+    empty = np.empty(0, np.uint64)
     if store is None or store.committed_rows == 0:
-        empty = np.empty(0, np.uint64)
         hashes = np.sort(np.fromiter(map(key_hash, unread), np.uint64, len(unread)))
-        return Known(hashes, empty, np.empty((0, 32), np.uint8), [], split)
-    ids = [*store.rows(columns=["id"]).column("id").to_pylist(), *unread]
+        return Known(hashes if keys else empty, empty, np.empty((0, 32), np.uint8), [], split)
+    ids = [*store.rows(columns=["id"]).column("id").to_pylist(), *unread] if keys else []
     content = store.content_hashes()
     column = content.column("sha256").combine_chunks()  # 16 bytes a row (`row_digest`)
     digests = np.frombuffer(column.buffers()[1], np.uint8).reshape(-1, column.type.byte_width)
@@ -441,22 +444,23 @@ def plan_ingest(
     partitions = images.partitions(images_per_partition)
     changes = find_changes(existing, source, partitions, partial(image_id, split))
     unread = _refused_unchanged(existing, changes, split)
-    new = _new_images(partitions, existing, split, unread)
+    listed = [p.keys for p in partitions]
+    new = None if None in listed else _new_images(listed, existing, split, unread)
     total = None if new is None else int(new.sum())
     # Tasks sized by cost over the new images, or over every image when listing cannot tell
     # which are new but knows how many there are (parquet); tar shards are tasks as they are.
     sized_over = total if total is not None else images.images
+    size = images_per_partition
     if sized_over is not None:
         stored = existing.descriptor["features"] if features is None else []
         names = spec_names(features) if features else [entry["name"] for entry in stored]
         size = partition_size(seconds_per_image(names), sized_over, images_per_partition, threads)
+    if new is not None:  # tasks of new images alone
+        partitions = images.partitions(size, only=new)
+    else:
         if size != images_per_partition:
             partitions = images.partitions(size)
-    if new is not None:
-        ends = np.cumsum([len(p.keys) for p in partitions])
-        partitions = [
-            p for p, end in zip(partitions, ends, strict=True) if new[end - len(p.keys) : end].any()
-        ]
+        partitions, total = _partitions_with_new_keys(partitions, existing, split, unread)
     if features is None and total == 0 and pq is None:
         return IngestPlan(source, store_path, None, known_of(None, split), [], 0, started,
                           split=split, changes=changes,
@@ -476,7 +480,8 @@ def plan_ingest(
         if existing is not None:
             check_same_features(existing.descriptor, described_by, str(store_path))
     pq, codec = _pq_of(described_by, existing, pq, str(store_path))
-    known = known_of(existing if partitions else None, split, unread)
+    # Partitions of new images alone skip no key: the workers need only the committed digests.
+    known = known_of(existing if partitions else None, split, unread, keys=new is None)
     return IngestPlan(
         source, store_path, described_by, known, partitions, total, started,
         pq, codec, pq_sample, pq_seed, source_options, split, changes, len(unread),
@@ -555,8 +560,6 @@ def ingest_images(
         )  # fmt: skip
     summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0,
                "already_stored": 0, "commit_seconds": 0.0}  # fmt: skip
-    if plan.partitions:  # loaded while the workers describe, not by the first commit
-        threading.Thread(target=id_hashes, args=(pa.array(["id"]),), daemon=True).start()
     with create_or_open(plan.store_path, create) as (store, _):
         check_same_features(store.descriptor, described_by, str(plan.store_path))
         # The store's own codec: another ingest may have created the store meanwhile.
@@ -662,18 +665,38 @@ def _refused_unchanged(
 
 
 def _new_images(
-    partitions: list[ImagePartition], store: FeatureStore | None, split: str, unread: list[str]
-) -> np.ndarray | None:
-    """Whether each image listed is new, in listing order, when listing gave their keys (a
-    folder, a list file): neither committed nor among the ``unread`` ids."""
-    if any(p.keys is None for p in partitions):
-        return None
+    keys: list[tuple[str, ...]], store: FeatureStore | None, split: str, unread: list[str]
+) -> np.ndarray:
+    """Whether each image of the partitions holding ``keys`` is new, in their order: neither
+    committed nor among the ``unread`` ids."""
     if store is None:
-        return np.ones(sum(len(p.keys) for p in partitions), bool)
-    keys = pa.array([image_id(split, k) for p in partitions for k in p.keys], pa.string())
+        return np.ones(sum(map(len, keys)), bool)
+    ids = pa.array([image_id(split, k) for part in keys for k in part], pa.string())
     committed = store.rows(columns=["id"]).column("id")  # compared by pyarrow: no id hashing
     skip = pa.concat_arrays([committed.combine_chunks(), pa.array(unread, pa.string())])
-    return np.asarray(pc.invert(pc.is_in(keys, value_set=skip)), bool)
+    return np.asarray(pc.invert(pc.is_in(ids, value_set=skip)), bool)
+
+
+def _partitions_with_new_keys(
+    partitions: list[ImagePartition], store: FeatureStore | None, split: str, unread: list[str]
+) -> tuple[list[ImagePartition], int | None]:
+    """The ``partitions`` of a source that lists no keys holding a new image, and how many new
+    images they hold, when reading their keys alone tells (a parquet file's id column or its
+    rows): a re-ingest that finds nothing new sends the workers nothing. All of them (count
+    None) for a new store, or when only reading the images tells their keys (tar shards)."""
+    if store is None or (store.committed_rows == 0 and not unread):
+        return partitions, None
+    keys = [p.read_keys() for p in partitions]
+    if None in keys:
+        return partitions, None
+    new = _new_images(keys, store, split, unread)
+    ends = np.cumsum([len(k) for k in keys])
+    kept = [
+        p
+        for p, part, end in zip(partitions, keys, ends, strict=True)
+        if new[end - len(part) : end].any()
+    ]
+    return kept, int(new.sum())
 
 
 def partition_size(seconds_per_image: float, images: int, most: int, threads: int) -> int:

@@ -21,7 +21,6 @@ from contextvars import ContextVar
 from typing import Any
 
 import dask
-import dask.array as da
 import numpy as np
 
 Mapper = Callable[[Callable, tuple, list], list]
@@ -58,6 +57,8 @@ def gather_rows(X: Any, index: np.ndarray) -> np.ndarray:
     indexing: dask's take over all chunks holds more on the workers, and per-chunk indexing
     makes several tasks a chunk.
     """
+    import dask.array as da  # here: jobs reach the cluster through this module, most without it
+
     if not isinstance(X, da.Array):
         return np.asarray(X)[index]
     bounds = np.cumsum((0, *X.chunks[0]))

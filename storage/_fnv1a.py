@@ -4,9 +4,6 @@ numba; a module of its own so that reading a store never imports numba."""
 import numba
 import numpy as np
 
-_OFFSET = np.uint64(14695981039346656037)
-_PRIME = np.uint64(1099511628211)
-
 
 @numba.njit(cache=True, nogil=True)
 def _hash(offsets: np.ndarray, data: np.ndarray, offset: np.uint64, prime: np.uint64):
@@ -19,6 +16,7 @@ def _hash(offsets: np.ndarray, data: np.ndarray, offset: np.uint64, prime: np.ui
     return out
 
 
-def fnv1a(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
-    """uint64 hash of each string ``data[offsets[i]:offsets[i + 1]]``."""
-    return _hash(offsets, data, _OFFSET, _PRIME)
+def fnv1a(offsets: np.ndarray, data: np.ndarray, offset: np.uint64, prime: np.uint64) -> np.ndarray:
+    """uint64 hash of each string ``data[offsets[i]:offsets[i + 1]]`` (FNV's ``offset`` basis and
+    ``prime``)."""
+    return _hash(offsets, data, offset, prime)

@@ -15,20 +15,42 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+# The first ids a process hashes, up to this many, are hashed by numpy (`_fnv1a_numpy`, a vector
+# operation a byte position): importing numba and loading its compiled loop takes longer than
+# hashing them, and a small ingest's commit waited for it. Later ids go to the compiled loop.
+NUMPY_HASHED_IDS = 100_000
+FNV_OFFSET = np.uint64(14695981039346656037)
+FNV_PRIME = np.uint64(1099511628211)
+_numpy_hashed = 0
+
 
 def id_hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """FNV-1a hash (uint64) of each id, from the arrow string buffers (no Python strings)."""
+    global _numpy_hashed
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks() if ids.num_chunks else pa.array([], pa.large_string())
     ids = ids.cast(pa.large_string())
     if len(ids) == 0:
         return np.empty(0, np.uint64)
-    from imgscale.storage._fnv1a import fnv1a  # numba: imported on the first write, not by reads
-
     _, offsets, data = ids.buffers()
     offsets = np.frombuffer(offsets, np.int64)[ids.offset : ids.offset + len(ids) + 1]
     data = np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8)
-    return fnv1a(offsets, data)
+    if _numpy_hashed + len(ids) <= NUMPY_HASHED_IDS:
+        _numpy_hashed += len(ids)
+        return _fnv1a_numpy(offsets, data)
+    from imgscale.storage._fnv1a import fnv1a  # numba: imported on the first write, not by reads
+
+    return fnv1a(offsets, data, FNV_OFFSET, FNV_PRIME)
+
+
+def _fnv1a_numpy(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """`fnv1a` in numpy: every id's next byte at once (uint64 products wrap, as FNV's do)."""
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    out = np.full(len(lengths), FNV_OFFSET, np.uint64)
+    for position in range(int(lengths.max())):
+        live = np.flatnonzero(lengths > position)
+        out[live] = (out[live] ^ data[starts[live] + position]) * FNV_PRIME
+    return out
 
 
 class HashRuns:

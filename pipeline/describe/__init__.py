@@ -18,17 +18,25 @@ JSON-able, so `get_params()` records the descriptor a store was built with.
 
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 from sklearn.base import BaseEstimator
 
-from imgscale.pipeline.describe.bag_of_words import BagOfWords
+from imgscale.exports import declared_exports, lazy_exports
 from imgscale.pipeline.describe.color_histogram import ColorHistogram
-from imgscale.pipeline.describe.dense_sift import DenseSift
-from imgscale.pipeline.describe.fisher_vector import FisherVector
 from imgscale.pipeline.describe.gist import Gist
-from imgscale.pipeline.describe.local_color import LocalColor
-from imgscale.pipeline.describe.onnx_features import OnnxFeatures
-from imgscale.pipeline.describe.vocabulary import FitPass, InMemoryChunks, watch_passes
+
+# The other descriptors, imported from their modules when first used (imgscale.exports): a worker
+# describing GIST or colour does not pay for numba, OpenCV or scikit-learn's k-means.
+if TYPE_CHECKING:
+    from imgscale.pipeline.describe.bag_of_words import BagOfWords as BagOfWords
+    from imgscale.pipeline.describe.dense_sift import DenseSift as DenseSift
+    from imgscale.pipeline.describe.fisher_vector import FisherVector as FisherVector
+    from imgscale.pipeline.describe.local_color import LocalColor as LocalColor
+    from imgscale.pipeline.describe.onnx_features import OnnxFeatures as OnnxFeatures
+    from imgscale.pipeline.describe.vocabulary import FitPass as FitPass
+    from imgscale.pipeline.describe.vocabulary import InMemoryChunks as InMemoryChunks
+    from imgscale.pipeline.describe.vocabulary import watch_passes as watch_passes
 
 DESCRIPTORS: dict[str, Callable[[], BaseEstimator]] = {
     # LMgist's defaults: 4 scales × 8 orientations on a 4×4 grid, 512-D.
@@ -39,16 +47,8 @@ DESCRIPTORS: dict[str, Callable[[], BaseEstimator]] = {
     "color": partial(ColorHistogram, bins=(8, 4, 4), space="hsv", image_size=32),
 }
 
-__all__ = [
-    "DESCRIPTORS",
-    "BagOfWords",
-    "ColorHistogram",
-    "DenseSift",
-    "FisherVector",
-    "FitPass",
-    "Gist",
-    "InMemoryChunks",
-    "LocalColor",
-    "OnnxFeatures",
-    "watch_passes",
-]
+_EXPORTS = declared_exports(__name__, __file__)
+
+__all__ = sorted(["DESCRIPTORS", "ColorHistogram", "Gist", *_EXPORTS])
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -4,7 +4,7 @@ parquet rows naming each image's path, with an optional label and id)."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -57,7 +57,8 @@ def _source(
 ) -> ImageSource:
     """A source of ``entries`` (key, file, label), cut into partitions in their order."""
 
-    def split(images_per_partition: int) -> list[ImagePartition]:
+    def split(images_per_partition: int, only: Sequence[bool] | None) -> list[ImagePartition]:
+        kept = entries if only is None else [e for e, k in zip(entries, only, strict=True) if k]
         return [
             FilePartition(
                 keys=tuple(key for key, _, _ in chunk),
@@ -65,7 +66,7 @@ def _source(
                 files=tuple(file for _, file, _ in chunk),
                 labels=tuple(label for _, _, label in chunk),
             )
-            for chunk in chunks(entries, images_per_partition)
+            for chunk in chunks(kept, images_per_partition)
         ]
 
     return ImageSource(url, kind, labelled, len(entries), split)

@@ -49,6 +49,17 @@ class ParquetPartition(ImagePartition):
                 if wanted:
                     yield from self._images(parquet, group, keys, wanted)
 
+    def read_keys(self) -> tuple[str, ...]:
+        """The partition's keys: from the file's footer alone without an id column, else its id
+        column alone, a row group at a time (never the image bytes)."""
+        with _opened(self.file) as parquet:
+            sizes = [parquet.metadata.row_group(i).num_rows for i in range(self.row_groups[-1] + 1)]
+            return tuple(
+                key
+                for group in self.row_groups
+                for key in self._keys(parquet, group, first_row=sum(sizes[:group]))
+            )
+
     def _keys(self, parquet: pq.ParquetFile, group: int, first_row: int) -> list[str]:
         if self.id_column is None:
             rows = range(first_row, first_row + parquet.metadata.row_group(group).num_rows)
@@ -169,7 +180,7 @@ def open_parquet_images(
     if images == 0:
         raise StoreError(f"{url}: no rows; expected one image a row")
 
-    def split(images_per_partition: int) -> list[ImagePartition]:
+    def split(images_per_partition: int, _only: None) -> list[ImagePartition]:
         return [
             ParquetPartition(
                 keys=None,

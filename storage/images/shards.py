@@ -135,7 +135,7 @@ def open_shards(url: str) -> ImageSource:
             f"{url}: {missing[0]} does not exist ({len(missing)} of {len(shards)} shards missing)"
         )
 
-    def split(images_per_partition: int) -> list[ImagePartition]:
+    def split(images_per_partition: int, _only: None) -> list[ImagePartition]:
         return [ShardPartition(keys=None, shard=shard) for shard in shards]
 
     return ImageSource(url, "tar", None, None, split)

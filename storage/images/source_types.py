@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -51,6 +51,12 @@ class ImagePartition:
         """The partition's images in a stable order, those whose key ``skip`` accepts unread."""
         raise NotImplementedError
 
+    def read_keys(self) -> tuple[str, ...] | None:
+        """The partition's keys in reading order, without reading an image's bytes: the keys
+        listed, or those a parquet file's id column gives; None when only reading the images
+        tells (a tar shard)."""
+        return self.keys
+
 
 @dataclass(frozen=True)
 class ImageSource:
@@ -65,14 +71,25 @@ class ImageSource:
     kind: str
     labelled: bool | None
     images: int | None
-    _split: Callable[[int], list[ImagePartition]] = field(repr=False, compare=False)
+    _split: Callable[[int, Sequence[bool] | None], list[ImagePartition]] = field(
+        repr=False, compare=False
+    )
 
-    def partitions(self, images_per_partition: int = 256) -> list[ImagePartition]:
+    def partitions(
+        self, images_per_partition: int = 256, only: Sequence[bool] | None = None
+    ) -> list[ImagePartition]:
         """The source cut into partitions of about ``images_per_partition`` images (a tar shard
-        is one partition whatever its size; a parquet row group is never split)."""
+        is one partition whatever its size; a parquet row group is never split). ``only`` says
+        of each image, in listing order, whether the partitions hold it (sources that list
+        their keys: a folder, a list file), so that a grown folder's new images make their own
+        partitions."""
         if images_per_partition < 1:
             raise ValueError(f"images_per_partition={images_per_partition}: expected ≥ 1")
-        return self._split(images_per_partition)
+        if only is not None and self.kind not in ("folder", "list"):
+            raise ValueError(f"{self.url}: only is for sources that list keys, not {self.kind}")
+        if only is not None and len(only) != self.images:
+            raise ValueError(f"only: {len(only)} flags for {self.images} images")
+        return self._split(images_per_partition, only)
 
 
 def is_image_name(name: str) -> bool:

@@ -45,11 +45,11 @@ def test_a_grown_folder_is_planned_as_tasks_of_its_new_images_alone(tmp_path, sc
     write_folder(photos, added)
     plan = plan_ingest(str(photos), store, features="gist", threads=2)
     assert plan.total == 12
-    # 12 new images at 2 threads: tasks of 10 (a quarter second of gist each) over 42 keys
-    # listed by class, the new ones last in each class: 4 of the 5 tasks hold a new key.
-    assert [len(p.keys) for p in plan.partitions] == [10, 10, 10, 2]
-    planned = {key for p in plan.partitions for key in p.keys}
-    assert set(added) <= planned
+    # 12 new images at 2 threads: tasks of 10 (a quarter second of gist each) of the new images
+    # alone, none of the 30 committed ones among them, so no committed key to skip.
+    assert [len(p.keys) for p in plan.partitions] == [10, 2]
+    assert {key for p in plan.partitions for key in p.keys} == set(added)
+    assert len(plan.known.key_hashes) == 0 and len(plan.known.digests) == 30
     assert plan.features.steps is not None  # built where first asked for
 
 
@@ -63,7 +63,7 @@ def test_a_parquet_source_is_cut_into_tasks_for_every_thread_by_cost(tmp_path):
     assert [p.rows for p in plan.partitions] == [128] * 6
 
 
-def test_the_client_of_an_ingest_into_a_store_of_named_descriptors_builds_none(
+def test_the_client_of_a_small_ingest_builds_no_descriptor_and_imports_no_numba(
     tmp_path, scheduler_address
 ):
     photos, store = tmp_path / "photos", tmp_path / "s.zarr"
@@ -78,7 +78,8 @@ def test_the_client_of_an_ingest_into_a_store_of_named_descriptors_builds_none(
         plan = plan_ingest({str(photos)!r}, {str(store)!r}, features="gist-tiny")
         with Client({scheduler_address!r}) as client:
             summary = ingest_images(plan, client)
-        heavy = sorted(m for m in ("sklearn", "imgscale.pipeline.describe") if m in sys.modules)
+        heavy = ("sklearn", "imgscale.pipeline.describe", "numba", "dask.array")
+        heavy = sorted(m for m in heavy if m in sys.modules)
         print(json.dumps({{"rows": summary["rows"], "imported": heavy}}))
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -103,3 +104,46 @@ def test_a_cluster_started_while_planning_is_the_one_connect_uses_and_is_closed_
     assert unused.result().status.name == "closed"
     with local_cluster_soon(start=False) as none:
         assert none is None
+
+
+def test_a_worker_describing_gist_and_colour_imports_no_numba_opencv_or_kmeans():
+    # A new cluster's workers import what their first task needs: for GIST and colour, not the
+    # other descriptors' libraries.
+    code = textwrap.dedent("""
+        import io, json, sys
+        from PIL import Image
+        from imgscale.jobs.features import parse_features
+        from imgscale.storage import decode_image
+        png = io.BytesIO()
+        Image.new("RGB", (50, 40), (200, 30, 90)).save(png, "PNG")
+        features = parse_features("gist,color")
+        rows = features.describe([decode_image(png.getvalue(), features.requests)])
+        other = ("numba", "cv2", "sklearn.cluster", "onnxruntime")
+        imported = [m for m in other if m in sys.modules]
+        print(json.dumps({"dim": rows.shape[1], "imported": imported}))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"dim": 512 + 128, "imported": []}
+
+
+def test_the_workers_of_a_local_cluster_do_not_run_the_imgscale_script_again(tmp_path):
+    # The `imgscale` console script imports the command line before its main guard; spawned
+    # worker processes would run it again, importing all of it, for nothing.
+    script = tmp_path / "imgscale_script.py"
+    script.write_text(
+        textwrap.dedent("""
+            import sys
+            import imgscale.jobs.cli
+            if __name__ == "__main__":
+                from imgscale.jobs.cluster import connect
+                def imported():
+                    import sys
+                    return "imgscale.jobs.cli" in sys.modules
+                with connect(quiet=True, n_workers=1) as client:
+                    print(list(client.run(imported).values()), sys.modules["__main__"].__file__)
+        """)
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[False]", str(script)]

@@ -3,7 +3,9 @@ a Python set, and hash collisions that never refuse an id."""
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
+from imgscale.storage import ids as ids_module
 from imgscale.storage.ids import HashRuns, first_repeated, id_hashes
 
 
@@ -21,6 +23,18 @@ def test_hashes_are_fnv1a_of_the_utf8_bytes_for_sliced_and_chunked_arrays():
     assert id_hashes(pa.array(ids).slice(2)).tolist() == expected[2:]
     assert id_hashes(pa.chunked_array([ids[:2], ids[2:]])).tolist() == expected
     assert id_hashes(pa.array([], pa.string())).tolist() == []
+
+
+@pytest.mark.parametrize("hashed_before", [0, ids_module.NUMPY_HASHED_IDS], ids=["numpy", "numba"])
+def test_the_first_ids_hashed_by_numpy_and_later_ones_by_the_compiled_loop_hash_alike(
+    monkeypatch, hashed_before
+):
+    monkeypatch.setattr(ids_module, "_numpy_hashed", hashed_before)
+    rng = np.random.default_rng(0)
+    ids = [f"{'x' * int(n)}/{i}.jpg" for i, n in enumerate(rng.integers(0, 40, 300))]
+    ids += ["", "naïve ✓"]
+    assert id_hashes(pa.array(ids)).tolist() == [fnv1a(i) for i in ids]
+    assert ids_module._numpy_hashed == hashed_before + (len(ids) if hashed_before == 0 else 0)
 
 
 def test_runs_answer_membership_as_a_set_after_many_blocks():

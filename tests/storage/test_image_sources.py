@@ -124,6 +124,22 @@ def test_partitions_hold_at_most_the_asked_number_of_keys_in_order(tmp_path):
     ]
 
 
+def test_partitions_of_the_images_only_selects_in_listing_order(tmp_path):
+    for n in range(7):
+        write(tmp_path / "c" / f"{n}.jpg", fake_jpeg(n))
+    source = open_image_source(tmp_path)
+    only = [n % 3 == 0 for n in range(7)]
+    parts = source.partitions(images_per_partition=2, only=only)
+    assert [part.keys for part in parts] == [("c/0.jpg", "c/3.jpg"), ("c/6.jpg",)]
+    assert [i.data for part in parts for i in read_partition(part)] == [
+        fake_jpeg(0),
+        fake_jpeg(3),
+        fake_jpeg(6),
+    ]
+    with pytest.raises(ValueError, match="6 flags for 7 images"):
+        source.partitions(only=only[:6])
+
+
 def test_skipped_images_are_not_read(tree):
     source = open_image_source(tree)
     (tree / "cat" / "0001.jpg").unlink()  # reading it now would report a problem
