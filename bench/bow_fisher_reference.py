@@ -162,8 +162,8 @@ def intersection_kernel(A, B) -> np.ndarray:
 
     Only dimensions non-zero on both sides add to a minimum, so each column d adds the outer
     minimum of A's and B's non-zero values in it: Σ_d nnz_A(d) · nnz_B(d) minima in all. A bag
-    of words of P patches has at most P non-zero bins a level, so on a 400-word pyramid of 49
-    patches this is a few hundred times fewer minima than the n · m · D of the dense sum.
+    of words of P patches has at most P non-zero bins a level, so on the pyramid of 400-word
+    histograms of 49 patches this is far fewer minima than the n · m · D of the dense sum.
     """
     from scipy import sparse
 
