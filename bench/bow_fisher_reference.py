@@ -156,13 +156,24 @@ def bow_histograms(
     return out / out.sum(axis=1, keepdims=True)
 
 
-def intersection_kernel(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """K[i, j] = Σ_d min(A[i, d], B[j, d])."""
-    out = np.empty((len(A), len(B)))
-    rows = max(1, 2**24 // max(1, B.size))  # a block's minima: 16M values at most
-    for start in range(0, len(A), rows):
-        block = A[start : start + rows, None, :]
-        out[start : start + rows] = np.minimum(block, B[None, :, :]).sum(axis=2)
+def intersection_kernel(A, B) -> np.ndarray:
+    """K[i, j] = Σ_d min(A[i, d], B[j, d]) of non-negative rows A (n, D) and B (m, D), dense or
+    scipy sparse.
+
+    Only dimensions non-zero on both sides add to a minimum, so each column d adds the outer
+    minimum of A's and B's non-zero values in it: Σ_d nnz_A(d) · nnz_B(d) minima in all. A bag
+    of words of P patches has at most P non-zero bins a level, so on the pyramid of 400-word
+    histograms of 49 patches this is far fewer minima than the n · m · D of the dense sum.
+    """
+    from scipy import sparse
+
+    A, B = sparse.csc_matrix(A, dtype=np.float64), sparse.csc_matrix(B, dtype=np.float64)
+    out = np.zeros((A.shape[0], B.shape[0]))
+    for d in range(A.shape[1]):
+        a, b = slice(A.indptr[d], A.indptr[d + 1]), slice(B.indptr[d], B.indptr[d + 1])
+        if a.start < a.stop and b.start < b.stop:
+            rows, cols = A.indices[a], B.indices[b]
+            out[np.ix_(rows, cols)] += np.minimum.outer(A.data[a], B.data[b])
     return out
 
 

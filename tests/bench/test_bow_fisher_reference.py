@@ -6,6 +6,7 @@ import io
 import numpy as np
 import pytest
 from PIL import Image
+from scipy import sparse
 from sklearn.mixture import GaussianMixture
 
 from imgscale.bench import bow_fisher_reference as ref
@@ -47,6 +48,17 @@ def test_intersection_kernel_is_the_sum_of_minima():
     A, B = rng.random((70, 5)), rng.random((3, 5))
     expected = [[sum(min(a[d], b[d]) for d in range(5)) for b in B] for a in A]
     np.testing.assert_allclose(ref.intersection_kernel(A, B), expected)
+
+
+def test_intersection_kernel_of_sparse_rows_is_the_sum_of_minima():
+    # Histogram-like rows, most bins empty, some columns empty on one side only.
+    rng = np.random.default_rng(2)
+    A = rng.random((40, 30)) * (rng.random((40, 30)) < 0.2)
+    B = rng.random((25, 30)) * (rng.random((25, 30)) < 0.2)
+    A[:, 3], B[:, 4] = 0, 0
+    expected = [[sum(min(a[d], b[d]) for d in range(30)) for b in B] for a in A]
+    np.testing.assert_allclose(ref.intersection_kernel(A, B), expected)
+    np.testing.assert_allclose(ref.intersection_kernel(sparse.csr_matrix(A), B), expected)
 
 
 def test_bow_histograms_weigh_the_pyramid_levels_as_lazebnik_eq3():
