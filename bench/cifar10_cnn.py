@@ -182,6 +182,7 @@ def suite(ctx: Context) -> list[dict]:
                     store_rows=summary["store_rows"], load_1min=run.last_load,
                 )
             )  # fmt: skip
+    out += paper_002(ctx, stores["CNN"], scratch / "paper-002")
     # Size by size, so that each size's figures of every descriptor come together.
     seeded = ctx.pick(tiny=1, small=1, medium=3, large=3)
     for n in per_class:
@@ -193,7 +194,6 @@ def suite(ctx: Context) -> list[dict]:
                 rates[label, method] = records[0]["value"]
                 out += records
         out += embedding_records(rates, n, rff_dim, nystrom_dim)
-    out += paper_002(ctx, stores["CNN"], scratch / "paper-002")
     return out
 
 
