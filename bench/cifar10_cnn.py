@@ -129,7 +129,7 @@ def write_splits(tables: dict[str, pa.Table], folder: Path) -> dict[str, Path]:
     "cifar10-cnn",
     "a real CNN (EfficientNet-Lite0 by imgscale ingest --features onnx:) on CIFAR-10 beside "
     "GIST-320 and Fisher vectors: ridge, RFF/Nystrom ridge, NCM, learned-metric NCM, metric "
-    "k-NN at 10 to 5,000 labelled images a class; paper 002's add-class and zero-shot on the "
+    "k-NN at 10 to 4,950 labelled images a class; paper 002's add-class and zero-shot on the "
     "CNN's rows",
     needs=(
         f"{TRAIN_FILE}, {TEST_FILE}, {MODEL_FILE} (small and up; tiny uses sklearn's digits "
@@ -236,13 +236,13 @@ def paper_002(ctx: Context, store: Path, folder: Path) -> list[dict]:
     against ridge, classes added by `imgscale add-class`, zero-shot means from the class
     hierarchy) on the rows of the CNN's store: its train, val and test splits; each record's
     name starts with ``CNN``."""
-    features = open_store(store)
+    cnn = open_store(store)
     parts = {}
     for split in ("train", "val", "test"):
-        parts[f"X_{split}"] = np.asarray(features.features(split).compute())
-        parts[f"y_{split}"] = features.labels(split).astype(np.int64)
+        parts[f"X_{split}"] = np.asarray(cnn.features(split).compute())
+        parts[f"y_{split}"] = cnn.labels(split).astype(np.int64)
     folder.mkdir(exist_ok=True)
-    records = natural_ncm.findings(ctx, parts, features.class_names, "CNN", folder)
+    records = natural_ncm.findings(ctx, parts, cnn.class_names, "CNN", folder)
     return [{**r, "name": f"CNN {r['name']}"} for r in records]
 
 
