@@ -1,35 +1,48 @@
 """``imgscale bench cifar10-cnn``: a real CNN's features on CIFAR-10 JPEGs through the command
-line, beside GIST on the same splits — the classifiers of papers 000 and 002 by labelled
-images a class, per-class rate on the test images, and the wall time of every command.
+line, beside GIST and Fisher vectors on the same splits — the classifiers of papers 000 and 002
+by labelled images a class, paper 002's added and zero-shot classes on the CNN's rows, per-class
+rate on the test images, and the wall time of every command.
 
 The CNN is EfficientNet-Lite0 (``models/efficientnet-lite0.onnx`` of the data folder, its
 README gives its provenance and checks), ingested by ``imgscale ingest --features
 onnx:MODEL``: its 1280-D pooled penultimate layer of each image resized to 224×224.
 
 Protocol (on ``cifar10/train.parquet`` and ``test.parquet``; the train file's rows are in a
-fixed shuffled order):
+fixed shuffled order, 5,000 a class):
 
-- **splits**: ``train`` is the first `TRAIN_PER_CLASS` rows of each class in that order, ``val``
-  the next `VAL_PER_CLASS` of each class (it chooses ρ, or W and k), ``test`` the test file's
+- **splits**: ``val`` is the last `VAL_PER_CLASS` rows of each class in that order, held out of
+  every size (it chooses ρ, or W and k); ``train`` the first 1,000 rows of each class at small
+  scale, and at medium every other row (`EVERY_PER_CLASS` a class); ``test`` the test file's
   rows (every tenth at small scale: the file is sorted by class, so 100 a class). Each split is
-  ingested by its own command into one store per descriptor, ``onnx:MODEL`` and ``gist-tiny``
-  (paper 000's 320-D grey GIST).
+  ingested by its own command into one store per descriptor: ``onnx:MODEL``, ``gist-tiny``
+  (paper 000's 320-D grey GIST) and ``fisher:VOCAB`` (paper 002 §5.1's Fisher vectors of
+  RootSIFT and colour statistics, 16 Gaussians on 64-D projections: 4,096-D, on the grid of
+  ``imgscale bench cifar10-bow-fisher``, the vocabulary fitted on the train split by
+  ``imgscale fit-features``).
 - **labelled images**: ``imgscale train --per-class N --seed S`` keeps N labelled rows a class
-  of ``train`` (the rest are unlabelled rows: paper 000 §4.1), for N in 10, 100 and 1,000;
-  at 10 a class on three samples at medium scale (seeds 0, 1 and 2), else on one (1,000 a
-  class is every train row).
+  of ``train`` (the rest are unlabelled rows: paper 000 §4.1), for N in 10, 100 and 1,000, and
+  at medium scale every train row (4,950 a class); at 10 a class on three samples at medium
+  scale (seeds 0, 1 and 2), else on one.
 - **classifiers**: linear ridge and RFF ridge (paper 000 §3: data-independent embedding, 4,000
   dimensions, the 50th-neighbour bandwidth) and Nyström ridge (data-dependent, 500
   eigenvectors); nearest class mean, Euclidean and with a learned metric (paper 002 §3,
-  ``ncm-metric``, 64 rows of W), and metric k-NN (``knn``).
+  ``ncm-metric``, 64 rows of W), and metric k-NN (``knn``). Paper 000's finding, data-dependent
+  against data-independent embeddings with few and many labels, is a record of its own at each
+  size: Nyström ridge's rate over RFF ridge's.
+- **paper 002 on the CNN's rows**: ``imgscale bench natural-ncm``'s protocol
+  (`natural_ncm.findings`: NCM with ℓ2 and a learned metric, metric kNN, ridge; cat and truck
+  held back and added by ``imgscale add-class``; zero-shot means from a vehicles/animals
+  hierarchy) on the train, val and test rows of the CNN's store; its records start with
+  ``CNN``.
 - **commands**: each step is an ``imgscale`` command run as its own process on the suite's
   cluster; every figure keeps the 1-minute load average as its command started.
 
-The stores stay in the work dir's ``cifar10-cnn`` folder: a later run with the same work dir
-ingests the splits again into them, which finds every image committed and describes nothing,
-so the CNN's features are computed once. Tiny scale runs on sklearn's digits as 32×32 JPEGs
-with a toy ONNX network built here (a 3×3 convolution, ReLU and global pooling), at 10 a class,
-linear ridge and NCM only.
+The stores and the Fisher vectors' vocabulary stay in the work dir's ``cifar10-cnn`` folder: a
+later run with the same work dir ingests the splits again into them, which finds every image
+committed and describes nothing, so the CNN's features are computed once. Tiny scale runs on
+sklearn's digits as 32×32 JPEGs with a toy ONNX network built here (a 3×3 convolution, ReLU
+and global pooling), at 10 a class, linear ridge and NCM only, no Fisher vectors, and paper
+002's protocol at its tiny size.
 """
 
 from __future__ import annotations
@@ -42,21 +55,25 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from imgscale.bench import natural_ncm
+from imgscale.bench.bow_fisher import PATCHES
 from imgscale.bench.cifar10_gist import (
     CommandRunner,
     digits_table,
 )
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
+from imgscale.storage import open_store
 
 TRAIN_FILE = "cifar10/train.parquet"
 TEST_FILE = "cifar10/test.parquet"
 MODEL_FILE = "models/efficientnet-lite0.onnx"
-TRAIN_PER_CLASS = 1000
+# Validation images a class: the last of each class in the train file, held out of every size.
 VAL_PER_CLASS = 50
+# Every train image of a class but those: CIFAR-10 has 5,000 a class.
+EVERY_PER_CLASS = 5000 - VAL_PER_CLASS
 # The labelled images a class trained on three samples at medium scale: the noisiest size.
 SEEDED_SIZE = 10
 # The CI run's classifiers: one ridge, one class mean, each command run in-process.
@@ -79,20 +96,21 @@ def methods(rff_dim: int, nystrom_dim: int) -> dict[str, list[str]]:
 
 def splits_of(train: pa.Table, test: pa.Table, train_per_class: int, val_per_class: int,
               test_step: int) -> dict[str, pa.Table]:  # fmt: skip
-    """``train``: the first ``train_per_class`` rows of each class in the file's order; ``val``:
-    the next ``val_per_class``; ``test``: every ``test_step``-th test row."""
+    """``val``: the last ``val_per_class`` rows of each class in the file's order, held out of
+    every size; ``train``: the first ``train_per_class`` of the others (all of them when there
+    are fewer); ``test``: every ``test_step``-th test row."""
     labels = train.column("label").to_numpy(zero_copy_only=False)
     rank = np.empty(len(labels), np.int64)
+    held_from = np.empty(len(labels), np.int64)
     for label in np.unique(labels):
         where = np.flatnonzero(labels == label)
         rank[where] = np.arange(len(where))
-    rank = pa.array(rank)
-    in_train = pc.less(rank, train_per_class)
-    in_val = pc.and_(pc.greater_equal(rank, train_per_class),
-                     pc.less(rank, train_per_class + val_per_class))  # fmt: skip
+        held_from[where] = len(where) - val_per_class
+    in_val = rank >= held_from
+    in_train = ~in_val & (rank < train_per_class)
     return {
-        "train": train.filter(in_train),
-        "val": train.filter(in_val),
+        "train": train.filter(pa.array(in_train)),
+        "val": train.filter(pa.array(in_val)),
         "test": test.take(list(range(0, test.num_rows, test_step))),
     }
 
@@ -110,8 +128,9 @@ def write_splits(tables: dict[str, pa.Table], folder: Path) -> dict[str, Path]:
 @benchmark(
     "cifar10-cnn",
     "a real CNN (EfficientNet-Lite0 by imgscale ingest --features onnx:) on CIFAR-10 beside "
-    "GIST-320: ridge, RFF/Nystrom ridge, NCM, learned-metric NCM, metric k-NN at 10, 100, 1,000 "
-    "labelled images a class",
+    "GIST-320 and Fisher vectors: ridge, RFF/Nystrom ridge, NCM, learned-metric NCM, metric "
+    "k-NN at 10 to 4,950 labelled images a class; paper 002's add-class and zero-shot on the "
+    "CNN's rows",
     needs=(
         f"{TRAIN_FILE}, {TEST_FILE}, {MODEL_FILE} (small and up; tiny uses sklearn's digits "
         "and a tiny network built with the onnx package)",
@@ -121,8 +140,14 @@ def write_splits(tables: dict[str, pa.Table], folder: Path) -> dict[str, Path]:
 def suite(ctx: Context) -> list[dict]:
     per_class, (rff_dim, nystrom_dim), test_step = ctx.pick(
         tiny=((10,), (200, 50), 1), small=((10, 100, 1000), (4000, 500), 10),
-        medium=((10, 100, 1000), (4000, 500), 1), large=((10, 100, 1000), (4000, 500), 1),
+        medium=((10, 100, 1000, EVERY_PER_CLASS), (4000, 500), 1),
+        large=((10, 100, 1000, EVERY_PER_CLASS), (4000, 500), 1),
     )  # fmt: skip
+    # The Fisher vectors' mixture: paper 002 §5.1's 16 Gaussians on 64-D projections, fitted on
+    # a sample of train images (none at tiny scale: ``cifar10-bow-fisher``'s tiny run checks the
+    # same commands).
+    fisher_vocabulary = ctx.pick(tiny=None, small=(16, 64, 2000), medium=(16, 64, 5000),
+                                 large=(16, 64, 5000))  # fmt: skip
     scratch = ctx.scratch("cifar10-cnn")
     if ctx.scale == "tiny":
         table = digits_table()
@@ -132,15 +157,21 @@ def suite(ctx: Context) -> list[dict]:
     else:
         tables = splits_of(
             pq.read_table(ctx.data(TRAIN_FILE)), pq.read_table(ctx.data(TEST_FILE)),
-            TRAIN_PER_CLASS, VAL_PER_CLASS, test_step,
+            max(per_class), VAL_PER_CLASS, test_step,
         )  # fmt: skip
         model = ctx.data(MODEL_FILE)
         chosen = methods(rff_dim, nystrom_dim)
     paths = write_splits(tables, scratch)
     run = CommandRunner(ctx)
-    out, stores = [], {}
-    for label, features in (("CNN", f"onnx:{model}"), ("GIST-320", "gist-tiny")):
-        stores[label] = scratch / f"{'cnn' if label == 'CNN' else 'gist-tiny'}.zarr"
+    out = []
+    descriptors = {"CNN": ("cnn", f"onnx:{model}"), "GIST-320": ("gist-tiny", "gist-tiny")}
+    if fisher_vocabulary is not None:
+        fisher = scratch / "fisher.model"
+        out += fit_fisher(run, paths["train"], fisher, *fisher_vocabulary)
+        descriptors[f"FV-{fisher_vocabulary[0]}"] = ("fisher", f"fisher:{fisher}")
+    stores = {}
+    for label, (stem, features) in descriptors.items():
+        stores[label] = scratch / f"{stem}.zarr"
         for split, path in paths.items():
             summary, seconds = run.json("ingest", path, stores[label], "--features", features,
                                         "--split", split)  # fmt: skip
@@ -151,14 +182,68 @@ def suite(ctx: Context) -> list[dict]:
                     store_rows=summary["store_rows"], load_1min=run.last_load,
                 )
             )  # fmt: skip
-    # Size by size, so that each size's figures of both descriptors come together.
+    out += paper_002(ctx, stores["CNN"], scratch / "paper-002")
+    # Size by size, so that each size's figures of every descriptor come together.
     seeded = ctx.pick(tiny=1, small=1, medium=3, large=3)
     for n in per_class:
+        rates = {}
         for method, options in chosen.items():
             for label, store in stores.items():
                 seeds = range(seeded if n == SEEDED_SIZE else 1)
-                out += train_and_score(run, store, label, method, options, n, seeds)
+                records = train_and_score(run, store, label, method, options, n, seeds)
+                rates[label, method] = records[0]["value"]
+                out += records
+        out += embedding_records(rates, n, rff_dim, nystrom_dim)
     return out
+
+
+def fit_fisher(run: CommandRunner, train: Path, model: Path, gaussians: int, components: int,
+               sample: int) -> list[dict]:  # fmt: skip
+    """The Fisher vectors' vocabulary (paper 002 §5.1: RootSIFT and colour statistics PCA'd to
+    ``components``, a ``gaussians``-Gaussian mixture) fitted on ``sample`` train images by
+    `imgscale fit-features`, on the grid of ``imgscale bench cifar10-bow-fisher`` (the images
+    at 64×64, 16-pixel patches every 8); fitted once per work dir, as its store is filled once:
+    a store never holds signatures of two vocabularies."""
+    if model.exists():
+        return []
+    seconds = run.plain("fit-features", train, model, "--features", "fisher", *PATCHES,
+                        "--gaussians", gaussians, "--components", components,
+                        "--sample", sample)  # fmt: skip
+    return [record("FV vocabulary fit, wall", seconds, "s", load_1min=run.last_load)]
+
+
+def embedding_records(rates: dict[tuple[str, str], float], n: int, rff_dim: int,
+                      nystrom_dim: int) -> list[dict]:  # fmt: skip
+    """Paper 000's finding at ``n`` labelled images a class, for each descriptor: ridge on the
+    data-dependent embedding (Nyström, its landmarks drawn from the rows) against ridge on the
+    data-independent one (random Fourier features), from the per-class rates ``rates`` of
+    (descriptor, method)."""
+    nystrom, rff = f"Nystrom-{nystrom_dim} ridge", f"RFF-{rff_dim} ridge"
+    return [
+        record(
+            f"{label} data-dependent {nystrom} over data-independent {rff}, {n} labelled/class",
+            rates[label, nystrom], "per-class rate", rates[label, rff],
+            peer=f"{label} {rff}, same labels, same run", features=label, labelled_per_class=n,
+            paper="paper 000 §4: data-dependent embeddings need many labels",
+        )
+        for label, method in rates
+        if method == nystrom and (label, rff) in rates
+    ]  # fmt: skip
+
+
+def paper_002(ctx: Context, store: Path, folder: Path) -> list[dict]:
+    """``imgscale bench natural-ncm``'s protocol (learned metric against Euclidean NCM, NCM
+    against ridge, classes added by `imgscale add-class`, zero-shot means from the class
+    hierarchy) on the rows of the CNN's store: its train, val and test splits; each record's
+    name starts with ``CNN``."""
+    cnn = open_store(store)
+    parts = {}
+    for split in ("train", "val", "test"):
+        parts[f"X_{split}"] = np.asarray(cnn.features(split).compute())
+        parts[f"y_{split}"] = cnn.labels(split).astype(np.int64)
+    folder.mkdir(exist_ok=True)
+    records = natural_ncm.findings(ctx, parts, cnn.class_names, "CNN", folder)
+    return [{**r, "name": f"CNN {r['name']}"} for r in records]
 
 
 def train_and_score(

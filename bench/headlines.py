@@ -285,6 +285,43 @@ FIGURES = (
         peer_label="GIST-320 + ridge with 10× the labels (1,000 a class), same splits",
     ),
     Figure(
+        "cifar10-cnn",
+        r"CNN linear ridge, \d+ labelled/class",
+        "CIFAR-10, EfficientNet-Lite0 features + ridge, every train row",
+        "And against Fisher vectors?",
+        peer_figure=r"FV-16 linear ridge, \d+ labelled/class",
+        peer_label="Fisher vectors (4,096-D, paper 002 §5.1) + ridge, same labels",
+    ),
+    Figure(
+        "cifar10-cnn",
+        r"CNN data-dependent Nystrom-500 ridge over data-independent RFF-4000 ridge, 10 "
+        r"labelled/class",
+        "CIFAR-10 CNN features, 10 a class: Nyström-500 ridge (data-dependent)",
+        peer_label="RFF-4000 ridge (data-independent), same labels",
+    ),
+    Figure(
+        "cifar10-cnn",
+        r"CNN NCM, learned metric d=64: per-class rate",
+        "CIFAR-10 CNN features, NCM with a learned metric (d = 64)",
+        peer_figure=r"CNN NCM, l2: per-class rate",
+        peer_label="NCM, Euclidean, same rows",
+    ),
+    Figure(
+        "cifar10-cnn",
+        r"CNN NCM, learned metric d=64, cat and truck added by add-class: add-class of 2 "
+        r"classes, .*",
+        "CIFAR-10 CNN features: two classes added to a learned-metric NCM",
+        peer_label="learning the metric again without them",
+        **_TIME,
+    ),
+    Figure(
+        "cifar10-cnn",
+        r"CNN zero-shot ancestors \(paper rule\) means, learned metric: the held classes' rate "
+        r"over chance",
+        "CIFAR-10 CNN features: cat and truck from the class hierarchy alone (zero-shot)",
+        peer_label="chance (1 in 10)",
+    ),
+    Figure(
         "cifar10-bow-fisher",
         r"BoW-400 HIKE, every train row",
         "CIFAR-10, bag of words + HIKE, every train row",

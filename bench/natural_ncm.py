@@ -8,7 +8,8 @@ Protocol: gist-tiny rows (320-D, from `imgscale ingest` as in ``cifar10-gist``).
 images' last `val_rows` are split ``val`` (which chooses W's iteration, k and ρ), `train_rows`
 of the others split ``train``, the 10,000 test images split ``test``; the rows go into a store by
 `imgscale ingest` of vectors, every method is trained by `imgscale train` and scored from the
-top-5 labels `imgscale predict --split test` writes for each test image.
+top-5 labels `imgscale predict --split test` writes for each test image. The protocol takes any
+descriptor's rows (`findings`): ``imgscale bench cifar10-cnn`` runs it on the CNN's.
 
 - **held back**: a second store holds the same train and validation rows but cat and truck
   (one animal, one vehicle) only in split ``held``; NCM (ℓ2 and learned metric) is trained on
@@ -201,11 +202,27 @@ class Run:
     kind="accuracy",
 )
 def suite(ctx: Context) -> list[dict]:
-    train_rows, val_rows, metric_dim, max_iter, knn_iter, rff_dim = ctx.pick(
-        tiny=(1_000, 300, 16, 200, 100, 256),
-        small=(10_000, 2_000, 64, 4_000, 1_000, 1_000),
-        medium=(45_000, VAL_ROWS, 64, 4_000, 1_000, 4_000),
-        large=(45_000, VAL_ROWS, 64, 4_000, 1_000, 4_000),
+    train_rows, val_rows = ctx.pick(
+        tiny=(1_000, 300), small=(10_000, 2_000), medium=(45_000, VAL_ROWS),
+        large=(45_000, VAL_ROWS),
+    )  # fmt: skip
+    data = gist_arrays(ctx)
+    names = [str(name) for name in data["class_names"]]
+    return findings(ctx, split(data, train_rows, val_rows), names, "gist-tiny",
+                    ctx.scratch("natural-ncm"))  # fmt: skip
+
+
+def findings(ctx: Context, parts: dict[str, np.ndarray], names: list[str], features: str,
+             folder: Path) -> list[dict]:  # fmt: skip
+    """Paper 002's protocol (the module's docstring) on the rows of ``parts`` (``X_train``,
+    ``y_train``, ``X_val``, ``y_val``, ``X_test``, ``y_test``; labels index ``names``) of the
+    descriptor ``features``, its stores and models in ``folder``: the records of every method,
+    of the held-back classes added by add-class, and of zero-shot means. CIFAR-10's classes
+    are held back and grouped as vehicles and animals, any other (sklearn's digits) as digits.
+    ``imgscale bench cifar10-cnn`` runs it on the CNN's rows."""
+    metric_dim, max_iter, knn_iter, rff_dim = ctx.pick(
+        tiny=(16, 200, 100, 256), small=(64, 4_000, 1_000, 1_000),
+        medium=(64, 4_000, 1_000, 4_000), large=(64, 4_000, 1_000, 4_000),
     )  # fmt: skip
     # Tiny is the CI run: it runs the fewest commands that cover each part (no kNN, no ridge;
     # classes added to the learned metric only).
@@ -215,11 +232,8 @@ def suite(ctx: Context) -> list[dict]:
         medium=(None, ("ncm", "ncm-metric")),
         large=(None, ("ncm", "ncm-metric")),
     )
-    data = gist_arrays(ctx)
-    names = [str(name) for name in data["class_names"]]
     groups, held = (CIFAR_GROUPS, CIFAR_HELD) if "cat" in names else (DIGIT_GROUPS, DIGIT_HELD)
-    parts = split(data, train_rows, val_rows)
-    run = Run(ctx, names, ctx.scratch("natural-ncm"))
+    run = Run(ctx, names, folder)
     held_ids = [names.index(name) for name in held]
     every = run.store("every-class", {s: (parts[f"X_{s}"], parts[f"y_{s}"])
                                       for s in ("train", "val", "test")})  # fmt: skip
@@ -233,7 +247,7 @@ def suite(ctx: Context) -> list[dict]:
                method_options(metric_dim, max_iter, knn_iter, rff_dim).items()
                if chosen is None or spec[0] in chosen}  # fmt: skip
     tag = {"train_rows": len(parts["y_train"]), "val_rows": len(parts["y_val"]),
-           "features": "gist-tiny"}  # fmt: skip
+           "test_rows": len(parts["y_test"]), "features": features}  # fmt: skip
 
     # 1. Every method on all ten classes.
     measured, trained = {}, {}

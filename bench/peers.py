@@ -107,6 +107,12 @@ PEER_FIGURES = (
         _LINEAR,
     ),
     PeerFigure(
+        "cifar10-cnn",
+        r"(FV-\d+) (.+), (\d+) labelled/class",
+        r"GIST-320 \2, \3 labelled/class",
+        "the same classifier on GIST-320, same labels, same run",
+    ),
+    PeerFigure(
         "ale-ceiling",
         r"(\w+?)_ale_choice_(?!paper_defaults)\w+_(\w+?)",
         r"\1_ale_choice_paper_defaults_\2",
@@ -239,6 +245,7 @@ PURPOSES = (
     Purpose("photos-bow-fisher", r".*(ingest|vocabulary fit|reference pipeline).*, wall", _COST),
     Purpose("cifar10-cnn", r"GIST-320 linear ridge, \d+ labelled/class", _BASELINE),
     Purpose("cifar10-cnn", r".*(ingest \w+ split|: train), wall", _COST),
+    Purpose("cifar10-cnn", r"FV vocabulary fit, wall", _COST),
     Purpose(
         "small-ingest",
         r".*, (no cluster|running cluster): stage .*",
