@@ -244,30 +244,22 @@ def suite(ctx: Context) -> list[dict]:
         f"{plain_own_size:.1f} s at {side}x{side}, {plain:.1f} s at {GIST[2]}x{GIST[2]} "
         f"(load {local['load']:.1f})"
     )
-    out.append(
-        record(
-            f"ingest --features gist of {photos} photos, no cluster: the plain loop's seconds over "
-            f"imgscale's, the loop at the photos' {side}x{side}",
-            plain_own_size / local["seconds"],
-            "x",
-            peer="target ≥ 3 (aim 4)",
-            imgscale_s=local["seconds"],
-            plain_loop_s=plain_own_size,
-            load_1min=local["load"],
+    for loop, seconds, peer in (
+        (f"the photos' {side}x{side}", plain_own_size, "target ≥ 3 (aim 4)"),
+        (f"imgscale's {GIST[2]}x{GIST[2]} (the same work)", plain, "the stricter ratio: no target"),
+    ):
+        out.append(
+            record(
+                f"ingest --features gist of {photos} photos, no cluster: the plain loop's seconds "
+                f"over imgscale's, the loop at {loop}",
+                seconds / local["seconds"],
+                "x",
+                peer=peer,
+                imgscale_s=local["seconds"],
+                plain_loop_s=seconds,
+                load_1min=local["load"],
+            )
         )
-    )
-    out.append(
-        record(
-            f"ingest --features gist of {photos} photos, no cluster: the plain loop's seconds over "
-            f"imgscale's, the loop at imgscale's {GIST[2]}x{GIST[2]} (the same work)",
-            plain / local["seconds"],
-            "x",
-            peer="the stricter ratio: no target",
-            imgscale_s=local["seconds"],
-            plain_loop_s=plain,
-            load_1min=local["load"],
-        )
-    )
     load = os.getloadavg()[0]
     out += stage_records(f"{photos} photos, no cluster", staged(folder, store, None), load)
     shutil.rmtree(store)

@@ -145,11 +145,7 @@ class SplitRows:
         in_chunk = self._chunk_mask(chunk_start)
         offset = self._bounds[index]
         rows = np.flatnonzero(in_chunk)[start - offset : stop - offset]
-        first, last = int(rows[0]), int(rows[-1])
-        block = self.reader[chunk_start + first : chunk_start + last + 1]
-        if last - first + 1 == len(rows):  # consecutive rows: the read itself
-            return block[:, cols]
-        return block[rows - first][:, cols]
+        return _rows_in_one_chunk(self.reader, chunk_start + rows, cols)
 
     def _chunk_mask(self, chunk_start: int) -> np.ndarray:
         """The mask over the reader's chunk that starts at row ``chunk_start``."""
@@ -187,10 +183,16 @@ class RowsAt:
         if stop <= start:
             return np.empty((0, self.shape[1]), self.dtype)[:, cols]
         wanted = self.positions[start:stop]
-        first, last = int(wanted[0]), int(wanted[-1])
-        if first // self.reader.rows_per_chunk != last // self.reader.rows_per_chunk:
+        if wanted[0] // self.reader.rows_per_chunk != wanted[-1] // self.reader.rows_per_chunk:
             raise ValueError(f"read of rows {start}–{stop - 1} spans chunks; read one at a time")
-        block = self.reader[first : last + 1]
-        if last - first + 1 == len(wanted):  # consecutive rows: the read itself
-            return block[:, cols]
-        return block[wanted - first][:, cols]
+        return _rows_in_one_chunk(self.reader, wanted, cols)
+
+
+def _rows_in_one_chunk(reader: OneChunkReader, positions: np.ndarray, cols: Any) -> np.ndarray:
+    """The rows of ``reader`` at sorted ``positions`` within one chunk: one read from the first
+    to the last, which is the answer itself when they are consecutive."""
+    first, last = int(positions[0]), int(positions[-1])
+    block = reader[first : last + 1]
+    if last - first + 1 == len(positions):
+        return block[:, cols]
+    return block[positions - first][:, cols]

@@ -101,9 +101,9 @@ def test_a_forgotten_id_can_be_committed_again_in_a_new_batch(tmp_path):
     assert open_store(store.path).ids()[-1] == "b:4"
 
 
-def test_forgetting_by_content_digest(tmp_path):
+def store_of_six_digests(tmp_path, digests: np.ndarray):
+    """A store of six rows i0..i5 in batch "a", row k with content digest ``digests[k]``."""
     store = create_store(tmp_path / "s.zarr", DIM, rows_per_chunk=CHUNK)
-    digests = np.random.default_rng(0).integers(0, 256, (6, 32), dtype=np.uint8)
     with store.writer("a") as w:
         w.write(
             random_rows(6, 0, DIM),
@@ -111,6 +111,12 @@ def test_forgetting_by_content_digest(tmp_path):
             ids=[f"i{k}" for k in range(6)],
             sha256=digests,
         )
+    return store
+
+
+def test_forgetting_by_content_digest(tmp_path):
+    digests = np.random.default_rng(0).integers(0, 256, (6, 32), dtype=np.uint8)
+    store = store_of_six_digests(tmp_path, digests)
     assert store.forget(sha256=[bytes(digests[2]).hex()]) == 1
     assert open_store(store.path).ids().tolist() == ["i0", "i1", "i3", "i4", "i5"]
 
@@ -118,16 +124,9 @@ def test_forgetting_by_content_digest(tmp_path):
 def test_forgetting_a_digest_whose_rows_are_all_forgotten_is_refused_and_changes_nothing(
     tmp_path,
 ):
-    store = create_store(tmp_path / "s.zarr", DIM, rows_per_chunk=CHUNK)
     digests = np.random.default_rng(0).integers(0, 256, (6, 32), dtype=np.uint8)
     digests[4] = digests[2]  # one image committed twice, as two rows
-    with store.writer("a") as w:
-        w.write(
-            random_rows(6, 0, DIM),
-            np.zeros(6, int),
-            ids=[f"i{k}" for k in range(6)],
-            sha256=digests,
-        )
+    store = store_of_six_digests(tmp_path, digests)
     twice = bytes(digests[2]).hex()
     assert store.forget(sha256=[twice]) == 2
     before = _reads(store), store.path.joinpath("zarr.json").read_bytes()
