@@ -386,16 +386,16 @@ def _run_session(model: str, batches: list[np.ndarray]) -> float:
     NCHW standardised with ImageNet's statistics), after one warm-up run."""
     import onnxruntime as ort
 
+    from imgscale.pipeline.describe.onnx_features import standardised_batch
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     output = session.get_outputs()[0].name
-    mean = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None]
-    std = np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]
     seconds = 0.0
     for i, batch in enumerate(batches):
-        x = (batch.transpose(0, 3, 1, 2) / np.float32(255) - mean) / std
+        x = standardised_batch(batch, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
         if i == 0:
             session.run([output], {name: x[:1]})  # the warm-up: not counted
         started = time.perf_counter()

@@ -7,8 +7,8 @@ to 256×256; peak RSS of the ingest's client and workers at two source sizes.
 The benchmark writes the first N CIFAR-10 training JPEGs (``cifar10/train.parquet`` of the data
 dir; at tiny without it, sklearn's digits as 32×32 JPEGs) into its scratch folder as a folder tree
 ``<class>/<n>.jpg``, as WebDataset tar shards of 256 samples (``KEY.jpg`` + ``KEY.cls``), and as
-parquet with the file's own 2,048-row groups (the file itself when N is all of it: parquet row
-groups are never split, so they are its tasks). A smaller set of the same images, in all three
+parquet with the file's own 2,048-row groups (the file itself when N is all of it; ingest reads a
+group larger than a task in slices of its rows). A smaller set of the same images, in all three
 kinds (parquet with 256-row groups), serves the 128×128 GIST and the first of the two sizes at
 which peak RSS is compared; the same images upsampled to 256×256 by Pillow (bicubic, JPEG quality
 90) are written as parquet with 256-row groups.
@@ -60,7 +60,7 @@ from imgscale.storage import ImageRequest, decode_image, open_image_source, read
 
 CIFAR_TRAIN = "cifar10/train.parquet"
 CIFAR_TEST = "cifar10/test.parquet"
-# The CIFAR-10 parquet files' row groups: one ingest task each.
+# The CIFAR-10 parquet files' row groups (ingest cuts them into tasks by the descriptor's cost).
 CIFAR_ROW_GROUP = 2048
 # Tar shards and the smaller sets' row groups: one ingest task's worth of images.
 SMALL_GROUP = 256

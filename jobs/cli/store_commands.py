@@ -90,7 +90,7 @@ from imgscale.jobs.runs import RecordedCommand
     "--commit-rows",
     type=click.IntRange(min=1),
     help="Images: rows a commit holds at most (default: 64 MiB of float32 rows; a commit a "
-    "minute at least; a tar shard or a parquet row group is never split); a killed ingest loses "
+    "minute at least; a task's images, a whole tar shard, are never split); a killed ingest loses "
     "at most one commit's work.",
 )
 @scheduler_option

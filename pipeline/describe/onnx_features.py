@@ -29,6 +29,22 @@ def _onnxruntime() -> Any:
 DEFAULT_IMAGE_SIZE = 224
 
 
+def standardised_batch(
+    images: np.ndarray, mean: tuple[float, float, float], std: tuple[float, float, float]
+) -> np.ndarray:
+    """RGB uint8 images (n, h, w, 3) as a model's input: float32 (n, 3, h, w), scaled to [0, 1]
+    and standardised per channel, (x − mean) / std.
+
+    Laid out channels first in memory (C-contiguous): converting the transposed view keeps the
+    images' channels-last layout, and both the scaling of that strided array and onnxruntime's
+    copy of it into a contiguous tensor cost as much as the conversion itself, again."""
+    x = images.transpose(0, 3, 1, 2).astype(np.float32, order="C")
+    std32 = np.asarray(std, np.float32)
+    x *= (1 / (255 * std32))[:, None, None]
+    x -= (np.asarray(mean, np.float32) / std32)[:, None, None]
+    return x
+
+
 class OnnxFeatures(TransformerMixin, BaseEstimator):
     """Activations of a CNN given as an ONNX model: the named output for each RGB image, a 4-D
     map (n, C, h, w) averaged over h and w to (n, C), a 2-D output (n, C) as it is.
@@ -163,10 +179,7 @@ class OnnxFeatures(TransformerMixin, BaseEstimator):
         return out
 
     def _run(self, images: np.ndarray) -> np.ndarray:
-        x = images.transpose(0, 3, 1, 2).astype(np.float32)
-        scale = 1 / (255 * np.asarray(self.std, np.float32))
-        x *= scale[:, None, None]
-        x -= (np.asarray(self.mean, np.float32) / np.asarray(self.std, np.float32))[:, None, None]
+        x = standardised_batch(images, self.mean, self.std)
         (y,) = self._get_session().run([self.output_name_], {self.input_name_: x})
         if y.ndim == 4:
             y = y.mean(axis=(2, 3), dtype=np.float64)

@@ -1,9 +1,16 @@
 """Parquet files holding image bytes in a column (with optional label and id columns), one file
-or a folder of them; read a row group at a time, so a worker's memory is one row group's."""
+or a folder of them; read a row group at a time, so a worker's memory is one row group's.
+
+A partition is a run of consecutive row groups, or a slice of the rows of one group larger than a
+partition: ingest sizes its tasks by the descriptor's cost, and a file written with large row
+groups (2,048 rows, say) would otherwise give a cheap descriptor a few long tasks, some workers
+idle while the last ones run. A slice reads its whole row group and keeps its own rows: bytes
+read more than once, few beside the work of decoding and describing them."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,9 +31,9 @@ from imgscale.storage.images.source_types import (
 
 @dataclass(frozen=True)
 class ParquetPartition(ImagePartition):
-    """Consecutive row groups of one parquet file. Without an id column an image's key is
-    ``"<name>:<row>"``, ``name`` the file's path below the folder named (or its file name) and
-    ``row`` its row in the file."""
+    """Consecutive row groups of one parquet file, or with ``group_rows`` the rows [start, stop)
+    of its one row group. Without an id column an image's key is ``"<name>:<row>"``, ``name`` the
+    file's path below the folder named (or its file name) and ``row`` its row in the file."""
 
     file: Location
     name: str
@@ -35,6 +42,7 @@ class ParquetPartition(ImagePartition):
     image_column: str
     label_column: str | None
     id_column: str | None
+    group_rows: tuple[int, int] | None = None
 
     @property
     def images(self) -> int:
@@ -45,7 +53,8 @@ class ParquetPartition(ImagePartition):
             sizes = [parquet.metadata.row_group(i).num_rows for i in range(self.row_groups[-1] + 1)]
             for group in self.row_groups:
                 keys = self._keys(parquet, group, first_row=sum(sizes[:group]))
-                wanted = [row for row, key in enumerate(keys) if skip is None or not skip(key)]
+                start, stop = self.group_rows or (0, len(keys))
+                wanted = [row for row in range(start, stop) if skip is None or not skip(keys[row])]
                 if wanted:
                     yield from self._images(parquet, group, keys, wanted)
 
@@ -54,11 +63,13 @@ class ParquetPartition(ImagePartition):
         column alone, a row group at a time (never the image bytes)."""
         with _opened(self.file) as parquet:
             sizes = [parquet.metadata.row_group(i).num_rows for i in range(self.row_groups[-1] + 1)]
-            return tuple(
+            keys = [
                 key
                 for group in self.row_groups
                 for key in self._keys(parquet, group, first_row=sum(sizes[:group]))
-            )
+            ]
+            start, stop = self.group_rows or (0, len(keys))
+            return tuple(keys[start:stop])
 
     def _keys(self, parquet: pq.ParquetFile, group: int, first_row: int) -> list[str]:
         if self.id_column is None:
@@ -187,32 +198,45 @@ def open_parquet_images(
                 file=file,
                 name=name,
                 row_groups=groups,
-                rows=sum(sizes[group] for group in groups),
+                rows=sum(sizes[group] for group in groups) if rows is None else rows[1] - rows[0],
                 image_column=image_column,
                 label_column=label,
                 id_column=key,
+                group_rows=rows,
             )
             for file, name, sizes, label, key in parts
-            for groups in _runs(sizes, images_per_partition)
+            for groups, rows in _runs(sizes, images_per_partition)
         ]
 
     return ImageSource(url, "parquet", labelled.pop(), images, split)
 
 
-def _runs(sizes: list[int], images_per_partition: int) -> list[tuple[int, ...]]:
+def _runs(
+    sizes: list[int], images_per_partition: int
+) -> list[tuple[tuple[int, ...], tuple[int, int] | None]]:
     """Row groups (given their sizes) cut into runs of consecutive groups, each run ended by
-    the group that brings it to ``images_per_partition`` rows; empty groups are left out."""
-    runs: list[tuple[int, ...]] = []
+    the group that brings it to ``images_per_partition`` rows, as (groups, None); a group of
+    more rows than that alone is cut into as many slices of near-equal rows as it needs, each
+    as ((group,), (start, stop)). Empty groups are left out."""
+    runs: list[tuple[tuple[int, ...], tuple[int, int] | None]] = []
     run: list[int] = []
     rows = 0
     for group, size in enumerate(sizes):
         if size == 0:
             continue
+        if size > images_per_partition:
+            if run:
+                runs.append((tuple(run), None))
+                run, rows = [], 0
+            slices = -(-size // images_per_partition)
+            bounds = [size * i // slices for i in range(slices + 1)]
+            runs += [((group,), part) for part in itertools.pairwise(bounds)]
+            continue
         run.append(group)
         rows += size
         if rows >= images_per_partition:
-            runs.append(tuple(run))
+            runs.append((tuple(run), None))
             run, rows = [], 0
     if run:
-        runs.append(tuple(run))
+        runs.append((tuple(run), None))
     return runs

@@ -79,7 +79,8 @@ class ImageSource:
         self, images_per_partition: int = 256, only: Sequence[bool] | None = None
     ) -> list[ImagePartition]:
         """The source cut into partitions of about ``images_per_partition`` images (a tar shard
-        is one partition whatever its size; a parquet row group is never split). ``only`` says
+        is one partition whatever its size; a parquet row group larger than a partition is
+        read in slices of its rows). ``only`` says
         of each image, in listing order, whether the partitions hold it (sources that list
         their keys: a folder, a list file), so that a grown folder's new images make their own
         partitions."""

@@ -53,14 +53,24 @@ def test_a_grown_folder_is_planned_as_tasks_of_its_new_images_alone(tmp_path, sc
     assert plan.features.steps is not None  # built where first asked for
 
 
-def test_a_parquet_source_is_cut_into_tasks_for_every_thread_by_cost(tmp_path):
-    # Parquet lists no keys, but knows how many images it holds: 768 images in row groups of
-    # 128 give each of 2 threads work (the cap of 4,096 images a task would make one task).
+@pytest.mark.parametrize(
+    ("features", "images", "group", "tasks"),
+    [("gist", 768, 128, [64] * 12), ("gist-tiny", 4096, 2048, [512] * 8)],
+    ids=["gist, groups of 128", "gist-tiny, groups of 2048"],
+)
+def test_a_parquet_source_is_cut_into_tasks_for_every_thread_by_cost(
+    tmp_path, features, images, group, tasks
+):
+    # Parquet lists no keys, but knows how many images it holds. 768 GIST images: 80 at most a
+    # task (2 s of work), so each group of 128 is read as two slices of 64 (the cap of 4,096
+    # images a task would make one task). 4,096 gist-tiny images at 2 threads: 4 tasks a thread
+    # of 512, each group of 2,048 (CIFAR-10's files') read as four slices, where whole groups
+    # would give one thread its last group to describe alone.
     source = tmp_path / "images.parquet"
-    table = pa.table({"image": [b"not read when planning"] * 768, "label": ["a"] * 768})
-    pq.write_table(table, source, row_group_size=128)
-    plan = plan_ingest(str(source), tmp_path / "s.zarr", features="gist", threads=2)
-    assert [p.rows for p in plan.partitions] == [128] * 6
+    table = pa.table({"image": [b"not read when planning"] * images, "label": ["a"] * images})
+    pq.write_table(table, source, row_group_size=group)
+    plan = plan_ingest(str(source), tmp_path / "s.zarr", features=features, threads=2)
+    assert [p.rows for p in plan.partitions] == tasks
 
 
 def test_the_client_of_a_small_ingest_builds_no_descriptor_and_imports_no_numba(

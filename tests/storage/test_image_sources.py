@@ -356,6 +356,30 @@ def test_small_row_groups_are_taken_together_into_partitions(tmp_path):
     assert [len(list(read_partition(part))) for part in parts] == [4, 3]
 
 
+@pytest.mark.parametrize("with_ids", [True, False], ids=["id column", "keys by row"])
+def test_a_row_group_larger_than_a_partition_is_read_in_slices_of_its_rows(tmp_path, with_ids):
+    # Groups of 2, 7 and 1 rows at 3 images a partition: the first group alone, the 7 rows in
+    # slices of 2, 2 and 3, the last group alone; every row read once, in the file's order.
+    ids = [f"id{n}" for n in range(10)]
+    columns = {"image": [fake_jpeg(n) for n in range(10)], "label": list("0123456789")}
+    table = pa.table({"id": ids, **columns} if with_ids else columns)
+    writer = pq.ParquetWriter(tmp_path / "x.parquet", table.schema)
+    for start, stop in ((0, 2), (2, 9), (9, 10)):
+        writer.write_table(table.slice(start, stop - start))
+    writer.close()
+    keys = ids if with_ids else [f"x.parquet:{n}" for n in range(10)]
+    parts = open_image_source(tmp_path / "x.parquet").partitions(images_per_partition=3)
+    assert [part.images for part in parts] == [2, 2, 2, 3, 1]
+    assert [part.read_keys() for part in parts] == [
+        tuple(keys[a:b]) for a, b in ((0, 2), (2, 4), (4, 6), (6, 9), (9, 10))
+    ]
+    read = [(i.key, i.label, i.data) for part in parts for i in read_partition(part)]
+    assert read == [(keys[n], str(n), fake_jpeg(n)) for n in range(10)]
+    skipped = {keys[3], keys[6], keys[7]}
+    read = [i.key for part in parts for i in read_partition(part, skip=skipped.__contains__)]
+    assert read == [key for key in keys if key not in skipped]
+
+
 def test_parquet_ids_are_the_keys_and_skipped_ids_are_left_out(tmp_path):
     table = pa.table({"id": ["a", "b", "c", "d"], "image": [fake_jpeg(n) for n in range(4)]})
     pq.write_table(table, tmp_path / "x.parquet", row_group_size=2)

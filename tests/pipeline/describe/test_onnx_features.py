@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from imgscale.pipeline.describe import OnnxFeatures
+from imgscale.pipeline.describe.onnx_features import standardised_batch
 
 SIZE = 8
 RNG = np.random.default_rng(3)
@@ -117,6 +118,18 @@ def test_a_pickled_descriptor_leaves_its_session_behind_and_builds_a_new_one(ima
     np.testing.assert_array_equal(copy.transform(images), before)
     assert copy.__dict__["_session"] is not onnx_features.__dict__["_session"]
     assert copy.get_params()["model"] == onnx_features.model
+
+
+def test_the_batch_fed_to_the_model_is_standardised_and_laid_out_channels_first():
+    # The model's input written out in float64, pixel by pixel; the batch in memory in that
+    # order (a transposed view converted as it is would keep the images' channels-last layout).
+    images = RNG.integers(0, 256, size=(2, 5, 4, 3), dtype=np.uint8)
+    batch = standardised_batch(images, MEAN, STD)
+    expected = np.empty((2, 3, 5, 4))
+    for n, c, y, x in np.ndindex(expected.shape):
+        expected[n, c, y, x] = (images[n, y, x, c] / 255 - MEAN[c]) / STD[c]
+    assert batch.dtype == np.float32 and batch.flags.c_contiguous
+    np.testing.assert_allclose(batch, expected, rtol=1e-6, atol=1e-6)
 
 
 def test_the_session_runs_on_one_thread():
