@@ -31,11 +31,26 @@ def centred_kernel(
     """(μ, K, X̃): the mean μ of all rows (labelled or not, as the primal form centres), the
     l × l Gram K = X̃X̃ᵀ of the labelled rows X̃ = X_l − μ (float64; its products in
     ``gram_precision``) and X̃ itself, lazy when X is dask. Dask sums K by pairs of row blocks."""
-    mean = compute(X.sum(axis=0, dtype=np.float64))[0] / X.shape[0]
+    mean = compute(_rows_where(X, np.ones(len(y_index), bool)).sum(axis=0, dtype=np.float64))
+    mean = mean[0] / X.shape[0]
     product = np.float64 if gram_precision == "float64" else np.float32
-    centred = X[y_index >= 0].astype(product) - mean.astype(product)
+    centred = _rows_where(X, y_index >= 0).astype(product) - mean.astype(product)
     gram = compute(centred @ centred.T)[0]
     return mean, np.asarray(gram, dtype=np.float64), centred
+
+
+def _rows_where(X: Any, keep: np.ndarray) -> Any:
+    """The rows of ``X`` where ``keep``; of dask rows, only the blocks that keep any (a store's
+    split leaves blocks of no rows, which not every embedding's block function takes)."""
+    if not isinstance(X, da.Array):
+        return X[keep]
+    ends = np.cumsum(X.chunks[0])
+    blocks = [
+        X.blocks[i] if keep[end - size : end].all() else X.blocks[i][keep[end - size : end]]
+        for i, (size, end) in enumerate(zip(X.chunks[0], ends, strict=True))
+        if keep[end - size : end].any()
+    ]
+    return da.concatenate(blocks) if blocks else X[:0]
 
 
 def dual_eigensystem(
