@@ -422,3 +422,20 @@ def test_a_dual_model_refuses_to_add_rows_by_name_and_stays_as_it_was(data, chan
         else:
             model.partial_fit(X[300:], y[300:])
     np.testing.assert_array_equal(model.coef_, coef)
+
+
+def _no_empty_block(block):
+    assert len(block), "a block of no rows was read"
+    return block
+
+
+def test_the_dual_form_reads_no_block_of_no_rows(data):
+    """A store's split leaves blocks of no rows, which some embeddings' block functions refuse
+    (HIKE's): the dual form reads only blocks holding rows."""
+    X, y = data
+    X = widened(X, 600)
+    empty = da.zeros((0, 600), dtype=np.float32, chunks=(0, 600))
+    rows = da.concatenate([as_dask(X[:100]), empty, as_dask(X[100:])])
+    model = RidgeClassifier(rho=0.2).fit(rows.map_blocks(_no_empty_block, dtype=np.float32), y)
+    assert model.solver_ == "dual"
+    assert_rel_close(model.coef_.T, exact_weights(X, y, 0.2))
