@@ -183,6 +183,31 @@ def test_em_stops_where_scikit_learn_stops_from_the_same_start_at_its_tolerance(
     assert ours.log_likelihood == pytest.approx(reference.score(X.astype(np.float64)), abs=1e-2)
 
 
+def test_em_fits_dimensions_of_very_different_spread_as_scikit_learn_does():
+    """After PCA the last axes' variance can be far below the mean one's: each dimension's
+    variances are floored by its own spread, so EM reaches scikit-learn's likelihood (whose
+    floor is a tiny constant) from the same start; a floor from the mean spread held every
+    Gaussian wider than the data along the narrow axis."""
+    X = blobs(3000, 3, 5) * np.array([1.0, 1.0, 1e-3], dtype=np.float32)
+    start = fit_kmeans(
+        chunked(X, 4), "x", None, 4, n_descriptors=len(X), max_iter=100, tol=1e-6, random_state=0
+    )
+    means = start.sums / start.counts[:, None]
+    reference = SkGaussianMixture(
+        4,
+        covariance_type="diag",
+        weights_init=start.counts / start.counts.sum(),
+        means_init=means,
+        precisions_init=1 / (start.squares / start.counts[:, None] - means**2),
+        reg_covar=0,
+        tol=1e-9,
+        max_iter=500,
+    ).fit(X.astype(np.float64))
+    ours = fit_gmm(chunked(X, 4), "x", None, start, max_iter=500, tol=1e-9)
+    expected = reference.score(X.astype(np.float64))
+    assert ours.log_likelihood == pytest.approx(expected, abs=1e-3)
+
+
 def test_fisher_vectors_em_tolerance_is_scikit_learns():
     assert FisherVector().tol == SkGaussianMixture().tol
 
