@@ -274,6 +274,8 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         """Add rows (and classes never seen before, appended to `classes_`) and re-solve.
 
         ρ stays at `rho`, or at `rho_` if it was chosen on validation rows, else GCV picks it.
+        Always the primal form (it keeps the sums rows are added to); a fit solved in the dual
+        form is refused.
         """
         grid = self._checked_grid()
         first = not hasattr(self, "classes_")
@@ -310,7 +312,8 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         validation statistics (saved before they were kept, or choosing ρ by the per-class
         rate, which needs the rows) starts from none: pass all its validation rows as
         ``validation_added``. The result is the fit from scratch on the rows as they now are,
-        to float64 rounding of the statistics.
+        to float64 rounding of the statistics. A fit solved in the dual form keeps no sums to
+        add to: ValueError, naming it, and the model stays as it was.
         """
         check_is_fitted(self)
         self._check_primal("update")
