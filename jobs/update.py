@@ -221,6 +221,12 @@ def _check_updatable(
         )
     if kind not in UPDATABLE:
         raise StoreError(f"model {path} is a {kind}, which `update` does not know; train it again")
+    if getattr(classifier, "solver_", "primal") == "dual":
+        raise StoreError(
+            f"model {path} is a ridge solved in its dual form (fewer labelled rows than "
+            "features), which keeps no D × D sums to add rows to or remove them from; train "
+            "it again on the store as it is"
+        )
     if provenance.get("store_batches") is None or "split" not in provenance:
         raise StoreError(
             f"model {path} does not record the batches it learned from (saved before models "

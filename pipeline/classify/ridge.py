@@ -25,12 +25,25 @@ from imgscale.pipeline.classify._row_stats import (
     row_change,
     row_stats_attributes,
 )
+from imgscale.pipeline.classify.ridge_dual import (
+    centred_kernel,
+    dual_eigensystem,
+    dual_gcv_scores,
+    grid_coefficients,
+    grid_errors,
+    primal_weights,
+)
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.gram import GRAM_PRECISIONS
 from imgscale.pipeline.reductions import RowStats, lazy_row_stats, reduce_rows, row_stats
 
 RHO_GRID = (0.0002, 0.002, 0.02, 0.2, 2.0, 20.0, 200.0, 2000.0)
+
+# The largest m × m solve, in bytes, that a fit may make: the Gram, its eigenvectors and the
+# divide-and-conquer workspace (1 + 6m + 2m² doubles) come to about five m × m float64 arrays.
+MAX_SOLVE_BYTES = 8 * 2**30
+_SOLVE_ARRAYS = 5
 
 # Validation rows are scored against all grid values in blocks of rows whose rows × (C·R) float32
 # scores take about this much (at least _GRID_MIN_ROWS rows): blocks large enough that the GEMM,
@@ -151,6 +164,14 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         Products of the Gram XᵀX (always summed in float64). "float32" runs at about twice the
         speed, within the relative error `pipeline.gram` states (float32 rounding): ample for
         classification, though not for ρ far below that error times the largest eigenvalue.
+    solver : {"auto", "primal", "dual"}, default="auto"
+        The system solved for the same W. "primal": the D × D Gram X̃ᵀX̃, from sums that
+        `partial_fit` and `update` add rows to. "dual" (`ridge_dual`): the l × l Gram X̃X̃ᵀ of
+        the l labelled rows, W = X̃ᵀ(X̃X̃ᵀ + ρI)⁻¹Y, for rows wider than they are many; it keeps
+        no sums, so a dual fit cannot be updated, only fitted again. "auto": dual when l < D.
+    max_solve_bytes : int, default=8 GiB
+        The memory the chosen form's eigendecomposition may take (about 5·8·m² bytes for an
+        m × m Gram); a fit whose form needs more is refused before any row is read.
 
     Attributes
     ----------
@@ -170,8 +191,12 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         else the GCV score (lower is better).
     rho_selection_ : str
         "fixed", "validation" or "gcv".
+    solver_ : str
+        "primal" or "dual", the form solved (absent in models saved before the dual form:
+        primal).
     n_rows_, feature_sum_, gram_, class_sums_, class_counts_ :
         Sufficient statistics (`pipeline.reductions.RowStats`) that `partial_fit` adds to.
+        Absent after a dual fit.
     validation_gram_, validation_class_sums_, validation_class_counts_, validation_classes_ :
         The same statistics of the validation rows (with `validation_n_rows_` and
         `validation_feature_sum_`), their classes indexed by their own labels,
@@ -202,6 +227,7 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
     }
 
     RHO_CRITERIA = ("error", "rate")
+    SOLVERS = ("auto", "primal", "dual")
 
     def __init__(
         self,
@@ -209,14 +235,19 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         rho_grid: tuple = RHO_GRID,
         gram_precision: str = "float64",
         rho_criterion: str = "error",
+        solver: str = "auto",
+        max_solve_bytes: int = MAX_SOLVE_BYTES,
     ):
         self.rho = rho
         self.rho_grid = rho_grid
         self.gram_precision = gram_precision
         self.rho_criterion = rho_criterion
+        self.solver = solver
+        self.max_solve_bytes = max_solve_bytes
 
     def fit(self, X: Any, y: Any, X_val: Any = None, y_val: Any = None) -> RidgeClassifier:
-        """One pass over (X, y), plus one over (X_val, y_val) when ρ is chosen on them."""
+        """One pass over (X, y), plus one over (X_val, y_val) when ρ is chosen on them (the
+        dual form: three over X's labelled rows, for μ, the Gram and W)."""
         grid = self._checked_grid()
         if (X_val is None) != (y_val is None):
             raise ValueError("pass both X_val and y_val, or neither")
@@ -225,6 +256,13 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         if len(classes) == 0:
             raise ValueError("y has no labelled rows (every label is -1)")
         y_index = encode_labels_lazy(y, classes)
+        if self._form(y_index, X.shape[1]) == "dual":
+            state = self._solve_dual(X, y_index, classes, grid, X_val, y_val)
+            for name in (*_ROW_STATS_ATTRIBUTES, *_VALIDATION_ATTRIBUTES):
+                if hasattr(self, name):
+                    delattr(self, name)
+            self._set_state(state)
+            return self
         stats = ridge_stats(X, y_index, len(classes), self.gram_precision)
         validation = None
         if X_val is not None and self.rho is None:
@@ -236,10 +274,15 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         """Add rows (and classes never seen before, appended to `classes_`) and re-solve.
 
         ρ stays at `rho`, or at `rho_` if it was chosen on validation rows, else GCV picks it.
+        Always the primal form (it keeps the sums rows are added to); a fit solved in the dual
+        form is refused.
         """
         grid = self._checked_grid()
         first = not hasattr(self, "classes_")
+        if not first:
+            self._check_primal("partial_fit")
         X, y = self._check_fit_input(X, y, reset=first)
+        self._check_fits("primal", X.shape[1])
         all_classes = grown_classes(None if first else np.asarray(self.classes_), y, classes)
         y_index = encode_labels_lazy(y, all_classes)
         stats = ridge_stats(X, y_index, len(all_classes), self.gram_precision)
@@ -269,9 +312,11 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
         validation statistics (saved before they were kept, or choosing ρ by the per-class
         rate, which needs the rows) starts from none: pass all its validation rows as
         ``validation_added``. The result is the fit from scratch on the rows as they now are,
-        to float64 rounding of the statistics.
+        to float64 rounding of the statistics. A fit solved in the dual form keeps no sums to
+        add to: ValueError, naming it, and the model stays as it was.
         """
         check_is_fitted(self)
+        self._check_primal("update")
         grid = self._checked_grid()
         classes = np.asarray(self.classes_)
         changes = [row_change(classes, self._lazy_stats_of, added, removed)]
@@ -357,7 +402,94 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
             raise ValueError(
                 f"rho_criterion must be one of {self.RHO_CRITERIA}, got {self.rho_criterion!r}"
             )
+        if self.solver not in self.SOLVERS:
+            raise ValueError(f"solver must be one of {self.SOLVERS}, got {self.solver!r}")
         return checked_grid(self.rho_grid, self.rho, "rho")
+
+    def _form(self, y_index: Any, n_features: int) -> str:
+        """ "primal" or "dual", as `solver` says (auto: dual when the labelled rows are fewer
+        than the features), refused if it does not fit `max_solve_bytes`."""
+        if isinstance(y_index, da.Array):
+            y_index = compute(y_index)[0]
+        n_labelled = int((np.asarray(y_index) >= 0).sum())
+        form = self.solver
+        if form == "auto":
+            form = "dual" if n_labelled < n_features else "primal"
+        self._check_fits(form, n_labelled if form == "dual" else n_features, n_labelled, n_features)
+        return form
+
+    def _check_fits(
+        self, form: str, size: int, n_labelled: int | None = None, n_features: int | None = None
+    ) -> None:
+        needed = _SOLVE_ARRAYS * 8 * size**2
+        if needed <= self.max_solve_bytes:
+            return
+        shape = (
+            "" if n_labelled is None else f" ({n_labelled} labelled rows of {n_features} features)"
+        )
+        other = "" if n_labelled is None else ", and the other form's is no smaller"
+        raise ValueError(
+            f"ridge's {form} form needs a {size} × {size} solve{shape}, about "
+            f"{needed / 2**30:.3g} GiB against max_solve_bytes of "
+            f"{self.max_solve_bytes / 2**30:.3g} GiB{other if self.solver == 'auto' else ''}"
+        )
+
+    def _check_primal(self, what: str) -> None:
+        if getattr(self, "solver_", "primal") == "dual":
+            raise ValueError(
+                f"this ridge model was solved in the dual form (fewer labelled rows than "
+                f"features), which keeps no D × D sums to add rows to: {what} cannot follow "
+                "its rows; fit it again on the rows as they are"
+            )
+
+    def _solve_dual(
+        self,
+        X: Any,
+        y_index: Any,
+        classes: np.ndarray,
+        grid: np.ndarray,
+        X_val: Any,
+        y_val: Any,
+    ) -> dict[str, Any]:
+        """The state of the dual fit (`ridge_dual`), ρ chosen as `_solve` chooses it, from the
+        validation rows scored at every ρ (the dual form keeps no D × D validation sums)."""
+        if isinstance(y_index, da.Array):
+            y_index = compute(y_index)[0]
+        y_index = np.asarray(y_index)
+        mean, gram, centred = centred_kernel(X, y_index, self.gram_precision)
+        targets = np.eye(len(classes))[y_index[y_index >= 0]]
+        eigvals, eigvecs, z = dual_eigensystem(gram, targets)
+        gcv = dual_gcv_scores(eigvals, z, grid)
+        n_classes = len(classes)
+        if self.rho is not None or X_val is None:
+            rho = float(self.rho) if self.rho is not None else float(grid[np.argmin(gcv)])
+            how = "fixed" if self.rho is not None else "gcv"
+            weights = primal_weights(centred, grid_coefficients(eigvals, eigvecs, z, [rho]))
+            scores = gcv
+        else:
+            if not isinstance(y_val, da.Array):
+                y_val = np.asarray(y_val).ravel()
+            X_val = self._check_rows(X_val)
+            every = primal_weights(centred, grid_coefficients(eigvals, eigvecs, z, grid))
+            intercepts = -(mean @ every)
+            if self.rho_criterion == "rate":
+                scores = grid_rates(every, intercepts, classes, X_val, y_val)
+                best = int(np.argmax(scores))
+            else:
+                scores = grid_errors(every, intercepts, classes, X_val, y_val)
+                best = int(np.argmin(scores))
+            rho, how = float(grid[best]), "validation"
+            weights = every[:, best * n_classes : (best + 1) * n_classes]
+        return {
+            "classes_": classes,
+            "mean_": mean,
+            "coef_": np.ascontiguousarray(weights.T, dtype=np.float32),
+            "intercept_": (-(mean @ weights)).astype(np.float32),
+            "rho_": rho,
+            "rho_scores_": np.asarray(scores, dtype=np.float64),
+            "rho_selection_": how,
+            "solver_": "dual",
+        }
 
     def _solve(
         self,
@@ -402,6 +534,7 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
             "rho_": rho,
             "rho_scores_": np.asarray(scores, dtype=np.float64),
             "rho_selection_": how,
+            "solver_": "primal",
             **row_stats_attributes(stats),
             **kept_validation,
         }
@@ -433,6 +566,8 @@ def _validation_attributes(stats: RowStats, labels: np.ndarray) -> dict[str, Any
     named = {f"validation_{name}": value for name, value in row_stats_attributes(stats).items()}
     return {**named, "validation_classes_": labels}
 
+
+_ROW_STATS_ATTRIBUTES = ("n_rows_", "feature_sum_", "gram_", "class_sums_", "class_counts_")
 
 _VALIDATION_ATTRIBUTES = (
     "validation_n_rows_",

@@ -37,8 +37,10 @@ Chunk = dict[str, np.ndarray]
 Projection = tuple[np.ndarray, np.ndarray] | None
 # Descriptors per k-means centre drawn for the k-means++ seeding (a small sample, gathered).
 SEED_ROWS_PER_CENTRE = 20
-# Variances are floored at this fraction of the descriptors' mean variance (an empty or
-# collapsing Gaussian would otherwise drive the log-likelihood to infinity).
+# Each dimension's variances are floored at this fraction of the descriptors' variance along it
+# (an empty or collapsing Gaussian would otherwise drive the log-likelihood to infinity). Per
+# dimension: after PCA the last axes' variance can be a thousandth of the mean one's, and a floor
+# from the mean would hold every Gaussian wider than the data along them.
 VARIANCE_FLOOR = 1e-3
 
 
@@ -316,8 +318,10 @@ def fit_gmm(
     """
     n = start.counts.sum()
     mean = start.sums.sum(axis=0) / n
-    floor = VARIANCE_FLOOR * (start.squares.sum(axis=0) / n - mean**2).mean()
-    empty = (start.centres, np.full_like(start.centres, floor))
+    spread = start.squares.sum(axis=0) / n - mean**2
+    # A constant dimension (more PCA axes than the descriptors span) still gets a floor above 0.
+    floor = VARIANCE_FLOOR * np.maximum(spread, 1e-6 * spread.mean())
+    empty = (start.centres, np.broadcast_to(floor, start.centres.shape))
     weights, means, variances = _m_step(start.counts, start.sums, start.squares, floor, empty)
     previous = -np.inf
     for iteration in range(1, max_iter + 1):

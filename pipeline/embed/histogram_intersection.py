@@ -93,7 +93,7 @@ class HistogramIntersection(RowTransformerMixin, BaseEstimator):
         out = np.arange(n_levels, dtype=np.float32) < levels[:, :, None]
         out = out.astype(np.float32)
         out *= np.sqrt(step)[None, :, None]
-        return out.reshape(len(X), -1)
+        return out.reshape(len(X), X.shape[1] * n_levels)  # also a block of no rows
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

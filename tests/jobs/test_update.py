@@ -390,3 +390,32 @@ def test_models_stay_valid_across_compaction_or_are_refused_by_name(tmp_path):
         "then compacted away (`imgscale compact`), so they cannot be subtracted; train the "
         "model again"
     )
+
+
+def test_a_ridge_model_solved_in_its_dual_form_is_refused_by_name(tmp_path):
+    """Fewer labelled rows than features: `train` solves ridge in its dual form (an n × n
+    Gram), which keeps no D × D sums for `update` to add rows to; `update` says so in one line
+    and leaves the model as it was. Trained again, it is the dense solution on the rows."""
+    wide = 64
+    store = create_store(tmp_path / "wide.zarr", wide, class_names=CLASSES, rows_per_chunk=CHUNK)
+    rng = np.random.default_rng(0)
+    for batch, n, split in (("a", 40, "train"), ("v", 20, "val")):
+        y = rng.integers(0, len(CLASSES), n).astype(np.int32)
+        X = (rng.normal(size=(n, wide)) + y[:, None]).astype(np.float32)
+        store.append(batch, X, y, ids=[f"{batch}:{i}" for i in range(n)], split=split)
+    model = tmp_path / "ridge.model"
+    _imgscale("train", store.path, model, "--method", "ridge")
+    trained, _ = models.load(model)
+    assert trained.solver_ == "dual" and not hasattr(trained, "gram_")
+    X, y = store.features("train").compute().astype(np.float64), store.labels("train")
+    centred = X - X.mean(axis=0)
+    exact = np.linalg.solve(
+        centred.T @ centred + trained.rho_ * np.eye(wide), centred.T @ np.eye(len(CLASSES))[y]
+    )
+    np.testing.assert_allclose(trained.coef_.T, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+    before = (model / "zarr.json").read_bytes()
+    store.append("b", rng.normal(size=(8, wide)).astype(np.float32), np.zeros(8, np.int32))
+    message = _refused("update", model, store.path)
+    assert message.startswith(f"model {model} is a ridge solved in its dual form")
+    assert "train it again" in message and "\n" not in message
+    assert (model / "zarr.json").read_bytes() == before

@@ -10,7 +10,7 @@ from imgscale.pipeline.classify import RidgeClassifier, ridge
 from imgscale.pipeline.classify.ridge import RHO_GRID
 from imgscale.pipeline.compute import use_compute
 from imgscale.pipeline.metrics import per_class_rate
-from tests.pipeline.conftest import N_CLASSES, as_dask
+from tests.pipeline.conftest import N_CLASSES, N_FEATURES, as_dask
 
 
 def reference_weights(X, y, rho):
@@ -310,3 +310,132 @@ def test_fitted_state_is_arrays_and_json_scalars_and_rebuilds_the_model(data):
     np.testing.assert_array_equal(rebuilt.predict(X), model.predict(X))
     rebuilt.partial_fit(X[200:], y[200:])
     assert_rel_close(rebuilt.coef_, RidgeClassifier().fit(X, y).coef_)
+
+
+def widened(X, n_features):
+    """The rows with random columns appended to ``n_features``: rows wider than they are many."""
+    noise = np.random.default_rng(1).normal(size=(len(X), n_features - X.shape[1]))
+    return np.hstack([X, noise]).astype(np.float32)
+
+
+def exact_weights(X, y, rho):
+    """W = (X̃ᵀX̃ + ρI)⁻¹X̃ᵀY (paper 000 §3.3) by a dense float64 solve: X̃ the labelled rows
+    minus the mean of all rows, Y one-hot."""
+    X64 = X.astype(np.float64)
+    labelled = y >= 0
+    centred = X64[labelled] - X64.mean(axis=0)
+    targets = np.eye(N_CLASSES)[y[labelled]]
+    system = centred.T @ centred + rho * np.eye(X.shape[1])
+    return np.linalg.solve(system, centred.T @ targets)
+
+
+# 300 labelled and 120 unlabelled rows: 12 features (rows more than dimensions), 350 (fewer
+# labelled rows than dimensions, more rows in all) and 600 (fewer rows of any kind).
+SHAPES = [12, 350, 600]
+
+
+@pytest.mark.parametrize("as_rows", [np.asarray, as_dask], ids=["numpy", "dask"])
+@pytest.mark.parametrize("solver", ["primal", "dual"])
+@pytest.mark.parametrize("n_features", SHAPES)
+def test_both_forms_equal_the_exact_dense_solution(data, n_features, solver, as_rows):
+    X, y = data
+    X = X if n_features == N_FEATURES else widened(X, n_features)
+    model = RidgeClassifier(rho=0.2, solver=solver).fit(as_rows(X), y)
+    assert model.solver_ == solver
+    assert_rel_close(model.coef_.T, exact_weights(X, y, 0.2))
+    mean = X.astype(np.float64).mean(axis=0)
+    assert_rel_close(model.intercept_, -mean @ exact_weights(X, y, 0.2))
+
+
+@pytest.mark.parametrize("n_features, form", [(12, "primal"), (350, "dual"), (600, "dual")])
+def test_auto_solves_in_the_dual_when_labelled_rows_are_fewer_than_features(data, n_features, form):
+    X, y = data
+    X = X if n_features == N_FEATURES else widened(X, n_features)
+    model = RidgeClassifier(rho=0.2).fit(X, y)
+    assert model.solver_ == form
+    assert hasattr(model, "gram_") == (form == "primal")
+
+
+@pytest.mark.parametrize("criterion", ["gcv", "error", "rate"])
+@pytest.mark.parametrize("n_features", SHAPES)
+def test_the_two_forms_choose_the_same_rho_and_give_the_same_model(data, n_features, criterion):
+    """ρ by generalised cross-validation, by the validation squared error (with validation rows
+    of a class the model does not have) or by the validation per-class rate: the dual form's
+    scores are the exact ones at every ρ, its ρ their best, its W the primal form's at that ρ.
+
+    Where X̃ᵀX̃ is singular (n < D) and ρ small, the primal form's GCV is a difference of nearly
+    equal sums and loses the digits that order the flat scores there: against it, the scores
+    are close, not equal, and its ρ may differ."""
+    X, y = data
+    X = X if n_features == N_FEATURES else widened(X, n_features)
+    X_val, y_val = X[::2], y[::2]
+    train = np.arange(len(y)) % 2 == 1
+    X, y = X[train], y[train]
+    if criterion == "error":
+        y = np.where(y == 4, -1, y)  # class 4 in validation rows only
+    options = {"rho_criterion": "rate"} if criterion == "rate" else {}
+    validation = {} if criterion == "gcv" else {"X_val": as_dask(X_val), "y_val": y_val}
+    primal = RidgeClassifier(solver="primal", **options).fit(X, y, **validation)
+    dual = RidgeClassifier(solver="dual", **options).fit(as_dask(X), y, **validation)
+    assert primal.rho_selection_ == dual.rho_selection_
+    if criterion == "rate":  # counts of rows: equal
+        np.testing.assert_array_equal(dual.rho_scores_, primal.rho_scores_)
+        expected_rho = primal.rho_
+    else:
+        if criterion == "error":
+            expected = [reference_validation_error(X, y, X_val, y_val, rho) for rho in RHO_GRID]
+        else:
+            expected = [brute_force_gcv(X, y, rho) for rho in RHO_GRID]
+        np.testing.assert_allclose(dual.rho_scores_, expected, rtol=1e-6)
+        assert len(set(np.round(expected, 3))) > 1
+        np.testing.assert_allclose(primal.rho_scores_, expected, rtol=1e-2)
+        expected_rho = RHO_GRID[int(np.argmin(expected))]
+    assert dual.rho_ == expected_rho
+    at_that_rho = RidgeClassifier(rho=dual.rho_, solver="primal").fit(X, y)
+    assert_rel_close(dual.coef_, at_that_rho.coef_)
+    assert_rel_close(dual.intercept_, at_that_rho.intercept_)
+
+
+def test_a_fit_that_fits_neither_form_is_refused_by_name_before_any_row_is_read(data):
+    X, y = data
+    narrow = da.map_blocks(_unreadable, as_dask(X), dtype=np.float32)
+    wide = da.map_blocks(_unreadable, as_dask(widened(X, 600)), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"dual form needs a 300 × 300 solve.*max_solve_bytes"):
+        RidgeClassifier(max_solve_bytes=10**6).fit(wide, y)
+    with pytest.raises(ValueError, match=r"primal form needs a 12 × 12 solve"):
+        RidgeClassifier(max_solve_bytes=1000).fit(narrow, y)
+
+
+def _unreadable(block):
+    raise AssertionError("a row was read")
+
+
+@pytest.mark.parametrize("change", ["update", "partial_fit"])
+def test_a_dual_model_refuses_to_add_rows_by_name_and_stays_as_it_was(data, change):
+    X, y = data
+    X = widened(X, 600)
+    model = RidgeClassifier(rho=0.2).fit(X[:300], y[:300])
+    coef = model.coef_.copy()
+    with pytest.raises(ValueError, match=f"dual form.*{change} cannot follow"):
+        if change == "update":
+            model.update((X[300:], y[300:]), (X[:0], y[:0]))
+        else:
+            model.partial_fit(X[300:], y[300:])
+    np.testing.assert_array_equal(model.coef_, coef)
+
+
+def _no_empty_block(block):
+    assert len(block), "a block of no rows was read"
+    return block
+
+
+def test_the_dual_form_reads_no_block_of_no_rows(data):
+    """A store's split leaves blocks of no rows, which some embeddings' block functions refuse
+    (HIKE's): the dual form reads only blocks holding rows."""
+    X, y = data
+    X = widened(X, 600)
+    empty = da.zeros((0, 600), dtype=np.float32, chunks=(0, 600))
+    rows = da.concatenate([as_dask(X[:100]), empty, as_dask(X[100:])])
+    model = RidgeClassifier(rho=0.2).fit(rows.map_blocks(_no_empty_block, dtype=np.float32), y)
+    assert model.solver_ == "dual"
+    assert_rel_close(model.coef_.T, exact_weights(X, y, 0.2))

@@ -8,7 +8,7 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture as SkGaussianMixture
 
-from imgscale.pipeline.describe import InMemoryChunks, watch_passes
+from imgscale.pipeline.describe import FisherVector, InMemoryChunks, watch_passes
 from imgscale.pipeline.describe.vocabulary import (
     chunk_gmm_stats,
     chunk_kmeans_stats,
@@ -151,6 +151,65 @@ def test_em_reaches_scikit_learns_likelihood_from_the_same_start():
     np.testing.assert_allclose(
         ours.means[order], reference.means_[np.argsort(reference.means_[:, 0])], atol=5e-4
     )
+
+
+def test_em_stops_where_scikit_learn_stops_from_the_same_start_at_its_tolerance():
+    """Six overlapping clusters that EM takes several passes on. From the same start (k-means'
+    clusters' weights, means and variances) and at scikit-learn's own tolerance on the same
+    measure, the mean log-likelihood a descriptor, EM stops one pass before scikit-learn's
+    count: scikit-learn counts the pass that measured the last gain and moves once more."""
+    rng = np.random.default_rng(1)
+    centres = rng.normal(0, 1.5, (6, 3))
+    labels = rng.integers(0, 6, 4000)
+    scales = rng.uniform(0.5, 1.5, (6, 3))
+    X = (centres[labels] + rng.normal(size=(4000, 3)) * scales[labels]).astype(np.float32)
+    start = fit_kmeans(
+        chunked(X, 4), "x", None, 6, n_descriptors=len(X), max_iter=100, tol=1e-6, random_state=0
+    )
+    means = start.sums / start.counts[:, None]
+    variances = start.squares / start.counts[:, None] - means**2
+    reference = SkGaussianMixture(
+        6,
+        covariance_type="diag",
+        weights_init=start.counts / start.counts.sum(),
+        means_init=means,
+        precisions_init=1 / variances,
+        reg_covar=0,
+        max_iter=500,
+    ).fit(X.astype(np.float64))
+    assert reference.converged_ and reference.n_iter_ >= 8
+    ours = fit_gmm(chunked(X, 4), "x", None, start, max_iter=500, tol=FisherVector().tol)
+    assert ours.n_iter == reference.n_iter_ - 1
+    assert ours.log_likelihood == pytest.approx(reference.score(X.astype(np.float64)), abs=1e-2)
+
+
+def test_em_fits_dimensions_of_very_different_spread_as_scikit_learn_does():
+    """After PCA the last axes' variance can be far below the mean one's: each dimension's
+    variances are floored by its own spread, so EM reaches scikit-learn's likelihood (whose
+    floor is a tiny constant) from the same start; a floor from the mean spread held every
+    Gaussian wider than the data along the narrow axis."""
+    X = blobs(3000, 3, 5) * np.array([1.0, 1.0, 1e-3], dtype=np.float32)
+    start = fit_kmeans(
+        chunked(X, 4), "x", None, 4, n_descriptors=len(X), max_iter=100, tol=1e-6, random_state=0
+    )
+    means = start.sums / start.counts[:, None]
+    reference = SkGaussianMixture(
+        4,
+        covariance_type="diag",
+        weights_init=start.counts / start.counts.sum(),
+        means_init=means,
+        precisions_init=1 / (start.squares / start.counts[:, None] - means**2),
+        reg_covar=0,
+        tol=1e-9,
+        max_iter=500,
+    ).fit(X.astype(np.float64))
+    ours = fit_gmm(chunked(X, 4), "x", None, start, max_iter=500, tol=1e-9)
+    expected = reference.score(X.astype(np.float64))
+    assert ours.log_likelihood == pytest.approx(expected, abs=1e-3)
+
+
+def test_fisher_vectors_em_tolerance_is_scikit_learns():
+    assert FisherVector().tol == SkGaussianMixture().tol
 
 
 def test_each_em_pass_does_not_lower_the_likelihood():
