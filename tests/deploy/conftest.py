@@ -18,6 +18,7 @@ from distributed import Client
 from distributed.security import Security
 
 from imgscale.storage import create_store
+from tests.processes import wait_for_workers
 
 BIN = Path(sys.executable).parent
 DASK = str(BIN / "dask")
@@ -39,9 +40,13 @@ class Cluster:
             for i in range(workers):
                 args = ["--nthreads", "1", "--host", "127.0.0.1"]
                 self.workers.append(self._start(f"worker-{i}", args))
+            started = {
+                name: (process, root / f"{name}.log")
+                for name, process in [("scheduler", self.scheduler)]
+                + [(f"worker-{i}", worker) for i, worker in enumerate(self.workers)]
+            }
             with self.client() as client:
-                if workers:
-                    client.wait_for_workers(workers, timeout=120)
+                wait_for_workers(client, workers, started)
                 self.address = client.scheduler.address
         except BaseException:
             self.stop()
