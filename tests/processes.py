@@ -71,3 +71,19 @@ def start_moto_server(
         server.wait()
         raise
     return server, found[0]
+
+
+def stop(*groups: list[subprocess.Popen], timeout: float = 20) -> None:
+    """Terminate each group of processes together, and wait for it before the next; kill a
+    process that has not exited within ``timeout``. Give the workers before their scheduler: a
+    worker whose scheduler closes while it closes waits out its connection timeouts."""
+    for group in groups:
+        for process in group:
+            if process.poll() is None:
+                process.terminate()
+        for process in group:
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

@@ -18,7 +18,7 @@ from distributed import Client
 from distributed.security import Security
 
 from imgscale.storage import create_store
-from tests.processes import wait_for_workers
+from tests.processes import stop, wait_for_workers
 
 BIN = Path(sys.executable).parent
 DASK = str(BIN / "dask")
@@ -109,15 +109,7 @@ class Cluster:
         raise AssertionError(f"worker {address} is not one of ours")
 
     def stop(self) -> None:
-        for process in [*self.workers, self.scheduler]:
-            if process.poll() is None:
-                process.terminate()
-        for process in [*self.workers, self.scheduler]:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop(self.workers, [self.scheduler])
 
 
 def _wait_for(condition, what: str, process: subprocess.Popen, timeout: float = 60) -> None:

@@ -18,7 +18,7 @@ from sklearn.datasets import load_digits
 
 from imgscale.storage import create_store
 from tests.deploy.conftest import BIN, imgscale
-from tests.processes import start_logged, wait_until
+from tests.processes import start_logged, stop, wait_until
 
 DEPLOY = Path(__file__).parents[2] / "deploy"
 MANIFESTS = sorted((DEPLOY / "k8s").glob("*.yaml"))
@@ -238,10 +238,7 @@ def test_every_deployed_command_runs_against_a_tls_cluster_started_from_the_mani
         run_deployed(tmp_path, substitute, found, env)
     finally:
         processes = [process for process, _ in started.values()]
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
+        stop(processes[1:], processes[:1])
     # The worker started from the DaskCluster's command line joined over TLS.
     worker_log = (logs / "DaskCluster-worker.log").read_text()
     assert re.search(r"Start worker at: +tls://127\.0\.0\.1:", worker_log), worker_log

@@ -16,6 +16,7 @@ from sklearn.datasets import load_digits
 
 from imgscale.jobs.cli import cli
 from imgscale.storage import create_store, ingest_file, open_store
+from tests.processes import stop
 
 # The `dask` console script installed beside this interpreter, as a user would run it.
 DASK = str(Path(sys.executable).with_name("dask"))
@@ -68,10 +69,7 @@ def scheduler_address(tmp_path_factory) -> str:
             address = client.scheduler.address
         yield address
     finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
+        stop(processes[1:], processes[:1])
 
 
 def _wait_for(condition, what: str, timeout: float = 120.0) -> None:
