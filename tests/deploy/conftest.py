@@ -19,7 +19,7 @@ from distributed import Client
 from distributed.security import Security
 
 from imgscale.storage import create_store
-from tests.processes import wait_for_workers
+from tests.processes import wait_for_workers, wait_until
 
 BIN = Path(sys.executable).parent
 DASK = str(BIN / "dask")
@@ -36,16 +36,13 @@ class Cluster:
         self.scheduler_file = root / "scheduler.json"
         self.scheduler = self._start("scheduler", ["--host", "127.0.0.1", "--port", "0"])
         self.workers: list[subprocess.Popen] = []
+        started = {"scheduler": (self.scheduler, root / "scheduler.log")}
         try:
-            _wait_for(self.scheduler_file.exists, "scheduler file", self.scheduler)
+            wait_until(self.scheduler_file.exists, "the scheduler file", started, 60)
             for i in range(workers):
                 args = ["--nthreads", "1", "--host", "127.0.0.1"]
                 self.workers.append(self._start(f"worker-{i}", args))
-            started = {
-                name: (process, root / f"{name}.log")
-                for name, process in [("scheduler", self.scheduler)]
-                + [(f"worker-{i}", worker) for i, worker in enumerate(self.workers)]
-            }
+                started[f"worker-{i}"] = (self.workers[-1], root / f"worker-{i}.log")
             with self.client() as client:
                 wait_for_workers(client, workers, started)
                 self.address = client.scheduler.address
@@ -120,14 +117,6 @@ class Cluster:
                     kill_process_tree(process)
         self.scheduler.kill()
         self.scheduler.wait()
-
-
-def _wait_for(condition, what: str, process: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert process.poll() is None, f"{what}: the process exited with {process.returncode}"
-        assert time.monotonic() < deadline, f"{what} did not appear within {timeout} s"
-        time.sleep(0.05)
 
 
 def kill_process_tree(process: subprocess.Popen) -> None:
