@@ -24,16 +24,6 @@ def pytest_unconfigure(config):
         tiny_run.stop()
 
 
-def pytest_collection_modifyitems(config, items):
-    """The modules with a test marked slow (processes, clusters, the README tour) first, each
-    module's tests together and in their order. xdist hands the two test processes two tests
-    at a time (``--maxschedchunk 2`` in pyproject.toml), so a long test is never the last one
-    left while the other process has nothing to do; tests/bench/conftest.py then moves the
-    tests that read the session's tiny benchmark run last."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)
-
-
 def sigint_as_from_a_shell() -> None:
     """``preexec_fn`` of a child a test interrupts with SIGINT: its default action, as a command
     started from an interactive shell has it. A test session started in the background of a
