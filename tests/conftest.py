@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from .bench import tiny_run
+from .processes import start_moto_server
 
 
 def pytest_configure(config):
@@ -53,34 +54,13 @@ def _run_ledger(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def s3_endpoint():
+def s3_endpoint(tmp_path_factory):
     """moto's S3-compatible server as a process on 127.0.0.1, one per test module; the AWS
     variables point this process and the workers it starts at it (test credentials)."""
-    import socket
-    import sys
-    import urllib.request
-
     import fsspec
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
+    server, endpoint = start_moto_server(tmp_path_factory.mktemp("moto") / "moto.log")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(endpoint, timeout=2).close()
-                break
-            except OSError:
-                assert server.poll() is None, "moto_server exited at start"
-                assert time.monotonic() < deadline, "moto_server did not answer within 60 s"
-                time.sleep(0.2)
         with pytest.MonkeyPatch.context() as patch:
             for name, value in {
                 "AWS_ENDPOINT_URL": endpoint,

@@ -3,6 +3,7 @@ big enough that a kill lands mid-pass, and the installed `imgscale` command."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from distributed import Client
 from distributed.security import Security
 
 from imgscale.storage import create_store
+from tests.processes import wait_for_workers, wait_until
 
 BIN = Path(sys.executable).parent
 DASK = str(BIN / "dask")
@@ -34,14 +36,15 @@ class Cluster:
         self.scheduler_file = root / "scheduler.json"
         self.scheduler = self._start("scheduler", ["--host", "127.0.0.1", "--port", "0"])
         self.workers: list[subprocess.Popen] = []
+        started = {"scheduler": (self.scheduler, root / "scheduler.log")}
         try:
-            _wait_for(self.scheduler_file.exists, "scheduler file", self.scheduler)
+            wait_until(self.scheduler_file.exists, "the scheduler file", started, 60)
             for i in range(workers):
                 args = ["--nthreads", "1", "--host", "127.0.0.1"]
                 self.workers.append(self._start(f"worker-{i}", args))
+                started[f"worker-{i}"] = (self.workers[-1], root / f"worker-{i}.log")
             with self.client() as client:
-                if workers:
-                    client.wait_for_workers(workers, timeout=120)
+                wait_for_workers(client, workers, started)
                 self.address = client.scheduler.address
         except BaseException:
             self.stop()
@@ -104,23 +107,16 @@ class Cluster:
         raise AssertionError(f"worker {address} is not one of ours")
 
     def stop(self) -> None:
-        for process in [*self.workers, self.scheduler]:
-            if process.poll() is None:
-                process.terminate()
-        for process in [*self.workers, self.scheduler]:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        """SIGKILL every process: nothing is asked of a cluster at its end, and a worker whose
+        task runs on after its scheduler died takes its nanny's 8 s to close."""
+        import psutil
 
-
-def _wait_for(condition, what: str, process: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert process.poll() is None, f"{what}: the process exited with {process.returncode}"
-        assert time.monotonic() < deadline, f"{what} did not appear within {timeout} s"
-        time.sleep(0.05)
+        for process in self.workers:
+            if process.poll() is None:  # not reaped: the pid is still this process's
+                with contextlib.suppress(psutil.NoSuchProcess):  # a nanny ending on its own
+                    kill_process_tree(process)
+        self.scheduler.kill()
+        self.scheduler.wait()
 
 
 def kill_process_tree(process: subprocess.Popen) -> None:

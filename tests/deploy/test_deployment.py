@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from sklearn.datasets import load_digits
 
 from imgscale.storage import create_store
 from tests.deploy.conftest import BIN, imgscale
+from tests.processes import start_logged, stop, wait_until
 
 DEPLOY = Path(__file__).parents[2] / "deploy"
 MANIFESTS = sorted((DEPLOY / "k8s").glob("*.yaml"))
@@ -155,21 +155,19 @@ def commands() -> dict[str, list[str]]:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Substitution:
     """What differs between a deployment and this machine: service names and ports, mount
-    points, the dashboards' addresses, and the bounded run of `schedule`."""
+    points, the dashboards' addresses, and the bounded run of `schedule`. The scheduler's port
+    is 0 (the one it binds) until ``listening_at`` gives the port it bound."""
 
-    def __init__(self, root: Path, certs: Path, port: int) -> None:
-        self.address = f"tls://127.0.0.1:{port}"
-        self.port = port
+    def __init__(self, root: Path, certs: Path) -> None:
         self.root = root
         self.certs = certs
+        self.listening_at(0)
+
+    def listening_at(self, port: int) -> None:
+        self.port = port
+        self.address = f"tls://127.0.0.1:{port}"
 
     def __call__(self, argv: list[str]) -> list[str]:
         out = []
@@ -212,7 +210,7 @@ def test_every_deployed_command_runs_against_a_tls_cluster_started_from_the_mani
         "DaskCluster scheduler", "DaskCluster worker", "DaskJob job",
         "DaskJob cluster scheduler", "DaskJob cluster worker", "CronJob job",
     }  # fmt: skip
-    substitute = Substitution(tmp_path / "data", certs, free_port())
+    substitute = Substitution(tmp_path / "data", certs)
     (tmp_path / "data" / "stores").mkdir(parents=True)
     (tmp_path / "data" / "models").mkdir()
     digits_store(tmp_path / "data" / "stores" / "features.zarr")
@@ -230,21 +228,17 @@ def test_every_deployed_command_runs_against_a_tls_cluster_started_from_the_mani
     assert substitute(found["DaskJob cluster worker"]) == substitute(found["DaskCluster worker"])
     logs = tmp_path / "logs"
     logs.mkdir()
-    processes = []
+    started = {}
     try:
         for name in ("compose scheduler", "compose worker", "DaskCluster worker"):
-            with open(logs / f"{name.replace(' ', '-')}.log", "wb") as log:
-                processes.append(
-                    subprocess.Popen(substitute(found[name]), env=env, stdout=log, stderr=log)
-                )
+            log = logs / f"{name.replace(' ', '-')}.log"
+            started[name] = (start_logged(substitute(found[name]), log, env=env), log)
             if name == "compose scheduler":
-                wait_for_port(substitute.port, processes[0])
+                substitute.listening_at(scheduler_port(log, started))
         run_deployed(tmp_path, substitute, found, env)
     finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
+        processes = [process for process, _ in started.values()]
+        stop(processes[1:], processes[:1])
     # The worker started from the DaskCluster's command line joined over TLS.
     worker_log = (logs / "DaskCluster-worker.log").read_text()
     assert re.search(r"Start worker at: +tls://127\.0\.0\.1:", worker_log), worker_log
@@ -296,18 +290,16 @@ def run_deployed(tmp_path, substitute, found, env) -> None:
     )
 
 
-def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 60) -> None:
-    import time
+def scheduler_port(log: Path, started) -> int:
+    """The port the scheduler logging to ``log`` bound, once it listens."""
+    found: list[str] = []
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the scheduler exited"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"nothing listens on {port} after {timeout} s")
+    def listening() -> bool:
+        found[:] = re.findall(r"Scheduler at: +tls://127\.0\.0\.1:(\d+)", log.read_text())
+        return bool(found)
+
+    wait_until(listening, "the scheduler listening", started, 60)
+    return int(found[0])
 
 
 def test_make_certs_writes_a_ca_and_three_pairs_it_signed(certs):

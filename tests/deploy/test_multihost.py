@@ -22,6 +22,7 @@ import pytest
 from imgscale.pipeline.classify import NearestClassMean
 from imgscale.storage import open_store
 from tests.deploy.conftest import DASK, IMGSCALE, random_store, zarr_arrays
+from tests.processes import stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 HOSTS = {"sched": "10.213.7.1", "w1": "10.213.7.2", "w2": "10.213.7.3", "client": "10.213.7.4"}
@@ -125,10 +126,7 @@ def test_a_job_runs_with_scheduler_workers_and_client_on_separate_hosts(hosts, t
         assert job.returncode == 0, job.stderr
         assert f"connected to {scheduler}, 2 workers" in job.stderr
     finally:
-        for process in reversed(started):
-            process.terminate()
-        for process in started:
-            process.wait(timeout=30)
+        stop(started[1:], started[:1])
     for name in ("w1", "w2"):
         log = (tmp_path / f"{name}.log").read_text()
         assert re.search(rf"Start worker at: +tcp://{re.escape(HOSTS[name])}:", log), log

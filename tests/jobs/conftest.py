@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from sklearn.datasets import load_digits
 
 from imgscale.jobs.cli import cli
 from imgscale.storage import create_store, ingest_file, open_store
+from tests.processes import start_logged, stop, wait_for_workers, wait_until
 
 # The `dask` console script installed beside this interpreter, as a user would run it.
 DASK = str(Path(sys.executable).with_name("dask"))
@@ -23,63 +23,29 @@ DASK = str(Path(sys.executable).with_name("dask"))
 
 @pytest.fixture(scope="session")
 def scheduler_address(tmp_path_factory) -> str:
-    """Start ``dask scheduler`` and two ``dask worker`` processes; yield the scheduler address."""
-    scheduler_file = tmp_path_factory.mktemp("cluster") / "scheduler.json"
-    common = ["--no-dashboard"]
-    processes = [
-        subprocess.Popen(
-            [
-                DASK,
-                "scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--scheduler-file",
-                str(scheduler_file),
-                *common,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
+    """Start ``dask scheduler`` and two ``dask worker`` processes, each logging to a file beside
+    the scheduler file; yield the scheduler address."""
+    folder = tmp_path_factory.mktemp("cluster")
+    scheduler_file = folder / "scheduler.json"
+    located = ["--scheduler-file", str(scheduler_file), "--no-dashboard"]
+    started: dict[str, tuple[subprocess.Popen, Path]] = {}
+
+    def start(name: str, *args: str) -> None:
+        log = folder / f"{name}.log"
+        started[name] = (start_logged([DASK, *args, *located], log), log)
+
+    start("scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0")
     try:
-        _wait_for(scheduler_file.exists, "scheduler file")
-        for _ in range(2):
-            processes.append(
-                subprocess.Popen(
-                    [
-                        DASK,
-                        "worker",
-                        "--scheduler-file",
-                        str(scheduler_file),
-                        "--nthreads",
-                        "1",
-                        "--host",
-                        "127.0.0.1",
-                        *common,
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+        wait_until(scheduler_file.exists, "the scheduler file", started)
+        for i in range(2):
+            start(f"worker-{i}", "worker", "--nthreads", "1", "--host", "127.0.0.1")
         with Client(scheduler_file=str(scheduler_file), timeout="30s") as client:
-            client.wait_for_workers(2, timeout=180)
+            wait_for_workers(client, 2, started, timeout=180)
             address = client.scheduler.address
         yield address
     finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
-
-
-def _wait_for(condition, what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not appear within {timeout} s")
-        time.sleep(0.1)
+        processes = [process for process, _ in started.values()]
+        stop(processes[1:], processes[:1])
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from fsspec.core import url_to_fs
 from sklearn.datasets import load_digits
 
 from imgscale.storage import Ledger, open_store
+from tests.processes import start_logged, wait_for_workers, wait_until
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
 DASK = str(Path(sys.executable).with_name("dask"))
@@ -40,48 +40,53 @@ TIMEOUT = 240.0
 ROWS = 400_000  # big.npz: an ingest of several seconds
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class Cluster:
-    """A scheduler and workers as processes; ``workers`` maps each address to its process."""
+    """A scheduler and workers as processes, each listening on a port it binds itself and
+    logging to a file in ``folder``; ``workers`` maps each worker's address, as the scheduler
+    knows it, to its process, the driver workers first."""
 
     def __init__(self, folder: Path, drivers: int, plain: int) -> None:
-        self.port = _free_port()
-        self.address = f"tcp://127.0.0.1:{self.port}"
-        self.log = open(folder / f"cluster-{self.port}.log", "w")
-        self.scheduler = self._start("scheduler", "--host", "127.0.0.1", "--port", str(self.port))
-        self.workers: dict[str, subprocess.Popen] = {}
-        for resources in ["driver=1"] * drivers + [None] * plain:
-            port = _free_port()
-            extra = ["--resources", resources] if resources else []
-            self.workers[f"tcp://127.0.0.1:{port}"] = self._start(
-                "worker", self.address, "--nthreads", "1", "--host", "127.0.0.1",
-                "--worker-port", str(port), "--no-nanny", *extra,
-            )  # fmt: skip
-        from distributed import Client
+        folder.mkdir()
+        self.folder = folder
+        self.started: dict[str, tuple[subprocess.Popen, Path]] = {}
+        scheduler_file = folder / "scheduler.json"
+        located = ["--scheduler-file", str(scheduler_file)]
+        self.scheduler = self._start("scheduler", "--host", "127.0.0.1", "--port", "0", *located)
+        try:
+            wait_until(scheduler_file.exists, "the scheduler file", self.started, 60)
+            started = [
+                self._start(
+                    "worker", *located, "--nthreads", "1", "--host", "127.0.0.1", "--no-nanny",
+                    *(["--resources", resources] if resources else []),
+                )
+                for resources in ["driver=1"] * drivers + [None] * plain
+            ]  # fmt: skip
+            from distributed import Client
 
-        with Client(self.address, timeout="60s") as client:
-            client.wait_for_workers(drivers + plain, timeout=120)
+            with Client(scheduler_file=str(scheduler_file), timeout="60s") as client:
+                wait_for_workers(client, len(started), self.started)
+                self.address = client.scheduler.address
+                address_of = {pid: address for address, pid in client.run(os.getpid).items()}
+            self.workers = {address_of[process.pid]: process for process in started}
+        except BaseException:
+            self.stop()
+            raise
 
-    def _start(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            [DASK, *args, "--no-dashboard"], stdout=self.log, stderr=subprocess.STDOUT
-        )
+    def _start(self, role: str, *args: str) -> subprocess.Popen:
+        name = f"{role}-{len(self.started)}"
+        log = self.folder / f"{name}.log"
+        self.started[name] = (start_logged([DASK, role, *args, "--no-dashboard"], log), log)
+        return self.started[name][0]
 
     def kill(self, process: subprocess.Popen) -> None:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
 
     def stop(self) -> None:
-        for process in [*self.workers.values(), self.scheduler]:
+        for process, _ in self.started.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGKILL)
             process.wait(timeout=30)
-        self.log.close()
 
 
 @pytest.fixture
@@ -89,7 +94,7 @@ def cluster_factory(tmp_path):
     made: list[Cluster] = []
 
     def make(drivers: int = 1, plain: int = 1) -> Cluster:
-        made.append(Cluster(tmp_path, drivers, plain))
+        made.append(Cluster(tmp_path / f"cluster-{len(made)}", drivers, plain))
         return made[-1]
 
     yield make

@@ -6,42 +6,22 @@ its known keys (``INITIAL_NO_AUTH_ACTION_COUNT=0``), so every key a test gives i
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.processes import start_moto_server
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
 
 
 @pytest.fixture(scope="module")
-def refusing_endpoint():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+def refusing_endpoint(tmp_path_factory):
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-    )  # fmt: skip
-    endpoint = f"http://127.0.0.1:{port}"
+    server, endpoint = start_moto_server(tmp_path_factory.mktemp("moto") / "moto.log", env)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(endpoint, timeout=2).close()
-                break
-            except urllib.error.HTTPError:  # answering, and refusing an unsigned request
-                break
-            except OSError:
-                assert server.poll() is None, "moto_server exited at start"
-                assert time.monotonic() < deadline, "moto_server did not answer within 60 s"
-                time.sleep(0.2)
         yield endpoint
     finally:
         server.kill()
