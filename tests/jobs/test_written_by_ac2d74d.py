@@ -3,15 +3,18 @@ as they did then, so that moving the code that reads them strands nothing users 
 
 ``tests/fixtures/written-ac2d74d`` was written by that commit's command line, once:
 
-- ``raw.zarr``: 420 of sklearn's digits without the nines (a seeded permutation), three ingests
-  of 240 ``train``, 90 ``val`` and 90 ``test`` rows; ``pq.zarr``: ``compress --m 8`` of it;
-- ``images.zarr``: 60 of the digits drawn as 32×32 JPEGs in class folders, ``--features
+- ``raw-store``: 420 of sklearn's digits without the nines (a seeded permutation), three ingests
+  of 240 ``train``, 90 ``val`` and 90 ``test`` rows; ``pq-store``: ``compress --m 8`` of it;
+- ``images-store``: 60 of the digits drawn as 32×32 JPEGs in class folders, ``--features
   gist-tiny,color`` (48 ``train``, 12 ``test``); ``bow.vocab`` (16 words) and ``fisher.vocab``
   (4 Gaussians, 8 components) fitted on those 48 photos;
-- ``models/``: one model per method family, trained on ``raw.zarr`` (ridge, ridge on RFF, NCM,
-  learned-metric NCM, metric kNN, en-HOPE, SSL on ALE, local learners), NCM on ``pq.zarr`` and
-  NCM on ``images.zarr``;
+- ``models/``: one model per method family, trained on ``raw-store`` (ridge, ridge on RFF, NCM,
+  learned-metric NCM, metric kNN, en-HOPE, SSL on ALE, local learners), NCM on ``pq-store`` and
+  NCM on ``images-store``;
 - ``ledger/``: the folder ledger those 18 commands wrote, and a 19th, an ingest of a missing file.
+
+The stores were written as ``raw.zarr``, ``pq.zarr`` and ``images.zarr`` (the names the ledger's
+commands give) and renamed, since git ignores ``*.zarr``; a store does not know its own name.
 
 ``expected.npz`` holds what that commit's code read back: the stores' rows and codes, each
 model's scores and labels for the ``test`` rows, and the descriptors of scikit-learn's sample
@@ -54,7 +57,7 @@ def copy(tmp_path):
 
 
 def digits_without_nines() -> tuple[np.ndarray, np.ndarray]:
-    """The rows raw.zarr was made of, in their order, from scikit-learn directly."""
+    """The rows raw-store was made of, in their order, from scikit-learn directly."""
     X, y = load_digits(return_X_y=True)
     X, y = X.astype(np.float32)[y != 9], y[y != 9]
     order = np.random.default_rng(0).permutation(len(X))[:420]
@@ -70,7 +73,7 @@ def assert_same_scores(got: np.ndarray, saved: np.ndarray) -> None:
 
 
 def test_the_raw_store_reads_back_the_digits_it_was_made_of(copy):
-    store = copy("raw.zarr")
+    store = copy("raw-store")
     store.verify()
     X, y = digits_without_nines()
     np.testing.assert_array_equal(store.features().compute(**SYNC), X)
@@ -84,7 +87,7 @@ def test_the_raw_store_reads_back_the_digits_it_was_made_of(copy):
 
 
 def test_the_pq_store_reads_back_its_codes_and_decodes_near_its_source(copy, expected):
-    store = copy("pq.zarr")
+    store = copy("pq-store")
     store.verify()
     np.testing.assert_array_equal(store.codes().compute(**SYNC), expected["pq_codes"])
     info = store.info()
@@ -100,7 +103,7 @@ def test_the_pq_store_reads_back_its_codes_and_decodes_near_its_source(copy, exp
 
 
 def test_the_image_store_reads_back_its_rows_and_describes_a_photo_as_it_did(copy, expected):
-    store = copy("images.zarr")
+    store = copy("images-store")
     store.verify()
     np.testing.assert_array_equal(store.features().compute(**SYNC), expected["images_features"])
     assert store.info()["splits"] == {"train": 48, "test": 12}
@@ -139,7 +142,7 @@ def test_every_method_family_has_a_model():
 @pytest.mark.parametrize("name", MODELS)
 def test_a_model_loads_and_scores_the_test_rows_as_it_did(name, copy, expected):
     model, provenance = models.load(WRITTEN / "models" / f"{name}.model")
-    store = copy({"images-ncm": "images.zarr", "ncm-pq": "pq.zarr"}.get(name, "raw.zarr"))
+    store = copy({"images-ncm": "images-store", "ncm-pq": "pq-store"}.get(name, "raw-store"))
     rows = store.features("test").compute(**SYNC)
     score = model.decision_function if hasattr(model, "decision_function") else model.predict_proba
     assert_same_scores(np.asarray(score(rows)), expected[f"{name}_scores"])
