@@ -88,6 +88,8 @@ def test_the_front_end_is_measured_at_each_size_beside_decode_only_and_the_small
         assert ingest["images"] == n and ingest["workers"] == 2 and ingest["value"] > 0
         decode = decode or ingest["peer_value"]
         assert ingest["peer_value"] == decode > 0  # one decode-only figure for every size
+        cpu = tiny_records[f"front end: client CPU an image (scheduler included) at {n:,} images"]
+        assert cpu["value"] > 0 and cpu["commits"] >= 1
         for who in ("client", "largest worker", "client, ingesting again"):
             rss = tiny_records[f"front end: peak RSS of the {who} at {n:,} images"]
             assert 0.05 < rss["value"] < 8
