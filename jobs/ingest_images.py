@@ -121,7 +121,7 @@ class Known:
     key_hashes: np.ndarray
     digest_prefixes: np.ndarray
     digests: np.ndarray
-    digest_ids: list[str]
+    digest_ids: pa.Array
     split: str = DEFAULT_SPLIT
 
     def id_of_key(self, key: str) -> str:
@@ -144,7 +144,7 @@ class Known:
         stop = int(np.searchsorted(self.digest_prefixes, prefix, side="right"))
         for i in range(first, stop):
             if self.digests[i].tobytes() == row_digest(digest):
-                return self.digest_ids[i]
+                return self.digest_ids[i].as_py()
         return None
 
 
@@ -164,25 +164,34 @@ def known_of(
 ) -> Known:
     """What ``store`` holds, for an ingest as ``split``; ``unread`` are more ids not to read.
     Without ``keys``, no id's hash: for partitions holding new images alone."""
-    empty = np.empty(0, np.uint64)
+    empty, unread_ids = np.empty(0, np.uint64), pa.array(unread, pa.string())
     if store is None or store.committed_rows == 0:
-        hashes = np.sort(np.fromiter(map(key_hash, unread), np.uint64, len(unread)))
-        return Known(hashes if keys else empty, empty, np.empty((0, 32), np.uint8), [], split)
-    ids = [*store.rows(columns=["id"]).column("id").to_pylist(), *unread] if keys else []
+        hashes = _sorted_key_hashes([unread_ids]) if keys else empty
+        no_ids = pa.array([], pa.string())
+        return Known(hashes, empty, np.empty((0, 32), np.uint8), no_ids, split)
+    committed = store.rows(columns=["id"]).column("id").chunks if keys else []
     content = store.content_hashes()
     column = content.column("sha256").combine_chunks()  # 16 bytes a row (`row_digest`)
     digests = np.frombuffer(column.buffers()[1], np.uint8).reshape(-1, column.type.byte_width)
     digests = digests[: content.num_rows]
     prefixes = digests[:, :8].copy().view(">u8").ravel().astype(np.uint64)
     order = np.argsort(prefixes, kind="stable")
-    digest_ids = content.column("id").to_pylist()
+    # The ids stay arrow strings: a Python string an id would take 50 bytes more each, on the
+    # client and on every worker.
     return Known(
-        np.sort(np.fromiter(map(key_hash, ids), np.uint64, len(ids))),
+        _sorted_key_hashes([*committed, unread_ids]) if keys else empty,
         prefixes[order],
         digests[order],
-        [digest_ids[i] for i in order],
+        content.column("id").combine_chunks().take(order),
         split,
     )
+
+
+def _sorted_key_hashes(ids: Sequence[pa.Array]) -> np.ndarray:
+    """The sorted `key_hash` of every id of the arrow arrays ``ids``, made one array's Python
+    strings at a time."""
+    hashes = [np.fromiter(map(key_hash, part.to_pylist()), np.uint64, len(part)) for part in ids]
+    return np.sort(np.concatenate(hashes)) if hashes else np.empty(0, np.uint64)
 
 
 @dataclass
