@@ -99,13 +99,15 @@ class PeakRSS:
 
     `peak` is the largest sum seen; `at_peak` is how it split at that moment (bytes by process:
     "client" for this process, which also runs a LocalCluster's scheduler, then each descendant
-    by pid), so a benchmark can say where the memory went.
+    by pid), so a benchmark can say where the memory went; `each_peak` is each process's own
+    largest RSS, whenever it came.
     """
 
     def __init__(self, interval: float = 0.05):
         self.interval = interval
         self.peak = 0
         self.at_peak: dict[str, int] = {}
+        self.each_peak: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -137,6 +139,8 @@ class PeakRSS:
                     continue
                 split["client" if process.pid == me.pid else f"pid {process.pid}"] = rss
             total = sum(split.values())
+            for name, rss in split.items():
+                self.each_peak[name] = max(rss, self.each_peak.get(name, 0))
             if total > self.peak:
                 self.peak, self.at_peak = total, split
             time.sleep(self.interval)

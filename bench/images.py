@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
+import math
 import multiprocessing
 import os
 import queue as queue_module
@@ -359,14 +360,19 @@ def _describe_all(features: Features, partitions: list) -> int:
 # -- through imgscale ingest on a LocalCluster -----------------------------------------------
 
 
-def ingest_runs(workers: int, runs: list[tuple[str, str, str]], store_root: str) -> list[dict]:
+def ingest_runs(
+    workers: int, runs: list[tuple[str, str, str]], store_root: str, *, again: bool = False
+) -> list[dict]:
     """``ingest_images(source, new store, features)`` for each (name, source, features) of
     ``runs``, on one LocalCluster of ``workers`` single-threaded workers (as the CLI starts
     them), from a spawned process: seconds, images, 1-minute load, and peak RSS (bytes) of the
-    client and of the largest worker during each run."""
+    client and of the largest worker during each run (at the moment of their summed peak, and
+    each process's own), the client's CPU seconds and the commits. With ``again``, each source
+    is then ingested again into its store, which finds nothing new: ``again_seconds`` (listing
+    and planning included) and ``again_client_peak_rss``."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    child = context.Process(target=_ingest_child, args=(queue, workers, runs, store_root))
+    child = context.Process(target=_ingest_child, args=(queue, workers, runs, store_root, again))
     child.start()
     try:
         result = queue.get(timeout=CHILD_SECONDS)
@@ -378,14 +384,18 @@ def ingest_runs(workers: int, runs: list[tuple[str, str, str]], store_root: str)
     return result["runs"]
 
 
-def _ingest_child(queue, workers: int, runs: list[tuple[str, str, str]], store_root: str) -> None:
+def _ingest_child(
+    queue, workers: int, runs: list[tuple[str, str, str]], store_root: str, again: bool
+) -> None:
     try:
-        queue.put({"runs": _ingest_in_cluster(workers, runs, Path(store_root))})
+        queue.put({"runs": _ingest_in_cluster(workers, runs, Path(store_root), again)})
     except Exception as exc:  # reported to the parent, which raises it there
         queue.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-def _ingest_in_cluster(workers: int, runs: list[tuple[str, str, str]], root: Path) -> list[dict]:
+def _ingest_in_cluster(
+    workers: int, runs: list[tuple[str, str, str]], root: Path, again: bool
+) -> list[dict]:
     from imgscale.jobs.cluster import connect
     from imgscale.jobs.ingest_images import ingest_images, plan_ingest
 
@@ -398,13 +408,25 @@ def _ingest_in_cluster(workers: int, runs: list[tuple[str, str, str]], root: Pat
             store = root / f"{name}.zarr"
             shutil.rmtree(store, ignore_errors=True)
             load = os.getloadavg()[0]
-            started = time.time()
+            started, client_cpu = time.time(), time.process_time()
             with PeakRSS() as rss:
                 summary = ingest_images(plan_ingest(source, store, features=features), client)
-            shutil.rmtree(store)
+            client_cpu = time.process_time() - client_cpu
             first, rest = partition_seconds(client.get_task_stream(start=started))
+            repeated = {}
+            if again:
+                with PeakRSS() as again_rss:
+                    plan = plan_ingest(source, store, features=features)
+                    again_summary = ingest_images(plan, client) if plan.partitions else {}
+                repeated = {
+                    "again_seconds": time.perf_counter() - plan.started,
+                    "again_rows": again_summary.get("rows", 0),
+                    "again_client_peak_rss": again_rss.each_peak.get("client", 0),
+                }
+            shutil.rmtree(store)
             out.append(
                 {
+                    **repeated,
                     "name": name,
                     "seconds": summary["seconds"],
                     "images": summary["images_seen"],
@@ -413,6 +435,13 @@ def _ingest_in_cluster(workers: int, runs: list[tuple[str, str, str]], root: Pat
                     "worker_rss": max(v for k, v in rss.at_peak.items() if k in worker_pids),
                     "first_partition_s": first,
                     "median_partition_s": rest,
+                    # Each process's own peak, the client's CPU seconds (its scheduler's too), and
+                    # the commits: what the front end's scale is judged by.
+                    "client_peak_rss": rss.each_peak.get("client", 0),
+                    "worker_peak_rss": max(v for k, v in rss.each_peak.items() if k in worker_pids),
+                    "client_cpu_s": client_cpu,
+                    "commits": summary["commits"],
+                    "commit_seconds": summary["commit_seconds"],
                 }
             )
     return out
@@ -674,22 +703,157 @@ def large_ingest_records(one: dict, two: dict, peers: dict[str, float], speedup:
     return out
 
 
+# -- the front end at scale: many small images in tar shards through colour -----------------
+
+
+def synthetic_shards(root: Path, images: int, per_shard: int) -> Path:
+    """``images`` distinct small JPEGs (32×32 RGB, quality 75, about 1 kB: random 8×8 colours
+    upsampled by Pillow's bicubic resize) as WebDataset tar shards of ``per_shard`` samples
+    (``KEY.jpg`` + ``KEY.cls``, ten classes) under ``root``; deterministic (shard s from the
+    seed s). Shards already there are kept (each is written under another name, then renamed),
+    so a later run with the same work dir reuses them. Returns the shards' folder."""
+    folder = root / f"shards-{per_shard}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for shard in range(math.ceil(images / per_shard)):
+        path = folder / f"shard-{shard:05d}.tar"
+        if not path.exists():
+            first = shard * per_shard
+            write_synthetic_shard(path, shard, range(first, min(first + per_shard, images)))
+    return folder
+
+
+def write_synthetic_shard(path: Path, seed: int, images: range) -> None:
+    """The shard of `synthetic_shards` holding ``images`` (their numbers), written under
+    another name and then renamed to ``path``."""
+    rng = np.random.default_rng(seed)
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    with tarfile.open(partial, "w") as tar:
+        for i in images:
+            colours = Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
+            image = colours.resize((32, 32), Image.Resampling.BICUBIC)
+            _add_member(tar, f"{i:08d}.jpg", _jpeg(image, 75))
+            _add_member(tar, f"{i:08d}.cls", f"class{i % 10}".encode())
+    partial.rename(path)
+
+
+def first_shards(folder: Path, images: int, per_shard: int) -> str:
+    """The brace pattern naming the shards that hold the first ``images`` images."""
+    return str(folder / f"shard-{{00000..{math.ceil(images / per_shard) - 1:05d}}}.tar")
+
+
+def decode_rate_in_processes(url: str, processes: int) -> float:
+    """Images/s of reading, hashing and decoding (RGB as stored) every partition of ``url`` in
+    ``processes`` plain processes without Dask (partition i in process i mod ``processes``): what
+    the workers do before describing, at the machine's full width."""
+    partitions = open_image_source(url).partitions()
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(processes) as pool:
+        pool.map(_warm, range(processes))
+        started = time.perf_counter()
+        done = pool.map(_decode_all, [partitions[p::processes] for p in range(processes)])
+        return sum(done) / (time.perf_counter() - started)
+
+
+def _decode_all(partitions: list) -> int:
+    return sum(map(_read_decode, partitions))
+
+
+def front_end_scale(ctx: Context, sizes: tuple[int, ...], per_shard: int) -> list[dict]:
+    """``imgscale ingest --features color`` of the first N of a set of small JPEGs in tar
+    shards, for each N of ``sizes``, on a LocalCluster of 2 single-threaded workers: images/s
+    beside decode-only in 2 plain processes (measured once, on the smallest size's shards),
+    peak RSS of the client and of the largest worker beside the same at the smallest size, and
+    the time of a second ingest of the same shards, which finds nothing new."""
+    folder = synthetic_shards(ctx.scratch("images-front-end"), max(sizes), per_shard)
+    ctx.log(f"images: {max(sizes):,} small JPEGs in tar shards of {per_shard:,}")
+    urls = {n: first_shards(folder, n, per_shard) for n in sizes}
+    decode = decode_rate_in_processes(urls[min(sizes)], 2)
+    # The first run, of one shard, warms the workers (imports, the descriptor): not reported.
+    warm = ("front end warm", first_shards(folder, per_shard, per_shard), "color")
+    runs = [warm, *((f"front end {n}", urls[n], "color") for n in sizes)]
+    ctx.log("images: front end: ingest on 2 workers, then again")
+    done = ingest_runs(2, runs, str(ctx.scratch("images-front-end") / "stores"), again=True)[1:]
+    smallest = done[0]
+    out = []
+    for run_ in done:
+        n = run_["images"]
+        where = {"source": "tar", "images": n, "workers": 2, "load_1min": run_["load"]}
+        out.append(
+            record(
+                f"front end: imgscale ingest --features color of {n:,} small JPEGs in tar shards",
+                n / run_["seconds"],
+                "images/s",
+                decode,
+                peer="read + hash + decode only, 2 plain processes, no Dask",
+                **where,
+            )
+        )
+        for who, key in (
+            ("client", "client_peak_rss"),
+            ("largest worker", "worker_peak_rss"),
+            ("client, ingesting again", "again_client_peak_rss"),
+        ):
+            out.append(
+                record(
+                    f"front end: peak RSS of the {who} at {n:,} images",
+                    run_[key] / 2**30,
+                    "GiB",
+                    smallest[key] / 2**30,
+                    peer=f"the same at {smallest['images']:,} images (target: flat, ratio ≈ 1)",
+                    **where,
+                )
+            )
+        out.append(
+            record(
+                f"front end: client CPU an image (scheduler included) at {n:,} images",
+                run_["client_cpu_s"] / n * 1e6,
+                "µs",
+                commits=run_["commits"],
+                commit_seconds=run_["commit_seconds"],
+                **where,
+            )
+        )
+        out.append(
+            record(
+                f"front end: ingest again, nothing new, {n:,} images",
+                run_["again_seconds"],
+                "s",
+                run_["seconds"],
+                peer="the first ingest of the same shards",
+                new_rows=run_["again_rows"],
+                **where,
+            )
+        )
+    return out
+
+
 @benchmark(
     "images",
     "images in: listing, decode, GIST and colour per source kind (folder, tar shards, parquet) "
     "in one process and through imgscale ingest on 1 and 2 workers vs a plain Pillow + numpy "
-    "GIST loop; 256x256 JPEGs; peak RSS vs images",
-    needs=(f"{CIFAR_TRAIN} (small and up; tiny uses sklearn's digits without it)",),
+    "GIST loop; 256x256 JPEGs; peak RSS vs images; at large, 10^4 to 10^6 small JPEGs in tar "
+    "shards through colour: images/s vs decode-only, peak RSS, re-ingest of nothing new",
+    needs=(f"{CIFAR_TRAIN} (small and medium; tiny uses sklearn's digits without it)",),
 )
 def suite(ctx: Context) -> list[dict]:
     if ctx.external_cluster:
         raise Skipped(
             "it compares LocalClusters of 1 and 2 workers of its own; run it without --scheduler"
         )
-    n, n_few, n_peer_tiny, n_peer = ctx.pick(
+    # Images per source, in the smaller sets, and in the plain loop at 32×32 and 128×128; none at
+    # large, which measures the front end alone (the sources' figures are medium's).
+    per_source = ctx.pick(
         tiny=(120, 24, 10, 2),
         small=(10_000, 1_000, 200, 40),
         medium=(50_000, 2_000, 400, 60),
-        large=(60_000, 5_000, 400, 60),
+        large=None,
     )
-    return run(ctx, n, n_few, n_peer_tiny, n_peer)
+    # (images ingested, images a tar shard) of the front end's runs.
+    front_end = ctx.pick(
+        tiny=((48, 96), 16), small=None, medium=None,
+        large=((10_000, 100_000, 1_000_000), 1_000),
+    )  # fmt: skip
+    records = run(ctx, *per_source) if per_source else []
+    if front_end:
+        records += front_end_scale(ctx, *front_end)
+    return records

@@ -52,7 +52,9 @@ import pyarrow.compute as pc
 from imgscale.jobs.feature_records import spelling
 from imgscale.jobs.image_changes import Changes, find_changes
 from imgscale.storage import (
+    ROW_DIGEST_BYTES,
     FeatureStore,
+    HashRuns,
     ImagePartition,
     ImageRejected,
     StoreError,
@@ -119,7 +121,7 @@ class Known:
     key_hashes: np.ndarray
     digest_prefixes: np.ndarray
     digests: np.ndarray
-    digest_ids: list[str]
+    digest_ids: pa.Array
     split: str = DEFAULT_SPLIT
 
     def id_of_key(self, key: str) -> str:
@@ -142,7 +144,7 @@ class Known:
         stop = int(np.searchsorted(self.digest_prefixes, prefix, side="right"))
         for i in range(first, stop):
             if self.digests[i].tobytes() == row_digest(digest):
-                return self.digest_ids[i]
+                return self.digest_ids[i].as_py()
         return None
 
 
@@ -162,25 +164,34 @@ def known_of(
 ) -> Known:
     """What ``store`` holds, for an ingest as ``split``; ``unread`` are more ids not to read.
     Without ``keys``, no id's hash: for partitions holding new images alone."""
-    empty = np.empty(0, np.uint64)
+    empty, unread_ids = np.empty(0, np.uint64), pa.array(unread, pa.string())
     if store is None or store.committed_rows == 0:
-        hashes = np.sort(np.fromiter(map(key_hash, unread), np.uint64, len(unread)))
-        return Known(hashes if keys else empty, empty, np.empty((0, 32), np.uint8), [], split)
-    ids = [*store.rows(columns=["id"]).column("id").to_pylist(), *unread] if keys else []
+        hashes = _sorted_key_hashes([unread_ids]) if keys else empty
+        no_ids = pa.array([], pa.string())
+        return Known(hashes, empty, np.empty((0, 32), np.uint8), no_ids, split)
+    committed = store.rows(columns=["id"]).column("id").chunks if keys else []
     content = store.content_hashes()
     column = content.column("sha256").combine_chunks()  # 16 bytes a row (`row_digest`)
     digests = np.frombuffer(column.buffers()[1], np.uint8).reshape(-1, column.type.byte_width)
     digests = digests[: content.num_rows]
     prefixes = digests[:, :8].copy().view(">u8").ravel().astype(np.uint64)
     order = np.argsort(prefixes, kind="stable")
-    digest_ids = content.column("id").to_pylist()
+    # The ids stay arrow strings: a Python string an id would take 50 bytes more each, on the
+    # client and on every worker.
     return Known(
-        np.sort(np.fromiter(map(key_hash, ids), np.uint64, len(ids))),
+        _sorted_key_hashes([*committed, unread_ids]) if keys else empty,
         prefixes[order],
         digests[order],
-        [digest_ids[i] for i in order],
+        content.column("id").combine_chunks().take(order),
         split,
     )
+
+
+def _sorted_key_hashes(ids: Sequence[pa.Array]) -> np.ndarray:
+    """The sorted `key_hash` of every id of the arrow arrays ``ids``, made one array's Python
+    strings at a time."""
+    hashes = [np.fromiter(map(key_hash, part.to_pylist()), np.uint64, len(part)) for part in ids]
+    return np.sort(np.concatenate(hashes)) if hashes else np.empty(0, np.uint64)
 
 
 @dataclass
@@ -373,6 +384,10 @@ class _Pending:
     digests: list[bytes] = field(default_factory=list)
     rows: list[np.ndarray] = field(default_factory=list)
     refused: list[tuple[str, bytes, str]] = field(default_factory=list)
+    same_bytes_as_committed: list[tuple[str, bytes]] = field(default_factory=list)
+    """Images refused for bytes this ingest committed before: the store names the holder."""
+    ids_maybe_committed: set[str] = field(default_factory=set)
+    """Ids whose hash is one this ingest committed: refused if the store holds the id."""
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -567,8 +582,6 @@ def ingest_images(
         commit_rows = commit_rows or max(store.rows_per_chunk, default_rows_per_chunk(store.dim))
         threads = max(1, sum(client.nthreads().values())) if plan.partitions else 1
         pending, last_commit = _Pending(), time.monotonic()
-        seen: dict[bytes, str] = {}
-        ids: set[str] = set()
         results = stream_map(
             client,
             describe_and_encode,
@@ -585,7 +598,7 @@ def ingest_images(
                 if len(pending) and len(pending) + len(result.keys) > commit_rows:
                     committer.commit(pending)  # a commit holds ≤ commit_rows
                     pending, last_commit = _Pending(), time.monotonic()
-                _receive(pending, result, seen, ids)
+                _receive(pending, result, committer.taken)
                 if len(pending) >= commit_rows or time.monotonic() - last_commit > COMMIT_SECONDS:
                     committer.commit(pending)
                     pending, last_commit = _Pending(), time.monotonic()
@@ -710,27 +723,80 @@ def partition_size(seconds_per_image: float, images: int, most: int, threads: in
     return max(1, min(most, by_cost, max(fewest, even)))
 
 
-def _receive(pending: _Pending, result: Described, seen: dict[bytes, str], ids: set[str]) -> None:
+def _receive(pending: _Pending, result: Described, taken: _Taken) -> None:
     """Add a partition's rows to those pending, refusing an image whose id or bytes another
     image of this run already brought (the first one received is kept): a source listing one id
-    twice (a parquet file, a list file's id column) loses no other image. ``seen`` maps the
-    digest of every image this run has taken, committed or pending, to its key; ``ids`` holds
-    their keys."""
+    twice (a parquet file, a list file's id column) loses no other image. ``taken`` knows the
+    ids and bytes of every image this run has taken, committed or pending."""
     pending.refused.extend(result.refused)
     keep = []
     for i, (key, digest) in enumerate(zip(result.keys, result.digests, strict=True)):
-        if key in ids:
+        if taken.has_pending_id(key):
             pending.refused.append((key, digest, f"id {key!r} is another image's, in this ingest"))
-        elif digest in seen:
-            pending.refused.append((key, digest, f"same bytes as {seen[digest]!r}, in this ingest"))
+        elif (holder := taken.pending_holder(digest)) is not None:
+            pending.refused.append((key, digest, f"same bytes as {holder!r}, in this ingest"))
+        elif taken.may_have_committed_id(key):
+            pending.ids_maybe_committed.add(key)  # the commit refuses it if the store has it
+            keep.append(i)
+        elif taken.has_committed_digest(digest):
+            pending.same_bytes_as_committed.append((key, digest))
         else:
-            seen[digest] = key
-            ids.add(key)
+            taken.add(key, digest)
             keep.append(i)
     pending.keys.extend(result.keys[i] for i in keep)
     pending.labels.extend(result.labels[i] for i in keep)
     pending.digests.extend(result.digests[i] for i in keep)
     pending.rows.append(result.rows[keep])
+
+
+class _Taken:
+    """The ids and bytes of the images one ingest has taken, so that an image repeating an
+    earlier one's is refused, in memory that does not grow by a Python object an image.
+
+    The images of the rows not yet in the store (those pending and those being committed: at
+    most two commits' worth, `_Committer`) are held exactly, each digest with its id. Once a
+    commit is in the store, its images are kept as sorted runs (`HashRuns`) of the 8-byte hash
+    of each id (`key_hash`) and the 16-byte digest the store keeps (`row_digest`): 24 bytes an
+    image. A committed digest is exact; a committed id's hash is confirmed by the store when
+    the rows are committed, and the store names the image whose bytes are repeated."""
+
+    def __init__(self) -> None:
+        # The images of the rows pending, then those of the commit running: ({id}, {sha256: id}).
+        self._recent: list[tuple[set[str], dict[bytes, str]]] = [(set(), {})]
+        self._id_hashes = HashRuns()
+        self._digests = HashRuns()
+
+    def add(self, key: str, digest: bytes) -> None:
+        ids, digests = self._recent[-1]
+        ids.add(key)
+        digests[digest] = key
+
+    def next_commit(self) -> None:
+        """The pending rows went to a commit, and the commit before it is in the store."""
+        self._recent.append((set(), {}))
+        if len(self._recent) > 2:
+            ids, digests = self._recent.pop(0)
+            self._id_hashes.add(np.fromiter(map(key_hash, ids), np.uint64, len(ids)))
+            self._digests.add(np.array([row_digest(d) for d in digests], f"S{ROW_DIGEST_BYTES}"))
+
+    def has_pending_id(self, key: str) -> bool:
+        return any(key in ids for ids, _ in self._recent)
+
+    def pending_holder(self, digest: bytes) -> str | None:
+        """The id of the pending image with these bytes, if any."""
+        for _, digests in self._recent:
+            if digest in digests:
+                return digests[digest]
+        return None
+
+    def has_committed_digest(self, digest: bytes) -> bool:
+        probe = np.array([row_digest(digest)], f"S{ROW_DIGEST_BYTES}")
+        return bool(len(self._digests) and self._digests.contains(probe)[0])
+
+    def may_have_committed_id(self, key: str) -> bool:
+        """Whether ``key``'s hash is a committed id's (the store tells whether it is)."""
+        probe = np.array([key_hash(key)], np.uint64)
+        return bool(len(self._id_hashes) and self._id_hashes.contains(probe)[0])
 
 
 class _Committer:
@@ -746,9 +812,12 @@ class _Committer:
         self._counts: dict[str, Any] = {}
         self.committing = _Pending()
         """The rows and refusals of the commit running, not yet counted in the summary."""
+        self.taken = _Taken()
+        """The ids and bytes of every image this ingest has taken, committed or pending."""
 
     def commit(self, pending: _Pending) -> None:
         self.wait()
+        self.taken.next_commit()
         self.committing = pending
         self._counts = {
             "rows": 0,
@@ -780,10 +849,32 @@ class _Committer:
             self._thread.shutdown(wait=True)
 
 
+def _named_holders(
+    store: FeatureStore, repeats: list[tuple[str, bytes]]
+) -> list[tuple[str, bytes, str]]:
+    """Refusals of the images (key, sha256) of ``repeats``, whose bytes a row this ingest
+    committed before holds, each naming that row's id."""
+    content = store.content_hashes()
+    column = content.column("sha256")
+    wanted = pa.array([row_digest(digest) for _, digest in repeats], column.type)
+    held = content.filter(pc.is_in(column, value_set=wanted))
+    holders = dict(
+        zip(held.column("sha256").to_pylist(), held.column("id").to_pylist(), strict=True)
+    )
+    return [
+        (key, digest, f"same bytes as {holders[row_digest(digest)]!r}, in this ingest")
+        if row_digest(digest) in holders
+        else (key, digest, "same bytes as an image this ingest committed")
+        for key, digest in repeats
+    ]
+
+
 def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[str, Any]) -> None:
     """One commit of the pending rows and refusals (nothing if there are none). Rows whose key
     another writer committed meanwhile are dropped and counted as ``already_stored``: another
     ingest of the same images put them in the store first."""
+    if pending.same_bytes_as_committed:
+        pending.refused += _named_holders(store, pending.same_bytes_as_committed)
     if pending.refused:
         before = store.rejected()
         already = set(
@@ -805,7 +896,12 @@ def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[st
             return
         keys = np.array(pending.keys, dtype=object)
         fresh = ~store.has_ids(pending.keys) if len(keys) else np.zeros(0, bool)
-        summary["already_stored"] += int((~fresh).sum())
+        taken_before = ~fresh & np.isin(keys, list(pending.ids_maybe_committed))
+        pending.refused += [
+            (keys[i], pending.digests[i], f"id {keys[i]!r} is another image's, in this ingest")
+            for i in np.flatnonzero(taken_before)
+        ]
+        summary["already_stored"] += int((~fresh & ~taken_before).sum())
         rows = np.concatenate(pending.rows) if pending.rows else np.empty((0, store.dim))
         labels = np.array(pending.labels, dtype=object)
         digests = np.array(pending.digests, dtype=object)

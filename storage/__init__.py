@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from imgscale.storage.fs import location as location
     from imgscale.storage.fs import publish_file as publish_file
     from imgscale.storage.fs import use_storage_options as use_storage_options
+    from imgscale.storage.ids import HashRuns as HashRuns
     from imgscale.storage.ids import id_hashes as id_hashes
     from imgscale.storage.images.decode import ImageRejected as ImageRejected
     from imgscale.storage.images.decode import ImageRequest as ImageRequest
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from imgscale.storage.ingest import FORMATS as FORMATS
     from imgscale.storage.ingest import Ingested as Ingested
     from imgscale.storage.ingest import ingest_file as ingest_file
+    from imgscale.storage.layout import ROW_DIGEST_BYTES as ROW_DIGEST_BYTES
     from imgscale.storage.layout import default_rows_per_chunk as default_rows_per_chunk
     from imgscale.storage.layout import image_rows_per_chunk as image_rows_per_chunk
     from imgscale.storage.layout import row_digest as row_digest

@@ -74,3 +74,26 @@ def test_peak_rss_of_client_and_workers_is_measured_at_two_sizes(tiny_records):
             # A Python process with numpy, Dask and Pillow loaded holds at least 50 MiB.
             assert 0.05 < rss["value"] < 8 and 0.05 < rss["peer_value"] < 8
             assert "24 images" in rss["peer"]
+
+
+def test_the_front_end_is_measured_at_each_size_beside_decode_only_and_the_smallest_size(
+    tiny_records,
+):
+    """At tiny scale, 48 and 96 small JPEGs in tar shards of 16 (10⁴ to 10⁶ at large)."""
+    decode = None
+    for n in (48, 96):
+        ingest = tiny_records[
+            f"front end: imgscale ingest --features color of {n:,} small JPEGs in tar shards"
+        ]
+        assert ingest["images"] == n and ingest["workers"] == 2 and ingest["value"] > 0
+        decode = decode or ingest["peer_value"]
+        assert ingest["peer_value"] == decode > 0  # one decode-only figure for every size
+        cpu = tiny_records[f"front end: client CPU an image (scheduler included) at {n:,} images"]
+        assert cpu["value"] > 0 and cpu["commits"] >= 1
+        for who in ("client", "largest worker", "client, ingesting again"):
+            rss = tiny_records[f"front end: peak RSS of the {who} at {n:,} images"]
+            assert 0.05 < rss["value"] < 8
+            assert rss["peer"].startswith("the same at 48 images")
+        again = tiny_records[f"front end: ingest again, nothing new, {n:,} images"]
+        assert again["new_rows"] == 0 and 0 < again["value"]
+        assert again["peer_value"] == pytest.approx(n / ingest["value"])
