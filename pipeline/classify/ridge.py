@@ -480,16 +480,7 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
                 best = int(np.argmin(scores))
             rho, how = float(grid[best]), "validation"
             weights = every[:, best * n_classes : (best + 1) * n_classes]
-        return {
-            "classes_": classes,
-            "mean_": mean,
-            "coef_": np.ascontiguousarray(weights.T, dtype=np.float32),
-            "intercept_": (-(mean @ weights)).astype(np.float32),
-            "rho_": rho,
-            "rho_scores_": np.asarray(scores, dtype=np.float64),
-            "rho_selection_": how,
-            "solver_": "dual",
-        }
+        return _fitted_state(classes, mean, weights, rho, scores, how, "dual")
 
     def _solve(
         self,
@@ -527,14 +518,7 @@ class RidgeClassifier(RowStatsMixin, LinearClassifierMixin, BaseEstimator):
             rho, how = float(grid[np.argmin(scores)]), "gcv"
         weights = eigvecs @ (z / (eigvals + rho)[:, None])
         return {
-            "classes_": classes,
-            "mean_": mean,
-            "coef_": np.ascontiguousarray(weights.T, dtype=np.float32),
-            "intercept_": (-(mean @ weights)).astype(np.float32),
-            "rho_": rho,
-            "rho_scores_": np.asarray(scores, dtype=np.float64),
-            "rho_selection_": how,
-            "solver_": "primal",
+            **_fitted_state(classes, mean, weights, rho, scores, how, "primal"),
             **row_stats_attributes(stats),
             **kept_validation,
         }
@@ -559,6 +543,29 @@ def _validation_rates(
     weights = eigvecs @ np.hstack([z / (eigvals + rho)[:, None] for rho in grid])
     intercepts = -(mean @ weights)
     return grid_rates(weights, intercepts, classes, X_val, y_val)
+
+
+def _fitted_state(
+    classes: np.ndarray,
+    mean: np.ndarray,
+    weights: np.ndarray,
+    rho: float,
+    scores: Any,
+    how: str,
+    solver: str,
+) -> dict[str, Any]:
+    """The fitted attributes both forms set: W as float32 coefficients, the intercept that
+    centres on ``mean``, and how ρ was chosen."""
+    return {
+        "classes_": classes,
+        "mean_": mean,
+        "coef_": np.ascontiguousarray(weights.T, dtype=np.float32),
+        "intercept_": (-(mean @ weights)).astype(np.float32),
+        "rho_": rho,
+        "rho_scores_": np.asarray(scores, dtype=np.float64),
+        "rho_selection_": how,
+        "solver_": solver,
+    }
 
 
 def _validation_attributes(stats: RowStats, labels: np.ndarray) -> dict[str, Any]:
