@@ -105,6 +105,7 @@ def runs(ctx: click.Context, since: str | None, kind: str | None, as_json: bool,
         return
     if not listing:
         click.echo(f"no runs in {book.url}", err=True)
+    kind_width = max([9, *(len(r["kind"]) for r in listing)])
     for r in listing:
         if r["outcome"] == "running":
             total = "?" if r["rows_total"] is None else r["rows_total"]
@@ -115,8 +116,8 @@ def runs(ctx: click.Context, since: str | None, kind: str | None, as_json: bool,
             detail = f"{rows}  {r['error'] or ''}".strip()
         seconds = "" if r["seconds"] is None else f"{r['seconds']:.0f} s"
         click.echo(
-            f"{r['run_id']}  {r['kind']:<9} {r['outcome']:<9} {r['started']}  {seconds:>7}  "
-            f"{detail}"
+            f"{r['run_id']}  {r['kind']:<{kind_width}} {r['outcome']:<9} {r['started']}  "
+            f"{seconds:>7}  {detail}"
         )
 
 

@@ -134,6 +134,18 @@ def test_a_running_fit_shows_its_iterations_and_an_image_ingest_images_not_rows(
         assert (record["rows_done"], record["progress_unit"]) == (120, "images")
 
 
+def test_runs_lists_each_column_at_one_offset_whatever_the_kinds_width(tmp_path):
+    from imgscale.jobs.runs import recorded_run
+
+    ledger = Ledger(tmp_path / "ledger")
+    for kind in ("ingest", "fit-features", "train"):
+        with recorded_run(kind, {}, ["imgscale", kind], ledger):
+            pass
+    lines = CliRunner().invoke(cli, ["runs", "--ledger", ledger.url]).stdout.splitlines()
+    assert len(lines) == 3
+    assert len({line.index(" ok ") for line in lines}) == 1, lines
+
+
 @pytest.fixture
 def slow_ingest(tmp_path):
     """A store with one committed batch, and a file whose ingest takes many small blocks."""
