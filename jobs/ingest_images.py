@@ -14,7 +14,10 @@ datasets, ``photos/train/<class>/0000.jpg`` beside a different ``photos/test/<cl
 gives each photo its own id with no flag. Ids are unique in a store, so a run killed at any
 moment (kill -9 included) loses only its uncommitted rows, and the next run, listing the source
 again, skips every key already committed: the store ends up holding every image exactly once,
-and a folder that grew is brought up to date by ingesting it again. An image whose bytes are
+and a folder that grew is brought up to date by ingesting it again. Tar shards and parquet files
+committed whole are recorded in the store (`jobs.whole_files`): an ingest that finds them
+unchanged reads none of them, where it would otherwise read every shard through to learn its
+keys. An image whose bytes are
 already committed under another key (a renamed or copied file, the same photo in another split)
 is not decoded again: it is refused as a duplicate, with the key it duplicates. Refused images
 go to the store's table of rejects (`imgscale info --rejected`); a refused image that is fixed
@@ -51,6 +54,7 @@ import pyarrow.compute as pc
 
 from imgscale.jobs.feature_records import spelling
 from imgscale.jobs.image_changes import Changes, find_changes
+from imgscale.jobs.whole_files import WholeFiles, find_whole_files
 from imgscale.storage import (
     ROW_DIGEST_BYTES,
     FeatureStore,
@@ -196,8 +200,8 @@ def _sorted_key_hashes(ids: Sequence[pa.Array]) -> np.ndarray:
 
 @dataclass
 class Described:
-    """One partition's outcome, returned by a task: rows for the images described, and the
-    images refused (``duplicate_of`` names the committed id of a duplicate, else None)."""
+    """One partition's outcome, returned by a task: rows for the images described, the images
+    refused (key, sha256, reason), and the partition's `ImagePartition.source_files`."""
 
     keys: list[str] = field(default_factory=list)
     labels: list[str | None] = field(default_factory=list)
@@ -205,12 +209,13 @@ class Described:
     rows: np.ndarray | None = None
     refused: list[tuple[str, bytes, str]] = field(default_factory=list)
     images_seen: int = 0
+    source_files: tuple[str, ...] = ()
 
 
 def describe_partition(features: Features, known: Known, partition: ImagePartition) -> Described:
     """Read, hash, decode and describe one partition's new images (runs on a worker). Whatever
     goes wrong with one image refuses that image alone (`refusal`)."""
-    out = Described()
+    out = Described(source_files=tuple(map(str, partition.source_files)))
     accepted, decoded = [], []
     for image in read_partition(partition, skip=known.has_key):
         out.images_seen += 1
@@ -388,6 +393,10 @@ class _Pending:
     """Images refused for bytes this ingest committed before: the store names the holder."""
     ids_maybe_committed: set[str] = field(default_factory=set)
     """Ids whose hash is one this ingest committed: refused if the store holds the id."""
+    source_files: list[str] = field(default_factory=list)
+    """The source files of the partitions received, once a partition (`WholeFiles`)."""
+    unreadable_files: set[str] = field(default_factory=set)
+    """Those of them holding an image that could not be read."""
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -421,6 +430,8 @@ class IngestPlan:
     """Images refused before whose file is unchanged, not read again (`_refused_unchanged`)."""
     """Committed images whose file changed or is gone since the source's last ingest (None:
     a source whose files are not compared, `jobs.image_changes`)."""
+    whole_files: WholeFiles | None = None
+    """The source's files of many images committed whole (None: a source of image files)."""
 
 
 def plan_ingest(
@@ -456,11 +467,13 @@ def plan_ingest(
         )
     if pq_sample < 1:
         raise ValueError(f"--pq-sample {pq_sample}: expected at least 1 image")
-    partitions = images.partitions(images_per_partition)
+    whole = find_whole_files(existing, split, images.source_files)
+    leave_out = whole.unchanged if whole is not None else frozenset()
+    partitions = images.partitions(images_per_partition, leave_out=leave_out)
     changes = find_changes(existing, source, partitions, partial(image_id, split))
     unread = _refused_unchanged(existing, changes, split)
     listed = [p.keys for p in partitions]
-    new = None if None in listed else _new_images(listed, existing, split, unread)
+    new = None if not listed or None in listed else _new_images(listed, existing, split, unread)
     total = None if new is None else int(new.sum())
     # Tasks sized by cost over the new images, or over every image when listing cannot tell
     # which are new but knows how many there are (parquet); tar shards are tasks as they are.
@@ -474,12 +487,15 @@ def plan_ingest(
         partitions = images.partitions(size, only=new)
     else:
         if size != images_per_partition:
-            partitions = images.partitions(size)
+            partitions = images.partitions(size, leave_out=leave_out)
         partitions, total = _partitions_with_new_keys(partitions, existing, split, unread)
+        total = 0 if not partitions else total  # every file committed whole before
+    if whole is not None:
+        whole.read_by(partitions)
     if features is None and total == 0 and pq is None:
         return IngestPlan(source, store_path, None, known_of(None, split), [], 0, started,
-                          split=split, changes=changes,
-                          refused_unchanged=len(unread))  # fmt: skip
+                          split=split, changes=changes, refused_unchanged=len(unread),
+                          whole_files=whole)  # fmt: skip
     from imgscale.jobs.features import (
         check_same_features,
         features_of_store,
@@ -499,7 +515,7 @@ def plan_ingest(
     known = known_of(existing if partitions else None, split, unread, keys=new is None)
     return IngestPlan(
         source, store_path, described_by, known, partitions, total, started,
-        pq, codec, pq_sample, pq_seed, source_options, split, changes, len(unread),
+        pq, codec, pq_sample, pq_seed, source_options, split, changes, len(unread), whole,
     )  # fmt: skip
 
 
@@ -591,7 +607,15 @@ def ingest_images(
         )
         if progress is not None:  # the describing starts (a new PQ store's codebook is trained)
             progress(0, plan.total, 0, 0)
-        with _Committer(store, plan.split, summary) as committer:
+        whole = plan.whole_files
+
+        def committed(pending: _Pending) -> None:
+            if whole is not None:
+                whole.committed(pending.source_files, pending.unreadable_files)
+                if whole.news:
+                    whole.keep(store)
+
+        with _Committer(store, plan.split, summary, committed) as committer:
             for result in results:
                 summary["partitions"] += 1
                 summary["images_seen"] += result.images_seen
@@ -641,6 +665,8 @@ def nothing_to_do(plan: IngestPlan) -> dict[str, Any]:
     summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0,
                "already_stored": 0, "commit_seconds": 0.0}  # fmt: skip
     summary["store_rows"] = store.committed_rows if store is not None else 0
+    if store is not None and plan.whole_files is not None and plan.whole_files.news:
+        plan.whole_files.keep(store)
     return finish_summary(plan, summary, store.descriptor if store is not None else None)
 
 
@@ -729,6 +755,9 @@ def _receive(pending: _Pending, result: Described, taken: _Taken) -> None:
     twice (a parquet file, a list file's id column) loses no other image. ``taken`` knows the
     ids and bytes of every image this run has taken, committed or pending."""
     pending.refused.extend(result.refused)
+    pending.source_files.extend(result.source_files)
+    if any(digest == EMPTY_SHA256 for _, digest, _ in result.refused):
+        pending.unreadable_files.update(result.source_files)
     keep = []
     for i, (key, digest) in enumerate(zip(result.keys, result.digests, strict=True)):
         if taken.has_pending_id(key):
@@ -803,10 +832,17 @@ class _Committer:
     """Commits in a thread of their own, one at a time, so that the client goes on receiving
     results and submitting tasks while rows are written: the workers keep describing. A commit
     waits for the one before it (at most two chunks of rows are held), and a failed commit
-    raises in the next `commit` or on leaving."""
+    raises in the next `commit` or on leaving; ``committed`` is told each commit done."""
 
-    def __init__(self, store: FeatureStore, split: str, summary: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        store: FeatureStore,
+        split: str,
+        summary: dict[str, Any],
+        committed: Callable[[_Pending], None] = lambda _: None,
+    ) -> None:
         self._store, self._split, self._summary = store, split, summary
+        self._committed = committed
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="commit")
         self._running: Future | None = None
         self._counts: dict[str, Any] = {}
@@ -837,6 +873,7 @@ class _Committer:
             running.result()
             for key, value in self._counts.items():
                 self._summary[key] += value
+            self._committed(self.committing)
         self.committing = _Pending()
 
     def __enter__(self) -> _Committer:

@@ -55,9 +55,12 @@ if TYPE_CHECKING:
     from imgscale.storage.images.decode import decode_image as decode_image
     from imgscale.storage.images.listing import file_sha256 as file_sha256
     from imgscale.storage.images.listing import image_files as image_files
+    from imgscale.storage.images.listing import local_file_stats as local_file_stats
     from imgscale.storage.images.listing import read_listing as read_listing
+    from imgscale.storage.images.listing import read_whole_files as read_whole_files
     from imgscale.storage.images.listing import stat_files as stat_files
     from imgscale.storage.images.listing import write_listing as write_listing
+    from imgscale.storage.images.listing import write_whole_files as write_whole_files
     from imgscale.storage.images.source_types import IMAGE_EXTENSIONS as IMAGE_EXTENSIONS
     from imgscale.storage.images.source_types import EncodedImage as EncodedImage
     from imgscale.storage.images.source_types import ImagePartition as ImagePartition

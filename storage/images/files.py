@@ -57,7 +57,9 @@ def _source(
 ) -> ImageSource:
     """A source of ``entries`` (key, file, label), cut into partitions in their order."""
 
-    def split(images_per_partition: int, only: Sequence[bool] | None) -> list[ImagePartition]:
+    def split(
+        images_per_partition: int, only: Sequence[bool] | None, _leave_out: frozenset[str]
+    ) -> list[ImagePartition]:
         kept = entries if only is None else [e for e, k in zip(entries, only, strict=True) if k]
         return [
             FilePartition(

@@ -48,6 +48,10 @@ class ParquetPartition(ImagePartition):
     def images(self) -> int:
         return self.rows
 
+    @property
+    def source_files(self) -> tuple[Location, ...]:
+        return (self.file,)
+
     def read(self, skip: Skip | None) -> Iterator[EncodedImage]:
         with _opened(self.file) as parquet:
             sizes = [parquet.metadata.row_group(i).num_rows for i in range(self.row_groups[-1] + 1)]
@@ -191,7 +195,9 @@ def open_parquet_images(
     if images == 0:
         raise StoreError(f"{url}: no rows; expected one image a row")
 
-    def split(images_per_partition: int, _only: None) -> list[ImagePartition]:
+    def split(
+        images_per_partition: int, _only: None, leave_out: frozenset[str]
+    ) -> list[ImagePartition]:
         return [
             ParquetPartition(
                 keys=None,
@@ -205,10 +211,12 @@ def open_parquet_images(
                 group_rows=rows,
             )
             for file, name, sizes, label, key in parts
+            if str(file) not in leave_out
             for groups, rows in _runs(sizes, images_per_partition)
         ]
 
-    return ImageSource(url, "parquet", labelled.pop(), images, split)
+    files = tuple(file for file, _, _, _, _ in parts)
+    return ImageSource(url, "parquet", labelled.pop(), images, split, files)
 
 
 def _runs(

@@ -31,16 +31,21 @@ _GLOB = re.compile(r"[*?[]")
 
 @dataclass(frozen=True)
 class ShardPartition(ImagePartition):
-    """One tar shard, read whole by one task."""
+    """Tar shards read whole, one after the other, by one task."""
 
-    shard: Location
+    shards: tuple[Location, ...]
+
+    @property
+    def source_files(self) -> tuple[Location, ...]:
+        return self.shards
 
     def read(self, skip: Skip | None) -> Iterator[EncodedImage]:
-        try:
-            with self.shard.open("rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
-                yield from _samples(tar, skip)
-        except (OSError, tarfile.TarError) as exc:
-            raise StoreError(f"{self.shard}: not a readable tar shard ({exc})") from None
+        for shard in self.shards:
+            try:
+                with shard.open("rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
+                    yield from _samples(tar, skip)
+            except (OSError, tarfile.TarError) as exc:
+                raise StoreError(f"{shard}: not a readable tar shard ({exc})") from None
 
 
 class _Sample:
@@ -135,10 +140,16 @@ def open_shards(url: str) -> ImageSource:
             f"{url}: {missing[0]} does not exist ({len(missing)} of {len(shards)} shards missing)"
         )
 
-    def split(images_per_partition: int, _only: None) -> list[ImagePartition]:
-        return [ShardPartition(keys=None, shard=shard) for shard in shards]
+    def split(
+        images_per_partition: int, _only: None, leave_out: frozenset[str]
+    ) -> list[ImagePartition]:
+        return [
+            ShardPartition(keys=None, shards=(shard,))
+            for shard in shards
+            if str(shard) not in leave_out
+        ]
 
-    return ImageSource(url, "tar", None, None, split)
+    return ImageSource(url, "tar", None, None, split, tuple(shards))
 
 
 def _matches(pattern: str) -> list[Location]:

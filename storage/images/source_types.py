@@ -51,6 +51,13 @@ class ImagePartition:
         """The partition's images in a stable order, those whose key ``skip`` accepts unread."""
         raise NotImplementedError
 
+    @property
+    def source_files(self) -> tuple[Location, ...]:
+        """The files of many images the partition reads from (a tar shard, a parquet file): an
+        ingest keeps those it has committed whole, and leaves them out of the next ingest while
+        unchanged. None for a partition of image files (a folder's listing keeps those)."""
+        return ()
+
     def read_keys(self) -> tuple[str, ...] | None:
         """The partition's keys in reading order, without reading an image's bytes: the keys
         listed, or those a parquet file's id column gives; None when only reading the images
@@ -64,33 +71,39 @@ class ImageSource:
 
     ``kind`` is "folder", "list", "tar" or "parquet"; ``labelled`` whether images carry labels
     (None when only reading tells: tar shards); ``images`` how many there are when listing
-    knows (None for tar shards).
+    knows (None for tar shards); ``source_files`` the files of many images it reads from (tar
+    shards, parquet files; none for images that are files).
     """
 
     url: str
     kind: str
     labelled: bool | None
     images: int | None
-    _split: Callable[[int, Sequence[bool] | None], list[ImagePartition]] = field(
+    _split: Callable[[int, Sequence[bool] | None, frozenset[str]], list[ImagePartition]] = field(
         repr=False, compare=False
     )
+    source_files: tuple[Location, ...] = ()
 
     def partitions(
-        self, images_per_partition: int = 256, only: Sequence[bool] | None = None
+        self,
+        images_per_partition: int = 256,
+        only: Sequence[bool] | None = None,
+        leave_out: frozenset[str] = frozenset(),
     ) -> list[ImagePartition]:
         """The source cut into partitions of about ``images_per_partition`` images (a tar shard
         is one partition whatever its size; a parquet row group larger than a partition is
         read in slices of its rows). ``only`` says
         of each image, in listing order, whether the partitions hold it (sources that list
         their keys: a folder, a list file), so that a grown folder's new images make their own
-        partitions."""
+        partitions. ``leave_out`` names ``source_files`` no partition reads (an ingest
+        committed them whole before)."""
         if images_per_partition < 1:
             raise ValueError(f"images_per_partition={images_per_partition}: expected ≥ 1")
         if only is not None and self.kind not in ("folder", "list"):
             raise ValueError(f"{self.url}: only is for sources that list keys, not {self.kind}")
         if only is not None and len(only) != self.images:
             raise ValueError(f"only: {len(only)} flags for {self.images} images")
-        return self._split(images_per_partition, only)
+        return self._split(images_per_partition, only, leave_out)
 
 
 def is_image_name(name: str) -> bool:

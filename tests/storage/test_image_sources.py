@@ -283,7 +283,7 @@ def test_a_brace_pattern_names_shards_in_order_one_partition_each(tmp_path):
         )
     source = open_image_source(f"{tmp_path}/shards-{{0002..0000}}.tar")
     parts = source.partitions(images_per_partition=2)
-    assert [part.shard.name for part in parts] == [f"shards-000{n}.tar" for n in (2, 1, 0)]
+    assert [part.shards[0].name for part in parts] == [f"shards-000{n}.tar" for n in (2, 1, 0)]
     assert [i.key for i in read_partition(parts[0])] == [f"2-{k}" for k in range(5)]
 
 
@@ -291,7 +291,7 @@ def test_a_glob_names_shards_in_sorted_order(tmp_path):
     for name in ("b.tar", "a.tar", "c.txt"):
         write_shard(tmp_path / name, [(f"{name}-0.jpg", fake_jpeg(0))])
     parts = open_image_source(f"{tmp_path}/*.tar").partitions()
-    assert [part.shard.name for part in parts] == ["a.tar", "b.tar"]
+    assert [part.shards[0].name for part in parts] == ["a.tar", "b.tar"]
 
 
 def test_a_missing_shard_of_a_brace_pattern_is_refused(tmp_path):
