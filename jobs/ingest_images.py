@@ -17,11 +17,10 @@ again, skips every key already committed: the store ends up holding every image 
 and a folder that grew is brought up to date by ingesting it again. Tar shards and parquet files
 committed whole are recorded in the store (`jobs.whole_files`): an ingest that finds them
 unchanged reads none of them, where it would otherwise read every shard through to learn its
-keys. An image whose bytes are
-already committed under another key (a renamed or copied file, the same photo in another split)
-is not decoded again: it is refused as a duplicate, with the key it duplicates. Refused images
-go to the store's table of rejects (`imgscale info --rejected`); a refused image that is fixed
-is read again by the next run.
+keys. An image whose bytes are already committed under another key (a renamed or copied file,
+the same photo in another split) is not decoded again: it is refused as a duplicate, with the key
+it duplicates. Refused images go to the store's table of rejects (`imgscale info --rejected`); a
+refused image that is fixed is read again by the next run.
 
 Each commit runs in a thread of its own (`_Committer`), while the client goes on receiving
 results and submitting tasks: the workers keep describing as rows are written.
