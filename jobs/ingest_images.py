@@ -752,7 +752,10 @@ def _receive(pending: _Pending, result: Described, taken: _Taken) -> None:
     """Add a partition's rows to those pending, refusing an image whose id or bytes another
     image of this run already brought (the first one received is kept): a source listing one id
     twice (a parquet file, a list file's id column) loses no other image. ``taken`` knows the
-    ids and bytes of every image this run has taken, committed or pending."""
+    ids and bytes of every image this run has taken, committed or pending: those committed are
+    probed for the whole partition at once."""
+    maybe_committed = taken.may_have_committed_ids(result.keys).tolist()
+    bytes_committed = taken.have_committed_digests(result.digests).tolist()
     pending.refused.extend(result.refused)
     pending.source_files.extend(result.source_files)
     if any(digest == EMPTY_SHA256 for _, digest, _ in result.refused):
@@ -763,10 +766,10 @@ def _receive(pending: _Pending, result: Described, taken: _Taken) -> None:
             pending.refused.append((key, digest, f"id {key!r} is another image's, in this ingest"))
         elif (holder := taken.pending_holder(digest)) is not None:
             pending.refused.append((key, digest, f"same bytes as {holder!r}, in this ingest"))
-        elif taken.may_have_committed_id(key):
+        elif maybe_committed[i]:
             pending.ids_maybe_committed.add(key)  # the commit refuses it if the store has it
             keep.append(i)
-        elif taken.has_committed_digest(digest):
+        elif bytes_committed[i]:
             pending.same_bytes_as_committed.append((key, digest))
         else:
             taken.add(key, digest)
@@ -817,14 +820,18 @@ class _Taken:
                 return digests[digest]
         return None
 
-    def has_committed_digest(self, digest: bytes) -> bool:
-        probe = np.array([row_digest(digest)], f"S{ROW_DIGEST_BYTES}")
-        return bool(len(self._digests) and self._digests.contains(probe)[0])
+    def have_committed_digests(self, digests: Sequence[bytes]) -> np.ndarray:
+        """Whether each of the sha256 ``digests`` is a committed image's."""
+        if not len(self._digests):
+            return np.zeros(len(digests), bool)
+        probe = np.array([row_digest(d) for d in digests], f"S{ROW_DIGEST_BYTES}")
+        return self._digests.contains(probe)
 
-    def may_have_committed_id(self, key: str) -> bool:
-        """Whether ``key``'s hash is a committed id's (the store tells whether it is)."""
-        probe = np.array([key_hash(key)], np.uint64)
-        return bool(len(self._id_hashes) and self._id_hashes.contains(probe)[0])
+    def may_have_committed_ids(self, keys: Sequence[str]) -> np.ndarray:
+        """Whether each of ``keys``' hash is a committed id's (the store tells whether it is)."""
+        if not len(self._id_hashes):
+            return np.zeros(len(keys), bool)
+        return self._id_hashes.contains(np.fromiter(map(key_hash, keys), np.uint64, len(keys)))
 
 
 class _Committer:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from imgscale.jobs.ingest_images import Described, _Pending, _receive, _Taken
-from imgscale.storage import open_store
+from imgscale.storage import HashRuns, open_store
 from tests.jobs.test_ingest_images import digit_images, ingest, png_bytes, rejected
 
 pytestmark = pytest.mark.slow
@@ -69,6 +69,25 @@ def test_repeats_of_committed_ids_and_bytes_are_left_for_the_commit_to_confirm_a
     assert pending.ids_maybe_committed == {again.keys[0], again.keys[2]}
     assert pending.keys == [again.keys[0], again.keys[2]]  # kept until the store says
     assert pending.refused == []
+
+
+def test_a_partition_is_probed_against_the_committed_images_in_one_call_for_ids_one_for_bytes(
+    monkeypatch,
+):
+    taken = _Taken()
+    _receive(_Pending(), described(0, 1_000), taken)
+    taken.next_commit()
+    taken.next_commit()  # its images are hashes now
+    probes, contains = [], HashRuns.contains
+    monkeypatch.setattr(
+        HashRuns,
+        "contains",
+        lambda self, hashes: probes.append(len(hashes)) or contains(self, hashes),
+    )
+    pending = _Pending()
+    _receive(pending, described(1_000, 500), taken)
+    assert probes == [500, 500]
+    assert len(pending) == 500 and not pending.ids_maybe_committed
 
 
 def test_an_id_or_bytes_repeated_commits_later_is_refused_naming_the_first(
