@@ -849,6 +849,7 @@ class _Committer:
     ) -> None:
         self._store, self._split, self._summary = store, split, summary
         self._committed = committed
+        self._batch_ids: list[str] = []
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="commit")
         self._running: Future | None = None
         self._counts: dict[str, Any] = {}
@@ -869,7 +870,7 @@ class _Committer:
             "commit_seconds": 0.0,
         }
         self._running = self._thread.submit(
-            _commit, self._store, pending, self._split, self._counts
+            _commit, self._store, pending, self._split, self._counts, self._batch_ids
         )
 
     def wait(self) -> None:
@@ -893,17 +894,23 @@ class _Committer:
 
 
 def _named_holders(
-    store: FeatureStore, repeats: list[tuple[str, bytes]]
+    store: FeatureStore, repeats: list[tuple[str, bytes]], batch_ids: Sequence[str]
 ) -> list[tuple[str, bytes, str]]:
     """Refusals of the images (key, sha256) of ``repeats``, whose bytes a row this ingest
-    committed before holds, each naming that row's id."""
-    content = store.content_hashes()
-    column = content.column("sha256")
-    wanted = pa.array([row_digest(digest) for _, digest in repeats], column.type)
-    held = content.filter(pc.is_in(column, value_set=wanted))
-    holders = dict(
-        zip(held.column("sha256").to_pylist(), held.column("id").to_pylist(), strict=True)
-    )
+    committed before holds, each naming that row's id. Only this ingest's batches
+    (``batch_ids``) are read, one at a time, the latest first, until every repeat is named: the
+    client never holds the store's digests."""
+    wanted = {row_digest(digest) for _, digest in repeats}
+    holders: dict[bytes, str] = {}
+    for batch_id in reversed(batch_ids):
+        content = store.content_hashes([batch_id])
+        column = content.column("sha256")
+        held = content.filter(pc.is_in(column, value_set=pa.array(list(wanted), column.type)))
+        digests, ids = held.column("sha256").to_pylist(), held.column("id").to_pylist()
+        holders.update(zip(digests, ids, strict=True))
+        wanted -= holders.keys()
+        if not wanted:
+            break
     return [
         (key, digest, f"same bytes as {holders[row_digest(digest)]!r}, in this ingest")
         if row_digest(digest) in holders
@@ -912,12 +919,19 @@ def _named_holders(
     ]
 
 
-def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[str, Any]) -> None:
-    """One commit of the pending rows and refusals (nothing if there are none). Rows whose key
-    another writer committed meanwhile are dropped and counted as ``already_stored``: another
-    ingest of the same images put them in the store first."""
+def _commit(
+    store: FeatureStore,
+    pending: _Pending,
+    split: str,
+    summary: dict[str, Any],
+    batch_ids: list[str],
+) -> None:
+    """One commit of the pending rows and refusals (nothing if there are none), whose batch id
+    is added to ``batch_ids``, those of this ingest's commits. Rows whose key another writer
+    committed meanwhile are dropped and counted as ``already_stored``: another ingest of the
+    same images put them in the store first."""
     if pending.same_bytes_as_committed:
-        pending.refused += _named_holders(store, pending.same_bytes_as_committed)
+        pending.refused += _named_holders(store, pending.same_bytes_as_committed, batch_ids)
     if pending.refused:
         before = store.rejected()
         already = set(
@@ -933,6 +947,7 @@ def _commit(store: FeatureStore, pending: _Pending, split: str, summary: dict[st
     for key, digest, reason in pending.refused:
         batch.update(key.encode() + b"\0" + digest + reason.encode())
     batch_id = f"images-{batch.hexdigest()[:16]}"
+    batch_ids.append(batch_id)
     with store.writer(batch_id) as writer:
         if writer.already_committed:  # the same rows and refusals, committed by another ingest
             summary["already_stored"] += len(pending)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -379,17 +379,26 @@ class FeatureStore:
             found = pc.is_in(ids, value_set=committed).to_numpy(zero_copy_only=False)
         return np.asarray(found, dtype=bool)
 
-    def content_hashes(self) -> pa.Table:
+    def content_hashes(self, batch_ids: Collection[str] | None = None) -> pa.Table:
         """``id``, ``split`` and ``sha256`` of the committed rows that carry a content digest
         (the image's bytes for rows made from images, the row's float32 values for rows given as
         vectors), each the first 16 bytes of that sha256 (`layout.row_digest`), whichever width
-        its rows file holds; rows of batches committed without digests are left out."""
+        its rows file holds; rows of batches committed without digests are left out. With
+        ``batch_ids``, those live batches' rows alone, read without being cached: a lookup in a
+        few batches holds no more than them."""
         columns = ["id", "split", SHA256]
         record = self._record()
         tables = []
         for batch in record["batches"]:
-            if SHA256 in self._rows_file_columns(batch):
+            if batch_ids is not None and batch["batch_id"] not in batch_ids:
+                continue
+            if SHA256 not in self._rows_file_columns(batch):
+                continue
+            if batch_ids is None:
                 tables.append(self._batch_rows(record, batch, columns))
+            else:
+                table, kept = self._read_batch_rows(record, batch, columns), live_offsets(batch)
+                tables.append(table if kept is None else table.take(kept))
         if not tables:
             return pa.schema([IMAGE_ROWS_SCHEMA.field(c) for c in columns]).empty_table()
         return pa.concat_tables(tables)

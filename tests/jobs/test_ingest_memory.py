@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from imgscale.jobs.ingest_images import Described, _Pending, _receive, _Taken
-from imgscale.storage import HashRuns, open_store
+from imgscale.jobs.ingest_images import Described, _named_holders, _Pending, _receive, _Taken
+from imgscale.storage import FeatureStore, HashRuns, create_store, open_store
 from tests.jobs.test_ingest_images import digit_images, ingest, png_bytes, rejected
 
 pytestmark = pytest.mark.slow
@@ -115,3 +115,25 @@ def test_an_id_or_bytes_repeated_commits_later_is_refused_naming_the_first(
     assert set(reasons) == {ids[0], *copy}
     assert f"id {ids[0]!r} is another image's" in reasons[ids[0]]
     assert f"same bytes as {kept[0]!r}" in reasons[copy.pop()]
+
+
+def test_the_holder_of_repeated_bytes_is_named_from_this_ingests_own_batches_alone(
+    tmp_path, monkeypatch
+):
+    store = create_store(tmp_path / "s.zarr", dim=2)
+    for batch, ids in (("earlier", ["a", "b"]), ("mine-1", ["x", "y"]), ("mine-2", ["z"])):
+        with store.writer(batch) as writer:
+            digests = [hashlib.sha256(i.encode()).digest() for i in ids]
+            writer.write(np.zeros((len(ids), 2), np.float32), None, ids, sha256=digests)
+    read, real_read = [], FeatureStore._read_batch_rows
+    monkeypatch.setattr(
+        FeatureStore,
+        "_read_batch_rows",
+        lambda self, record, batch, columns: (
+            read.append(batch["batch_id"]) or real_read(self, record, batch, columns)
+        ),
+    )
+    repeat = hashlib.sha256(b"x").digest()
+    refusals = _named_holders(open_store(store.path), [("copy", repeat)], ["mine-1", "mine-2"])
+    assert refusals == [("copy", repeat, "same bytes as 'x', in this ingest")]
+    assert read == ["mine-2", "mine-1"]  # never the batch committed before this ingest
