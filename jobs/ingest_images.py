@@ -474,9 +474,10 @@ def plan_ingest(
     listed = [p.keys for p in partitions]
     new = None if not listed or None in listed else _new_images(listed, existing, split, unread)
     total = None if new is None else int(new.sum())
-    # Tasks sized by cost over the new images, or over every image when listing cannot tell
-    # which are new but knows how many there are (parquet); tar shards are tasks as they are.
-    sized_over = total if total is not None else images.images
+    # Tasks sized by cost over the new images, or over every image of the files read when
+    # listing cannot tell which are new but knows or estimates how many there are (parquet,
+    # local tar shards).
+    sized_over = total if total is not None else images.estimated_images(leave_out)
     size = images_per_partition
     if sized_over is not None:
         stored = existing.descriptor["features"] if features is None else []

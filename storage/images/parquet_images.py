@@ -215,8 +215,11 @@ def open_parquet_images(
             for groups, rows in _runs(sizes, images_per_partition)
         ]
 
+    def estimated(leave_out: frozenset[str]) -> int:
+        return sum(sum(sizes) for file, _, sizes, _, _ in parts if str(file) not in leave_out)
+
     files = tuple(file for file, _, _, _, _ in parts)
-    return ImageSource(url, "parquet", labelled.pop(), images, split, files)
+    return ImageSource(url, "parquet", labelled.pop(), images, split, files, estimated)
 
 
 def _runs(

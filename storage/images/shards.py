@@ -140,16 +140,83 @@ def open_shards(url: str) -> ImageSource:
             f"{url}: {missing[0]} does not exist ({len(missing)} of {len(shards)} shards missing)"
         )
 
+    estimate = _Estimate()
+
     def split(
         images_per_partition: int, _only: None, leave_out: frozenset[str]
     ) -> list[ImagePartition]:
+        kept = [shard for shard in shards if str(shard) not in leave_out]
+        estimates = estimate.each(kept)
+        if estimates is None:
+            return [ShardPartition(keys=None, shards=(shard,)) for shard in kept]
         return [
-            ShardPartition(keys=None, shards=(shard,))
-            for shard in shards
-            if str(shard) not in leave_out
+            ShardPartition(keys=None, shards=run) for run in _runs(estimates, images_per_partition)
         ]
 
-    return ImageSource(url, "tar", None, None, split, tuple(shards))
+    def estimated(leave_out: frozenset[str]) -> int | None:
+        estimates = estimate.each([shard for shard in shards if str(shard) not in leave_out])
+        return None if estimates is None else sum(n for _, n in estimates)
+
+    return ImageSource(url, "tar", None, None, split, tuple(shards), estimated)
+
+
+class _Estimate:
+    """The images of each local shard, estimated from its size at the images a byte of the
+    first shard asked about (counted from its member headers alone: `images_in_shard`): shards
+    of one dataset hold images of similar sizes, and a shard's images are known only when it is
+    read through. None for shards on an object store (a size would cost a request a shard), or
+    when the first shard shows no image."""
+
+    def __init__(self) -> None:
+        self._per_byte: float | None = None
+
+    def each(self, shards: list[Location]) -> list[tuple[Location, int]] | None:
+        if not shards:
+            return []
+        if is_url(shards[0]):
+            return None
+        sizes = [shard.stat().st_size for shard in shards]
+        if self._per_byte is None:
+            self._per_byte = images_in_shard(shards[0]) / max(1, sizes[0])
+        if not self._per_byte:
+            return None
+        return [
+            (shard, max(1, round(size * self._per_byte)))
+            for shard, size in zip(shards, sizes, strict=True)
+        ]
+
+
+def images_in_shard(shard: Location) -> int:
+    """The samples with an image of the tar ``shard``, from its member headers alone (the
+    reader seeks past each member's bytes); those before the first unreadable header of a
+    damaged shard, which reading it will refuse by name."""
+    keys = set()
+    try:
+        with shard.open("rb") as raw, tarfile.open(fileobj=raw, mode="r:*") as tar:
+            for member in tar:
+                split = _KEY_AND_EXTENSION.fullmatch(member.name.removeprefix("./"))
+                if member.isfile() and split and f".{split.group(2).lower()}" in IMAGE_EXTENSIONS:
+                    keys.add(split.group(1))
+    except (OSError, tarfile.TarError):
+        pass
+    return len(keys)
+
+
+def _runs(estimates: list[tuple[Location, int]], images: int) -> list[tuple[Location, ...]]:
+    """Consecutive shards (with their estimated images) in runs of at most ``images`` images,
+    a shard holding more being a run alone."""
+    runs: list[tuple[Location, ...]] = []
+    run: list[Location] = []
+    held = 0
+    for shard, n in estimates:
+        if run and held + n > images:
+            runs.append(tuple(run))
+            run, held = [], 0
+        run.append(shard)
+        held += n
+    if run:
+        runs.append(tuple(run))
+    return runs
 
 
 def _matches(pattern: str) -> list[Location]:

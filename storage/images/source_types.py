@@ -83,6 +83,14 @@ class ImageSource:
         repr=False, compare=False
     )
     source_files: tuple[Location, ...] = ()
+    _estimate: Callable[[frozenset[str]], int | None] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def estimated_images(self, leave_out: frozenset[str] = frozenset()) -> int | None:
+        """How many images the partitions leaving out ``leave_out`` hold: exactly when listing
+        knows, estimated for local tar shards (`shards.estimated_images`), else None."""
+        return self.images if self._estimate is None else self._estimate(leave_out)
 
     def partitions(
         self,
@@ -90,9 +98,10 @@ class ImageSource:
         only: Sequence[bool] | None = None,
         leave_out: frozenset[str] = frozenset(),
     ) -> list[ImagePartition]:
-        """The source cut into partitions of about ``images_per_partition`` images (a tar shard
-        is one partition whatever its size; a parquet row group larger than a partition is
-        read in slices of its rows). ``only`` says
+        """The source cut into partitions of about ``images_per_partition`` images (consecutive
+        local tar shards smaller than that are read together, by their estimated images, and a
+        larger shard is one partition; a parquet row group larger than a partition is read in
+        slices of its rows). ``only`` says
         of each image, in listing order, whether the partitions hold it (sources that list
         their keys: a folder, a list file), so that a grown folder's new images make their own
         partitions. ``leave_out`` names ``source_files`` no partition reads (an ingest

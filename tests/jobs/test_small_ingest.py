@@ -19,6 +19,7 @@ from imgscale.jobs.features import SECONDS_PER_IMAGE, seconds_per_image
 from imgscale.jobs.ingest_images import partition_size, plan_ingest
 from imgscale.storage import open_store
 from tests.jobs.test_ingest_images import digit_images, gist_tiny, ingest, write_folder
+from tests.storage.test_image_sources import write_shard
 
 pytestmark = pytest.mark.slow
 
@@ -71,6 +72,25 @@ def test_a_parquet_source_is_cut_into_tasks_for_every_thread_by_cost(
     pq.write_table(table, source, row_group_size=group)
     plan = plan_ingest(str(source), tmp_path / "s.zarr", features=features, threads=2)
     assert [p.rows for p in plan.partitions] == tasks
+
+
+def test_cheap_tar_shards_are_read_several_a_task_each_task_near_the_work_of_one(tmp_path):
+    # 40 shards of 64 images and one of 2,000 (fake bytes: planning reads no image). Colour on
+    # 2 threads of 4,560 images: tasks of 1,250 images (a quarter second of work each), where a
+    # shard alone would be a task of 13 ms. The estimate comes from the first shard's headers
+    # and each shard's size.
+    sizes = [64] * 20 + [2_000] + [64] * 20
+    for n, images in enumerate(sizes):
+        write_shard(
+            tmp_path / f"s-{n:02d}.tar", [(f"{n}-{i}.jpg", b"\xff" * 900) for i in range(images)]
+        )
+    plan = plan_ingest(str(tmp_path / "*.tar"), tmp_path / "s.zarr", features="color", threads=2)
+    size = partition_size(SECONDS_PER_IMAGE["color"], sum(sizes), 4096, 2)
+    assert size == 1_250
+    held = [sum(sizes[int(s.stem[2:])] for s in p.shards) for p in plan.partitions]
+    order = [int(s.stem[2:]) for p in plan.partitions for s in p.shards]
+    assert order == list(range(len(sizes)))  # every shard once, in order
+    assert held == [19 * 64, 64, 2_000, 19 * 64, 64]  # the big shard alone, the rest ≤ 1,250
 
 
 def test_the_client_of_a_small_ingest_builds_no_descriptor_and_imports_no_numba(

@@ -287,11 +287,27 @@ def test_a_brace_pattern_names_shards_in_order_one_partition_each(tmp_path):
     assert [i.key for i in read_partition(parts[0])] == [f"2-{k}" for k in range(5)]
 
 
+def test_local_shards_smaller_than_a_partition_are_read_together_in_order(tmp_path):
+    for n in range(3):
+        write_shard(tmp_path / f"s-{n}.tar", [(f"{n}-{k}.jpg", fake_jpeg(k)) for k in range(5)])
+    source = open_image_source(f"{tmp_path}/s-{{0..2}}.tar")
+    assert source.estimated_images() == 15
+    assert source.estimated_images(frozenset({str(tmp_path / "s-1.tar")})) == 10
+    parts = source.partitions(images_per_partition=10)
+    assert [[shard.name for shard in part.shards] for part in parts] == [
+        ["s-0.tar", "s-1.tar"],
+        ["s-2.tar"],
+    ]
+    assert [i.key for i in read_partition(parts[0])] == [
+        f"{n}-{k}" for n in (0, 1) for k in range(5)
+    ]
+
+
 def test_a_glob_names_shards_in_sorted_order(tmp_path):
     for name in ("b.tar", "a.tar", "c.txt"):
         write_shard(tmp_path / name, [(f"{name}-0.jpg", fake_jpeg(0))])
     parts = open_image_source(f"{tmp_path}/*.tar").partitions()
-    assert [part.shards[0].name for part in parts] == ["a.tar", "b.tar"]
+    assert [shard.name for part in parts for shard in part.shards] == ["a.tar", "b.tar"]
 
 
 def test_a_missing_shard_of_a_brace_pattern_is_refused(tmp_path):
