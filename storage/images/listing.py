@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from imgscale.storage.errors import StoreError
 from imgscale.storage.fs import Location, is_url, read_table
 from imgscale.storage.images.files import FilePartition
 from imgscale.storage.images.source_types import ImagePartition, file_at
@@ -120,9 +121,16 @@ def read_whole_files(store: Location, split: str) -> tuple[pa.Table, list[dict[s
     file = whole_files_file(store, split)
     if not file.exists():
         return LISTING_SCHEMA.empty_table(), []
-    table = read_table(file)
-    batches = json.loads((table.schema.metadata or {}).get(_BATCHES, b"[]"))
-    return table.select(LISTING_SCHEMA.names).cast(LISTING_SCHEMA), batches
+    try:
+        table = read_table(file)
+        batches = json.loads((table.schema.metadata or {}).get(_BATCHES, b"[]"))
+        return table.select(LISTING_SCHEMA.names).cast(LISTING_SCHEMA), batches
+    except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise StoreError(
+            f"store {store}: {file} is not a readable record of files ingested whole ({reason}); "
+            "remove it, and the next ingest reads every file again"
+        ) from None
 
 
 def write_whole_files(

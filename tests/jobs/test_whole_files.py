@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from imgscale.jobs.cli import cli
 from imgscale.jobs.ingest_images import plan_ingest
 from imgscale.jobs.whole_files import find_whole_files
-from imgscale.storage import create_store, open_image_source, open_store
+from imgscale.storage import StoreError, create_store, open_image_source, open_store
+from imgscale.storage.images.listing import whole_files_file
 from imgscale.storage.images.parquet_images import ParquetPartition
 from tests.jobs.test_ingest_images import digit_images, ingest, png_bytes
 
@@ -146,3 +147,13 @@ def test_a_reingest_of_unchanged_parquet_reads_no_id_column(
     )
     plan = plan_ingest(source, store)
     assert (plan.partitions, plan.total, read) == ([], 0, [])
+
+
+def test_a_damaged_record_of_whole_files_is_refused_by_name(tmp_path):
+    write_shards(tmp_path, shards=1, per_shard=1)
+    store = create_store(tmp_path / "s.zarr", dim=2)
+    record = whole_files_file(store.path, "train")
+    record.parent.mkdir()
+    record.write_bytes(b"not parquet")
+    with pytest.raises(StoreError, match=f"{record} is not a readable record of files"):
+        plan_ingest(str(tmp_path / "shards-0000.tar"), store.path, features="color")
