@@ -46,6 +46,7 @@ import tarfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -58,6 +59,9 @@ from imgscale.bench.registry import Context, Skipped, benchmark
 from imgscale.jobs.features import Features, parse_features
 from imgscale.jobs.ingest_images import describe_partition, known_of
 from imgscale.storage import ImageRequest, decode_image, open_image_source, read_partition
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 CIFAR_TRAIN = "cifar10/train.parquet"
 CIFAR_TEST = "cifar10/test.parquet"
@@ -415,6 +419,7 @@ def _ingest_in_cluster(
             first, rest = partition_seconds(client.get_task_stream(start=started))
             repeated = {}
             if again:
+                cpu_before = _cpu_seconds(client)
                 with PeakRSS() as again_rss:
                     plan = plan_ingest(source, store, features=features)
                     again_summary = ingest_images(plan, client) if plan.partitions else {}
@@ -422,6 +427,7 @@ def _ingest_in_cluster(
                     "again_seconds": time.perf_counter() - plan.started,
                     "again_rows": again_summary.get("rows", 0),
                     "again_client_peak_rss": again_rss.each_peak.get("client", 0),
+                    "again_cpu_s": _cpu_seconds(client) - cpu_before,
                 }
             shutil.rmtree(store)
             out.append(
@@ -445,6 +451,11 @@ def _ingest_in_cluster(
                 }
             )
     return out
+
+
+def _cpu_seconds(client: Client) -> float:
+    """CPU seconds so far of this process (the client and its scheduler) and of every worker."""
+    return time.process_time() + sum(client.run(time.process_time).values())
 
 
 def partition_seconds(stream: list[dict]) -> tuple[float, float]:
@@ -821,6 +832,7 @@ def front_end_scale(ctx: Context, sizes: tuple[int, ...], per_shard: int) -> lis
                 run_["seconds"],
                 peer="the first ingest of the same shards",
                 new_rows=run_["again_rows"],
+                cpu_seconds=run_["again_cpu_s"],
                 **where,
             )
         )

@@ -96,4 +96,5 @@ def test_the_front_end_is_measured_at_each_size_beside_decode_only_and_the_small
             assert rss["peer"].startswith("the same at 48 images")
         again = tiny_records[f"front end: ingest again, nothing new, {n:,} images"]
         assert again["new_rows"] == 0 and 0 < again["value"]
+        assert 0 < again["cpu_seconds"] < again["value"] * 3  # the client's and 2 workers' CPU
         assert again["peer_value"] == pytest.approx(n / ingest["value"])
