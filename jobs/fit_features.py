@@ -99,9 +99,9 @@ def sample_partitions(
     """The source's partitions holding the sample of ``sample`` images (module docstring)."""
     if sample < 1:
         raise ValueError(f"--sample {sample}: expected at least 1 image")
-    partitions = open_image_source(source, **(source_options or {})).partitions(
-        images_per_partition
-    )
+    images = open_image_source(source, **(source_options or {}))
+    # A tar shard a partition, so that the sample takes images from every shard.
+    partitions = images.partitions(1 if images.kind == "tar" else images_per_partition)
     if not partitions:
         raise ValueError(f"{source}: no images to learn a vocabulary from")
     if any(p.keys is None for p in partitions):

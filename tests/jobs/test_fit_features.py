@@ -263,3 +263,15 @@ def test_the_pass_line_shows_stage_iteration_and_figure_over_the_longer_line_bef
     assert capsys.readouterr().err == f"\r{pca}\r{kmeans}\r{em.ljust(len(kmeans))}"
     options.fit_pass_line("fit-features", quiet=True)(FitPass("sift", "PCA", 1, 1, None))
     assert capsys.readouterr().err == ""
+
+
+def test_a_sample_of_tar_shards_takes_images_from_every_shard(tmp_path):
+    from tests.storage.test_image_sources import fake_jpeg, write_shard
+
+    for n in range(6):
+        write_shard(tmp_path / f"s-{n}.tar", [(f"{n}-{k}.jpg", fake_jpeg(k)) for k in range(4)])
+    items = sample_partitions(f"{tmp_path}/s-{{0..5}}.tar", 6, 0)
+    assert [[s.name for s in item.partition.shards] for item in items] == [
+        [f"s-{n}.tar"] for n in range(6)
+    ]
+    assert [item.limit for item in items] == [1] * 6
