@@ -28,7 +28,9 @@ MAKE_CERTS = Path(__file__).parents[2] / "deploy" / "tls" / "make-certs"
 
 
 class Cluster:
-    """A scheduler and workers as separate processes; their logs are files in ``root``."""
+    """A scheduler and workers as separate processes; their logs are files in ``root``. The
+    workers run without a nanny: one process each, which SIGKILL ends (a nanny would only
+    restart what a test kills, and costs a process start)."""
 
     def __init__(self, root: Path, *, workers: int = 2, certs: Path | None = None) -> None:
         self.root = root
@@ -40,7 +42,7 @@ class Cluster:
         try:
             wait_until(self.scheduler_file.exists, "the scheduler file", started, 60)
             for i in range(workers):
-                args = ["--nthreads", "1", "--host", "127.0.0.1"]
+                args = ["--nthreads", "1", "--host", "127.0.0.1", "--no-nanny"]
                 self.workers.append(self._start(f"worker-{i}", args))
                 started[f"worker-{i}"] = (self.workers[-1], root / f"worker-{i}.log")
             with self.client() as client:
@@ -97,9 +99,9 @@ class Cluster:
         raise AssertionError("no worker started a task")
 
     def worker_process(self, address: str) -> subprocess.Popen:
-        """The `dask worker` process (a nanny) whose worker listens at ``address``."""
+        """The `dask worker` process whose worker listens at ``address``."""
         with self.client() as client:
-            pids = client.run(os.getppid, workers=[address])
+            pids = client.run(os.getpid, workers=[address])
         (pid,) = pids.values()
         for process in self.workers:
             if process.pid == pid:
@@ -108,19 +110,19 @@ class Cluster:
 
     def stop(self) -> None:
         """SIGKILL every process: nothing is asked of a cluster at its end, and a worker whose
-        task runs on after its scheduler died takes its nanny's 8 s to close."""
+        task runs on after its scheduler died takes seconds to close."""
         import psutil
 
         for process in self.workers:
             if process.poll() is None:  # not reaped: the pid is still this process's
-                with contextlib.suppress(psutil.NoSuchProcess):  # a nanny ending on its own
+                with contextlib.suppress(psutil.NoSuchProcess):  # a worker ending on its own
                     kill_process_tree(process)
         self.scheduler.kill()
         self.scheduler.wait()
 
 
 def kill_process_tree(process: subprocess.Popen) -> None:
-    """SIGKILL a `dask worker` nanny and the worker process it started."""
+    """SIGKILL a `dask worker` process and any process it started."""
     import psutil
 
     children = psutil.Process(process.pid).children(recursive=True)

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from imgscale.jobs.cli import cli
 from imgscale.pipeline.classify import NearestClassMean
 from imgscale.storage import open_store
 from tests.deploy.conftest import DASK, IMGSCALE, random_store, zarr_arrays
@@ -145,11 +147,10 @@ ROWS = 400_000  # an ingest of several seconds: the kill lands mid-run
 
 
 def _status(run_id: str, ledger: Path) -> dict:
-    shown = subprocess.run(
-        [IMGSCALE, "status", run_id, "--json", "--ledger", str(ledger)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert shown.returncode == 0, shown.stderr
+    """`imgscale status --json`, run in this process by click's runner (polled every half
+    second: a process start a poll would cost more CPU than the run it watches)."""
+    shown = CliRunner().invoke(cli, ["status", run_id, "--json", "--ledger", str(ledger)])
+    assert shown.exit_code == 0, shown.output
     return json.loads(shown.stdout)
 
 
