@@ -49,9 +49,9 @@ Protocol (the splits of ``imgscale bench cifar10-gist``: the train parquet's fir
   decompress the features of a limited number of images"): the train and validation images
   are ingested straight to product quantization codes of 8-D sub-vectors (``imgscale ingest
   --pq 8192``: 8 KiB a row; their float signatures are never written), the
-  codebook trained on the signatures of ``--pq-sample``'s default 10,000 train images (4,096
-  at small, to keep the workers' memory near 1 GiB), and the test images as float signatures of
-  the same vocabulary. Ridge (in its dual form: a Gram of the labelled rows, where the primal
+  codebook trained on the signatures of ``--pq-sample``'s default 10,000 train images (at
+  small, its 2,500: faiss warns below 39 a centroid), and the test images as float signatures
+  of the same vocabulary. Ridge (in its dual form: a Gram of the labelled rows, where the primal
   65,536² Gram is 32 GiB), NCM and, at medium and large, learned-metric NCM and kNN are trained
   on the codes and scored on the test signatures, each beside the same classifier on the 4K-D
   float signatures of the same grid (paper 002 Table 2: 64K-D PQ at least as good as 4K-D
@@ -69,14 +69,16 @@ Protocol (the splits of ``imgscale bench cifar10-gist``: the train parquet's fir
 
 Each step is an ``imgscale`` command run as its own process on the suite's Dask cluster
 (``--scheduler``); ingest and fit wall times are recorded with the load average as they started.
-Small scale uses 10,000 train, 2,000 validation and 2,000 test images, every train row, and
-runs what the issue sets beside the reference (and the PQ codes); medium and large use every
-CIFAR-10 image, at 100 and 1,000 labelled images a class too, with the SIFT window's ablation
-in the reference. Tiny is a toy that checks the commands: 1,000 train and 500 test
-images (sklearn's digits as JPEGs without the data folder), no validation split, a 50-word
-dictionary and 4 Gaussians on 16-D projections, linear and SQRT bags of words and NCM on Fisher
-vectors, the same 256-D Fisher vectors PQ-coded (32 sub-vectors) for the PQ arm, the pyramid
-of the 50 words, no GIST, no 64 Gaussians and no denser grid.
+Small scale uses 2,500 train, 500 validation and 1,000 test images (every tenth of the test
+parquet) with vocabularies learned from 1,000 train images, the protocol of the findings'
+in-process comparisons with the reference, and runs the arms the reference has a peer for
+(and the PQ codes) on every train row; medium and large use every CIFAR-10 image, at 100 and
+1,000 labelled images a class too, with the SIFT window's ablation in the reference. Tiny
+is a toy that checks the commands: 1,000 train and 500 test images (sklearn's digits as JPEGs
+without the data folder), no validation split, a 50-word dictionary and 4 Gaussians on 16-D
+projections, linear and SQRT bags of words and NCM on Fisher vectors, the same 256-D Fisher
+vectors PQ-coded (32 sub-vectors) for the PQ arm, the pyramid of the 50 words, no GIST, no 64
+Gaussians and no denser grid.
 """
 
 from __future__ import annotations
@@ -122,10 +124,6 @@ PQ_METHODS = ("ridge", "NCM", "NCM, learned metric", "kNN, learned metric")
 # Nyström, the learned metric's SGD and kNN on Fisher vectors run at medium and large.
 REFERENCE_BOW_METHODS = {k: BOW_METHODS[k] for k in ("linear", "HIKE", "AddKPCA")}
 REFERENCE_FISHER_METHODS = {k: FISHER_METHODS[k] for k in ("ridge", "NCM")}
-# Images whose 64K-D signatures train small scale's PQ codebook: 1 GiB on the workers, against
-# 2.4 GiB at ingest's default 10,000 (the codebook on 4,096 against 9,808 signatures moved NCM
-# by 0.7 points in the findings: within a standard error).
-PQ_SAMPLE_SMALL = 4_096
 # Dimensions a PQ sub-vector (paper 002 §4.1: 8-D sub-vectors, 256 centroids, one byte each).
 PQ_SUBVECTOR = 8
 # SIFT windows of 2.25 patch sides (OpenCV keypoint size 6 for 16 px), fit-features' default.
@@ -151,7 +149,7 @@ def suite(ctx: Context) -> list[dict]:
     pq_gaussians = ctx.pick(tiny=4, small=256, medium=256, large=256)
     sizes, sample, words, gaussians, components = ctx.pick(
         tiny=((1_000, 300, 500), 200, 50, 4, 16),
-        small=((10_000, 2_000, 2_000), 2_000, 400, 16, 64),
+        small=((2_500, 500, 1_000), 1_000, 400, 16, 64),
         medium=(None, 5_000, 400, 16, 64),
         large=(None, 10_000, 400, 16, 64),
     )
@@ -167,7 +165,6 @@ def suite(ctx: Context) -> list[dict]:
     # Medium and large add GIST, the SIFT window's ablation and the denser grid (findings of
     # their own, not comparisons with the reference).
     extended = ctx.scale in ("medium", "large")
-    pq_sample = ctx.pick(tiny=(), small=("--pq-sample", PQ_SAMPLE_SMALL), medium=(), large=())
     scratch = ctx.scratch("cifar10-bow-fisher")
     splits = write_splits(*source_tables(ctx), scratch, sizes)
     if ctx.scale == "tiny":  # fewer commands in CI's run: ridge chooses ρ by GCV instead
@@ -249,7 +246,7 @@ def suite(ctx: Context) -> list[dict]:
                     label=f"fisher {pq_gaussians} Gaussians")  # fmt: skip
     pq_methods = {m: FISHER_METHODS[m] for m in PQ_METHODS if m in fisher_methods}
     out += fisher_pq_arm(run, splits, fisher_model, 2 * 2 * pq_gaussians * components,
-                         pq_methods, float_rates, pq_peer, *pq_sample)  # fmt: skip
+                         pq_methods, float_rates, pq_peer)  # fmt: skip
     return out
 
 
@@ -393,18 +390,17 @@ def fisher_pq_arm(
     methods: dict[str, list[str]],
     peer_rates: dict[str, float],
     peer: str,
-    *ingest_options,
 ) -> list[dict]:
     """The training splits ingested as PQ codes of ``model``'s ``dim``-D Fisher vectors (8-D
-    sub-vectors; ``ingest_options`` added to that ingest) and the test split as float
-    signatures (paper 002 §5.1 compresses the training set only), and ``methods`` trained on
-    the codes of every train row and scored on the test signatures, each beside ``peer_rates``
-    of the same method (``peer``: the float signatures they stand beside)."""
+    sub-vectors) and the test split as float signatures (paper 002 §5.1 compresses the training
+    set only), and ``methods`` trained on the codes of every train row and scored on the test
+    signatures, each beside ``peer_rates`` of the same method (``peer``: the float signatures
+    they stand beside)."""
     training = {split: path for split, path in splits.items() if split != "test"}
     store, test_store = model.with_suffix(".pq.zarr"), model.with_suffix(".test.zarr")
     m = dim // PQ_SUBVECTOR
     features = f"fisher:{model}"
-    out = _ingest(run, features, store, training, "--pq", m, *ingest_options)
+    out = _ingest(run, features, store, training, "--pq", m)
     out += _ingest(run, features, test_store, {"test": splits["test"]}, label="fisher float")
     label = f"FV-{dim // 1024}K PQ-{m}" if dim >= 1024 else f"FV-{dim} PQ-{m}"
     for method, options in methods.items():
