@@ -326,11 +326,26 @@ FIGURES = (
         r"BoW-400 HIKE, every train row",
         "CIFAR-10, bag of words + HIKE, every train row",
         "Do additive kernels lift bags of dense SIFT words above linear (paper 000 §4.2)?",
+        peer_figure=r"BoW-400 linear, every train row",
+        peer_label="linear ridge on the same histograms, same run",
     ),
     Figure(
         "cifar10-bow-fisher",
         r"BoW-400 AddKPCA, every train row",
         "CIFAR-10, bag of words + AddKPCA, every train row",
+    ),
+    Figure(
+        "cifar10-bow-fisher",
+        r"BoW-400 pyramid 1x1\+2x2\+4x4 HIKE, every train row",
+        "CIFAR-10, spatial-pyramid bag of words + HIKE ridge",
+        "Does a pyramid bag of words with HIKE and ridge reach an exact intersection-kernel SVM?",
+        peer_label="a reference pipeline (OpenCV, faiss, scikit-learn's SVC), same images",
+    ),
+    Figure(
+        "cifar10-bow-fisher",
+        r"FV-64 ridge, every train row",
+        "CIFAR-10, Fisher vectors (64 Gaussians) + ridge",
+        peer_label="a reference pipeline (scikit-learn's GMM, improved FV), same images",
     ),
     Figure(
         "cifar10-bow-fisher",

@@ -231,6 +231,17 @@ PURPOSES = (
         "the independent reference pipeline, the peer of imgscale's figures beside it",
     ),
     Purpose("cifar10-bow-fisher", r"reference pipeline, wall", _COST),
+    Purpose("cifar10-bow-fisher", r"reference FV-\d+, wall", _COST),
+    Purpose(
+        "cifar10-bow-fisher",
+        r".*, every train row: top\d error",
+        "the top-1 and top-5 errors, beside their per-class rate",
+    ),
+    Purpose(
+        "cifar10-bow-fisher",
+        r"FV-\d+ NCM, every train row",
+        "NCM on the float Fisher vectors: the peer of NCM on their PQ codes",
+    ),
     Purpose("photos-bow-fisher", r"BoW-\d+ linear, .*", _BASELINE),
     Purpose(
         "photos-bow-fisher",

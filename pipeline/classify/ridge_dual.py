@@ -41,7 +41,7 @@ def centred_kernel(
 
 def _rows_where(X: Any, keep: np.ndarray) -> Any:
     """The rows of ``X`` where ``keep``; of dask rows, only the blocks that keep any (a store's
-    split leaves blocks of no rows, which not every embedding's block function takes)."""
+    split leaves blocks of no rows, which add nothing to the Gram but tasks)."""
     if not isinstance(X, da.Array):
         return X[keep]
     ends = np.cumsum(X.chunks[0])

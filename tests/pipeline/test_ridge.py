@@ -430,8 +430,8 @@ def _no_empty_block(block):
 
 
 def test_the_dual_form_reads_no_block_of_no_rows(data):
-    """A store's split leaves blocks of no rows, which some embeddings' block functions refuse
-    (HIKE's): the dual form reads only blocks holding rows."""
+    """A store's split leaves blocks of no rows, which add nothing to the Gram: the dual form
+    reads only blocks holding rows."""
     X, y = data
     X = widened(X, 600)
     empty = da.zeros((0, 600), dtype=np.float32, chunks=(0, 600))

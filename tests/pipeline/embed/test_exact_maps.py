@@ -47,11 +47,3 @@ def test_negative_features_are_rejected_with_their_rows(cls, histograms):
         model.transform(bad)
     with pytest.raises(ValueError, match=r"Negative values .* rows \[50\]"):
         model.transform(as_dask(bad)).compute()
-
-
-def test_hike_maps_a_block_of_no_rows():
-    """A store's split has blocks of no rows (chunks holding only other splits' rows), which
-    the embedding's pieces of a wide output pass to the block function as they are."""
-    X = np.random.default_rng(0).random((30, 4)).astype(np.float32)
-    hike = HistogramIntersection(n_levels=3).fit(X)
-    assert hike._transform_block(X[:0], hike.max_, 3).shape == (0, 12)
