@@ -203,7 +203,7 @@ def test_the_help_states_the_default_codebook_sample():
     from imgscale.pipeline.pq_codec import KSUB, MIN_TRAIN_PER_CENTROID
 
     help_text = " ".join(CliRunner().invoke(cli, ["ingest", "--help"]).output.split())
-    assert f"train the codebook [{DEFAULT_PQ_SAMPLE}]" in help_text
+    assert f"train the codebook [{DEFAULT_PQ_SAMPLE}:" in help_text
     assert DEFAULT_PQ_SAMPLE >= MIN_TRAIN_PER_CENTROID * KSUB
 
 
