@@ -258,7 +258,7 @@ def _fit_ncm(data: TrainingData, options: dict) -> BaseEstimator:
 
     pq = data.codes
     if pq is not None:
-        # Class means from the codes' centroids: no row is decoded (pipeline/pq_codes.py).
+        # Class means from the codes' centroids: no row is decoded (pipeline/pq/on_codes.py).
         return NearestClassMean().fit_codes(pq.codes, data.y, pq.codebook, pq.rotation)
     return NearestClassMean().fit(data.X, data.y)
 

@@ -16,7 +16,6 @@ Other layers use these, and nothing else of the package:
 - `imgscale.pipeline.gram`: `GRAM_PRECISIONS`, the Gram products' precision choices.
 - `imgscale.pipeline.reductions`: `reduce_rows` and the row statistics every estimator shares.
 - `imgscale.pipeline.top_k`: `top_k_columns`, the k best columns of each row of scores.
-- `imgscale.pipeline.pq_codec`: `PQCodec`, product quantization (train, encode, decode, class
-  sums), the codec of PQ stores; `imgscale.pipeline.pq_codes`: its kernels on codes (class sums,
-  ADC search).
+- `imgscale.pipeline.pq`: `PQCodec`, product quantization (train, encode, decode, class
+  sums), the codec of PQ stores, and its kernels on codes (class sums, ADC search).
 """

@@ -12,7 +12,7 @@ Other layers use only the names listed here; zarr and parquet details stay insid
   `rows_changed_since`, a `StoreChange`; the rows it names are read by
   `FeatureStore.features_at` and `FeatureStore.codes_at`.
 - Copying a store chunk-parallel (`imgscale compress`): `CopyWriter`, `write_row_chunk`.
-- Coded stores: a PQ store's codec is `imgscale.pipeline.pq_codec.PQCodec`, found by its
+- Coded stores: a PQ store's codec is `imgscale.pipeline.pq.PQCodec`, found by its
   encoding's ``imgscale.codecs`` entry point (storage/row_codecs.py); this layer imports no codec.
 - Saved models: `SavedStep`, `save_model` (``replace=True`` swaps atomically), `load_model`.
 - Where stores and models live: `location` (a local `Path`, or a `UPath` for an ``s3://``,

@@ -99,7 +99,7 @@ def create_pq_store(
     descriptor: dict[str, Any] | None = None,
 ) -> FeatureStore:
     """Create an empty coded store at ``path`` holding ``codec`` (a PQ codec,
-    `imgscale.pipeline.pq_codec.PQCodec`); rows are appended as its codes. ``descriptor``: as
+    `imgscale.pipeline.pq.PQCodec`); rows are appended as its codes. ``descriptor``: as
     for `create_store`, when the codes are of signatures computed from images.
 
     ``rows_per_chunk`` defaults to that of a raw store of the same D, so a decoded chunk is the

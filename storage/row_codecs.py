@@ -7,7 +7,7 @@ holds uint8 codes, n × W, row-chunked like features, the codec's parameters in 
 named after the encoding, and its arrays (e.g. a PQ codebook and rotation) beside the codes.
 
 The codec itself is math and lives outside this layer (product quantization:
-`imgscale.pipeline.pq_codec.PQCodec`); it is found by its encoding's name in the
+`imgscale.pipeline.pq.PQCodec`); it is found by its encoding's name in the
 ``imgscale.codecs`` entry-point group (pyproject.toml), as zarr finds its codecs, and used only
 through the small interface that `PQCodec` documents.
 

@@ -316,7 +316,7 @@ class FeatureStore:
 
     @property
     def codec(self) -> Any:
-        """A coded store's codec (a PQ store's: `imgscale.pipeline.pq_codec.PQCodec`), its
+        """A coded store's codec (a PQ store's: `imgscale.pipeline.pq.PQCodec`), its
         arrays checked against the store."""
         return rows_codec(self.path, read_record(self.path)).codec()
 

@@ -21,7 +21,7 @@ from imgscale.pipeline.classify.ncm_metric import initial_projection
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.params import Each, Interval
-from imgscale.pipeline.pq_codes import TopK
+from imgscale.pipeline.pq.on_codes import TopK
 from imgscale.pipeline.reductions import reduce_rows, row_stats
 
 _QUERY_ROWS = 4096

@@ -14,7 +14,7 @@ from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels_l
 from imgscale.pipeline.classify._row_stats import changed_stats
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.params import check_params
-from imgscale.pipeline.pq_codes import check_codebook, code_row_stats
+from imgscale.pipeline.pq.on_codes import check_codebook, code_row_stats
 from imgscale.pipeline.reductions import RowStats, lazy_row_stats, row_stats
 
 
@@ -62,11 +62,11 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         """Fit from product-quantization codes without decoding them.
 
         Equal (to float rounding) to `fit` on the decoded rows: one pass gathers each row's
-        centroids straight into its class's sum (`pipeline.pq_codes.code_row_stats`). ``codes`` is
-        (n, M) uint8, numpy or row-chunked dask; ``codebook`` (M, 256, D/M); ``rotation`` (D, D)
-        if the codes quantize ``x @ rotation``. The fitted state is the same as `fit`'s, so the
-        model scores float rows (decoded or raw) and `partial_fit` / `partial_fit_codes` may
-        follow either.
+        centroids straight into its class's sum (`pipeline.pq.on_codes.code_row_stats`).
+        ``codes`` is (n, M) uint8, numpy or row-chunked dask; ``codebook`` (M, 256, D/M);
+        ``rotation`` (D, D) if the codes quantize ``x @ rotation``. The fitted state is the same
+        as `fit`'s, so the model scores float rows (decoded or raw) and `partial_fit` /
+        `partial_fit_codes` may follow either.
         """
         return self._add_codes(codes, y, codebook, rotation, None, first=True)
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from imgscale.jobs import models
 from imgscale.jobs.cli import cli
 from imgscale.pipeline.classify import MetricNearestClassMean
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from imgscale.storage import create_pq_store, create_store, open_store
 
 NAMES = [f"c{i}" for i in range(6)]

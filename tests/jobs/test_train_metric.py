@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from imgscale.jobs import models
 from imgscale.jobs.cli import cli
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from imgscale.storage import create_pq_store, create_store
 
 N_CLASSES, DIM = 5, 12

@@ -59,7 +59,7 @@ class Store:
 
 
 def _codec():
-    from imgscale.pipeline.pq_codec import PQCodec
+    from imgscale.pipeline.pq import PQCodec
 
     X, _ = _rows(800, 1000, [0, 1, 2, 3])
     with warnings.catch_warnings():

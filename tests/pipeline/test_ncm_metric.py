@@ -5,7 +5,7 @@ import pytest
 
 from imgscale.pipeline.classify.ncm_metric import MetricNearestClassMean, ncm_objective
 from imgscale.pipeline.classify.zero_shot import ancestors, map_mean, prior_means
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from tests.pipeline.conftest import as_dask
 
 FAST = {"n_components": 4, "batch_size": 64, "max_iter": 60, "validate_every": 20}

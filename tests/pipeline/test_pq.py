@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import ortho_group
 
 from imgscale.pipeline.classify import NearestClassMean
-from imgscale.pipeline.pq_codes import adc_search, chunk_code_stats, code_row_stats
+from imgscale.pipeline.pq import adc_search, chunk_code_stats, code_row_stats
 from tests.pipeline.conftest import as_dask
 
 M, DSUB, N, C = 6, 3, 400, 7

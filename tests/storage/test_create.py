@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from imgscale.storage import (
     FileLock,
     SavedStep,

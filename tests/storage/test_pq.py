@@ -11,7 +11,7 @@ import faiss
 import numpy as np
 import pytest
 
-from imgscale.pipeline.pq_codec import KSUB, PQCodec, random_rotation
+from imgscale.pipeline.pq import KSUB, PQCodec, random_rotation
 from imgscale.storage import StoreError, create_pq_store, open_store
 from imgscale.storage.layout import read_record
 from imgscale.storage.writer import CopyWriter, write_row_chunk

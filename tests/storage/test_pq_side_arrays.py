@@ -13,7 +13,7 @@ import zarr
 from click.testing import CliRunner
 
 from imgscale.jobs.cli import cli
-from imgscale.pipeline.pq_codec import PQCodec, random_rotation
+from imgscale.pipeline.pq import PQCodec, random_rotation
 from imgscale.storage import StoreError, create_pq_store
 
 DIM, M = 16, 4

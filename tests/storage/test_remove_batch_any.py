@@ -185,7 +185,7 @@ def _pq_store(path: Path, codec, names: list[str]):
 
 
 def _codec(dim: int, m: int):
-    from imgscale.pipeline.pq_codec import PQCodec
+    from imgscale.pipeline.pq import PQCodec
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # few training rows: the codebook's quality is not tested

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from imgscale.storage import (
     StoreError,
     compact_store,

@@ -8,7 +8,7 @@ orthogonal rotation applied first spreads variance evenly over the sub-spaces.
 
 Training and encoding use faiss (``ProductQuantizer`` k-means; ``knn`` per sub-space to encode):
 C++ with BLAS and SIMD distance kernels. Decoding is a numpy gather. The kernels on codes that
-never decode them (class sums, ADC search) are `pipeline.pq_codes`.
+never decode them (class sums, ADC search) are `pipeline.pq.on_codes`.
 
 A PQ store keeps the codes and this codec's arrays. The storage layer, which imports no pipeline
 module, finds this class by the ``imgscale.codecs`` entry point ``pq`` (pyproject.toml) and uses
@@ -173,9 +173,9 @@ class PQCodec:
 
     def class_sums(self, codes: Any, y_index: Any, n_classes: int) -> RowStats:
         """RowStats (class sums and counts, feature sum) of the rows numpy or row-chunked dask
-        ``codes`` decode to, in one pass that decodes none (`pipeline.pq_codes`)."""
+        ``codes`` decode to, in one pass that decodes none (`pipeline.pq.on_codes`)."""
         # Imported here: a store opened to read or describe its rows needs neither numba nor dask.
-        from imgscale.pipeline.pq_codes import code_row_stats
+        from imgscale.pipeline.pq.on_codes import code_row_stats
 
         return code_row_stats(codes, y_index, self.codebook, n_classes, self.rotation)
 
