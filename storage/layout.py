@@ -74,7 +74,7 @@ ROW_DIGESTS_KEY = "row_digest_bytes"
 ATTRS_KEY = "imgscale"
 FEATURES = "features"
 # Coded stores (storage/row_codecs.py): n x W uint8 codes, beside the arrays their codec names
-# (a PQ store's M x 256 x D/M codebook and optional D x D rotation).
+# (e.g. a product quantizer's centroids and rotation).
 CODES = "codes"
 ROWS_DIR = "rows"
 # The class table of stores made before class tables were versioned and checksummed.
@@ -247,7 +247,7 @@ def open_codes_array(path: Location, mode: str = "r") -> zarr.Array:
 
 
 def write_small_array(path: Location, name: str, values: np.ndarray) -> None:
-    """A small array (codebook, rotation) written whole as one checksummed chunk."""
+    """A small array of a codec (e.g. centroids) written whole as one checksummed chunk."""
     array = zarr.create_array(
         **zarr_target(path),
         name=name,
