@@ -573,7 +573,7 @@ def _pq_store_passes(
             lambda: compute(reduce_rows(_rows_read, [codes], blocks_per_task="auto"))
         ),
         f"class sums from codes, {CLASSES} classes (NearestClassMean.fit_codes)": Pass(
-            lambda: NearestClassMean().fit_codes(codes, labels, codec.codebook, codec.rotation)
+            lambda: NearestClassMean().fit(codes, labels, codec=codec)
         ),
     }
     return out + _timed_passes(passes, reader, n, codec.m, repeats, {}, prefix)

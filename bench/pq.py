@@ -6,7 +6,7 @@ On the synthetic Gaussian mixture (``imgscale.bench.common``), one store of ``ro
   ``ProductQuantizer.compute_codes`` in this process on the same rows in memory (all threads),
   best of two each;
 - reconstruction MSE: ours vs faiss trained on the same number of sampled rows at equal M;
-- class means for ``mean_classes`` classes: ``NearestClassMean.fit_codes`` (centroids gathered
+- class means for ``mean_classes`` classes: ``NearestClassMean.fit`` of codes (centroids gathered
   into class sums, no decoded rows) vs ``fit`` on the decoded float rows, both on the cluster,
   best of two runs after a warm-up run each;
 - ADC scan rate: ``pipeline.pq.adc_search`` vs faiss ``IndexPQ.search`` on the same codes in
@@ -81,7 +81,7 @@ def run(
         codec = store.codec
         codes, features = store.codes(), store.features()
         ours_means, means_seconds = _best_of(
-            lambda: NearestClassMean().fit_codes(codes, labels, codec.codebook, codec.rotation)
+            lambda: NearestClassMean().fit(codes, labels, codec=codec)
         )
         peer_means, decoded_seconds = _best_of(lambda: NearestClassMean().fit(features, labels))
     means_error = float(np.abs(ours_means.means_ - peer_means.means_).max())

@@ -18,4 +18,6 @@ Other layers use these, and nothing else of the package:
 - `imgscale.pipeline.top_k`: `top_k_columns`, the k best columns of each row of scores.
 - `imgscale.pipeline.pq`: `PQCodec`, product quantization (train, encode, decode, class
   sums), the codec of PQ stores, and its kernels on codes (class sums, ADC search).
+- `imgscale.pipeline.coded_rows`: what a classifier asks of any store codec (`RowDecoder`,
+  `RowStatsOnCodes`) and the statistics of the rows codes decode to.
 """

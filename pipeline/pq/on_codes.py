@@ -1,7 +1,7 @@
 """Math on product-quantization codes without decoding them: class sums and ADC search.
 
 Codes are (n, M) uint8 indices into a codebook (M, 256, D/M) of float32 centroids, optionally for
-rotated rows ``x @ rotation``: the codes of `pipeline.pq.codec.PQCodec`, whose ``class_sums`` is
+rotated rows ``x @ rotation``: the codes of `pipeline.pq.codec.PQCodec`, whose ``row_stats`` is
 `code_row_stats`. Both computations are per-chunk numpy kernels wired with `reduce_rows`, so over
 a row-chunked dask array they are a few runs of per-chunk tasks and a tree of adds (class sums)
 or merges (top-k).

@@ -119,8 +119,8 @@ def test_fit_codes_means_equal_decoded_rows_and_decode_only_samples():
     decoded = decode(codes)
     reference = codebook[np.arange(5), codes].reshape(400, 10)
     np.testing.assert_array_equal(decoded, reference)
-    model = MetricNearestClassMean(**FAST, random_state=0).fit_codes(
-        as_dask(codes), y, codebook, decode=decode
+    model = MetricNearestClassMean(**FAST, random_state=0).fit(
+        as_dask(codes), y, codec=PQCodec(codebook)
     )
     expected = np.stack([decoded[y == c].astype(np.float64).mean(0) for c in range(4)])
     np.testing.assert_allclose(model.means_, expected, rtol=1e-5, atol=1e-6)
