@@ -42,8 +42,8 @@ from imgscale.storage.fs import (
     zarr_target,
 )
 from imgscale.storage.layout import (
+    CODED_SCHEMA_VERSION,
     DEFAULT_CODEC,
-    PQ_SCHEMA_VERSION,
     SCHEMA_VERSION,
     create_features_array,
     default_rows_per_chunk,
@@ -106,7 +106,7 @@ def create_coded_store(
     usual ~64 MiB of float32 and every estimator sees the same task sizes on either store.
     """
     path = location(path)
-    record = {"schema_version": PQ_SCHEMA_VERSION, **coded_record(path, codec, source)}
+    record = {"schema_version": CODED_SCHEMA_VERSION, **coded_record(path, codec, source)}
     if descriptor is not None:
         record["descriptor"] = descriptor
 

@@ -57,9 +57,10 @@ from imgscale.storage.fs import (
 )
 
 SCHEMA_VERSION = 1
-# PQ stores carry their own version so an imgscale that predates them (and knows only version 1)
-# refuses one with its clear schema message instead of failing on a missing features array.
-PQ_SCHEMA_VERSION = 2
+# Coded stores (PQ the first) carry their own version so an imgscale that predates them (and knows
+# only version 1) refuses one with its clear schema message instead of failing on a missing
+# features array.
+CODED_SCHEMA_VERSION = 2
 # A store with tombstones (removed batches whose rows stay in the chunks) is one version later
 # than its encoding's, so an imgscale that predates tombstones refuses it by its schema message
 # instead of reading the removed rows as live ones.
@@ -314,7 +315,7 @@ def schema_version(record: dict[str, Any]) -> int:
     """The schema version a commit record must carry: its encoding's, two later once rows files
     with short digests are committed (`ROW_DIGESTS_VERSION_STEP`), one later with tombstones
     (removed batches, or forgotten rows of live batches: `storage.forget`)."""
-    base = PQ_SCHEMA_VERSION if record.get("encoding") == "pq" else SCHEMA_VERSION
+    base = SCHEMA_VERSION if record.get("encoding", "raw") == "raw" else CODED_SCHEMA_VERSION
     if record.get(ROW_DIGESTS_KEY) == ROW_DIGEST_BYTES:
         base += ROW_DIGESTS_VERSION_STEP
     forgotten = any(b.get("forgotten") for b in record["batches"])

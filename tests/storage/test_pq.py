@@ -227,9 +227,9 @@ def test_pq_store_has_its_own_schema_version_so_older_readers_refuse_it(pq_store
 
     store, _ = pq_store
     record = _record(store)["attributes"]["imgscale"]
-    assert record["schema_version"] == layout.PQ_SCHEMA_VERSION != layout.SCHEMA_VERSION
+    assert record["schema_version"] == layout.CODED_SCHEMA_VERSION != layout.SCHEMA_VERSION
     # An imgscale that predates PQ stores knew only version 1 and would say so.
-    monkeypatch.setattr(layout, "PQ_SCHEMA_VERSION", layout.SCHEMA_VERSION)
+    monkeypatch.setattr(layout, "CODED_SCHEMA_VERSION", layout.SCHEMA_VERSION)
     with pytest.raises(StoreError, match="schema_version 2, expected 1"):
         open_store(store.path)
 
