@@ -41,7 +41,7 @@ from imgscale.jobs.cluster import connect
 from imgscale.pipeline.classify.ncm import NearestClassMean
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed.eigenfunctions import chunk_bin_counts
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from imgscale.pipeline.reductions import reduce_rows, row_stats
 from imgscale.storage import FeatureStore, create_pq_store, create_store
 from imgscale.storage.chunk_io import direct_checksum, read_chunk_file
@@ -573,7 +573,7 @@ def _pq_store_passes(
             lambda: compute(reduce_rows(_rows_read, [codes], blocks_per_task="auto"))
         ),
         f"class sums from codes, {CLASSES} classes (NearestClassMean.fit_codes)": Pass(
-            lambda: NearestClassMean().fit_codes(codes, labels, codec.codebook, codec.rotation)
+            lambda: NearestClassMean().fit(codes, labels, codec=codec)
         ),
     }
     return out + _timed_passes(passes, reader, n, codec.m, repeats, {}, prefix)

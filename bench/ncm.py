@@ -89,7 +89,7 @@ def _pq_means(store, workdir, m, classes, raw_means, scheduler, log) -> list[dic
         codec = pq.codec
         with PeakRSS() as rss:
             started = time.perf_counter()
-            model = NearestClassMean().fit_codes(pq.codes(), pq.labels(), codec.codebook)
+            model = NearestClassMean().fit(pq.codes(), pq.labels(), codec=codec)
             seconds = time.perf_counter() - started
     difference = float(np.abs(model.means_ - raw_means).max())
     log(f"PQ means: {seconds:.1f} s")

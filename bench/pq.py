@@ -6,10 +6,10 @@ On the synthetic Gaussian mixture (``imgscale.bench.common``), one store of ``ro
   ``ProductQuantizer.compute_codes`` in this process on the same rows in memory (all threads),
   best of two each;
 - reconstruction MSE: ours vs faiss trained on the same number of sampled rows at equal M;
-- class means for ``mean_classes`` classes: ``NearestClassMean.fit_codes`` (centroids gathered
+- class means for ``mean_classes`` classes: ``NearestClassMean.fit`` of codes (centroids gathered
   into class sums, no decoded rows) vs ``fit`` on the decoded float rows, both on the cluster,
   best of two runs after a warm-up run each;
-- ADC scan rate: ``pipeline.pq_codes.adc_search`` vs faiss ``IndexPQ.search`` on the same codes in
+- ADC scan rate: ``pipeline.pq.adc_search`` vs faiss ``IndexPQ.search`` on the same codes in
   memory, one thread each;
 - bytes on disk, raw vs PQ;
 - codec training per sub-space: `PQCodec.train` (faiss's k-means searching by BLAS from the
@@ -35,8 +35,14 @@ from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.compress import compress
 from imgscale.pipeline.classify import NearestClassMean
-from imgscale.pipeline.pq_codec import DEFAULT_SAMPLE, KSUB, PQCodec, sample_indices
-from imgscale.pipeline.pq_codes import adc_search, index_pq
+from imgscale.pipeline.pq import (
+    DEFAULT_SAMPLE,
+    KSUB,
+    PQCodec,
+    adc_search,
+    index_pq,
+    sample_indices,
+)
 from imgscale.storage import open_store
 
 CLUSTERS = 1000
@@ -75,7 +81,7 @@ def run(
         codec = store.codec
         codes, features = store.codes(), store.features()
         ours_means, means_seconds = _best_of(
-            lambda: NearestClassMean().fit_codes(codes, labels, codec.codebook, codec.rotation)
+            lambda: NearestClassMean().fit(codes, labels, codec=codec)
         )
         peer_means, decoded_seconds = _best_of(lambda: NearestClassMean().fit(features, labels))
     means_error = float(np.abs(ours_means.means_ - peer_means.means_).max())

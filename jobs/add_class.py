@@ -1,10 +1,10 @@
 """Add a class to a saved nearest-class-mean model from a store's rows (paper 002 §4.4).
 
-The class costs one pass over its rows for a mean (on a PQ store, centroids gathered from the
-codes: no row is decoded); the projection W and every other class stay bit-identical. Classes are
-matched by name: the new rows' store may number its classes differently from the store the model
-was trained on. The model is rewritten atomically: the new version is saved beside it and swapped
-in.
+The class costs one pass over its rows for a mean (on a coded store, summed from the codes by
+the store's codec: a PQ codec gathers centroids, decoding no row); the projection W and every
+other class stay bit-identical. Classes are matched by name: the new rows' store may number its
+classes differently from the store the model was trained on. The model is rewritten atomically:
+the new version is saved beside it and swapped in.
 """
 
 from __future__ import annotations
@@ -80,17 +80,13 @@ def add_class(
         class_index = len(model_names)
         model_names.append(label)
     model_label = np.asarray(classifier.classes_).dtype.type(class_index)
-    from_codes = store.encoding == "pq" and not embeddings
-    if from_codes:
-        codec = store.codec
-        classifier.add_class_codes(
-            store.codes(split)[mask], model_label, codec.codebook, codec.rotation, replace=replace
-        )
-    else:
-        X = store.features(split)[mask]
+    if embeddings:  # the classifier's rows are embedded float rows
+        X, codec = store.features(split)[mask], None
         for embedding in embeddings:
             X = embedding.transform(X)
-        classifier.add_class(X, model_label, replace=replace)
+    else:  # the rows as the store keeps them, and the codec that decodes codes (None: floats)
+        X, codec = store.stored_rows(split)[mask], store.codec
+    classifier.add_class(X, model_label, replace=replace, codec=codec)
     provenance = {**provenance, "class_names": model_names}
     _save_replacing(model, model_path, out, provenance, label)
     return {
@@ -98,7 +94,7 @@ def add_class(
         "class_index": class_index,
         "rows": rows,
         "classes": len(classifier.classes_),
-        "from_codes": from_codes,
+        "from_codes": codec is not None,
         "store_changes": changes,
         "seconds": time.perf_counter() - started,
     }

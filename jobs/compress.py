@@ -24,7 +24,7 @@ import dask
 import numpy as np
 
 from imgscale.pipeline.compute import compute_as_completed, gather_rows
-from imgscale.pipeline.pq_codec import DEFAULT_SAMPLE, PQCodec, check_m, sample_indices
+from imgscale.pipeline.pq import DEFAULT_SAMPLE, PQCodec, check_m, sample_indices
 from imgscale.storage import (
     CopyWriter,
     FeatureStore,

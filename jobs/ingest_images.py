@@ -75,7 +75,7 @@ from imgscale.storage import (
 if TYPE_CHECKING:
     from imgscale.jobs.features import Features
     from imgscale.jobs.fit_features import SampledPartition
-    from imgscale.pipeline.pq_codec import PQCodec
+    from imgscale.pipeline.pq import PQCodec
 
 # The descriptors, the codec, the cluster and the sampling of a PQ codebook are imported where
 # they are first needed: an ingest with nothing new (a scheduled turn, most minutes) decides so
@@ -329,7 +329,7 @@ def train_codec(
     from distributed import as_completed
 
     from imgscale.jobs.fit_features import sample_partitions
-    from imgscale.pipeline.pq_codec import PQCodec, check_training_rows
+    from imgscale.pipeline.pq import PQCodec, check_training_rows
 
     items = sample_partitions(plan.source, plan.pq_sample, plan.pq_seed, plan.source_options)
     signatures = client.map(describe_sampled, [plan.features] * len(items), items, pure=False)
@@ -366,7 +366,7 @@ def train_sub_spaces(
     faiss on one thread, as the worker has one core)."""
     import faiss
 
-    from imgscale.pipeline.pq_codec import PQCodec
+    from imgscale.pipeline.pq import PQCodec
 
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
@@ -544,7 +544,7 @@ def _pq_of(
             f"--pq {pq}: for signatures of a vocabulary (--features fisher:VOCAB.model or "
             f"bow:VOCAB.model); --features {features.label} has none"
         )
-    from imgscale.pipeline.pq_codec import check_m
+    from imgscale.pipeline.pq import check_m
 
     try:
         check_m(features.dim, pq)

@@ -20,7 +20,8 @@ How to add a method
    returning the fitted estimator (imported inside the function). `TrainingData` is everything
    a method may read from the store: ``data.X``/``data.y`` (the train split, lazy; label -1 =
    unlabelled), ``data.validation()`` (the validation split, or None when it has no labelled
-   rows), ``data.codes`` (PQ codes and codec, or None on a raw store) and ``data.eigenvalues``
+   rows), ``data.stored()`` (the train split's rows as the store keeps them and the codec that
+   decodes them, None for float rows: what NCM sums without decoding) and ``data.eigenvalues``
    (those of ``--embedding``, if any).
    ``options`` maps each `Option` the entry declares to its value (its default if not given).
 3. Append one `Method` to `METHODS`, e.g.::
@@ -59,6 +60,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
     from sklearn.base import BaseEstimator
+
+    from imgscale.storage import RowCodec
 
 # The packages whose ``__init__`` exports the estimators this table names.
 CLASSIFY = "imgscale.pipeline.classify"
@@ -154,18 +157,9 @@ HOPE_SOLVER = Option(
 )
 
 
-@dataclass(frozen=True)
-class PQCodes:
-    """A PQ store's codes of the train split and the codec that decodes them."""
-
-    codes: Any
-    codebook: np.ndarray
-    rotation: np.ndarray | None
-    decode: Callable[[np.ndarray], np.ndarray]
-
-
 class TrainingData:
-    """What a method may read from a store: the train split, the validation split, PQ codes.
+    """What a method may read from a store: the train split, the validation split, the train
+    split as stored.
 
     Rows stay lazy (row-chunked dask arrays); only labels are numpy. With a fitted
     ``embedding``, every row a method reads is embedded on the fly, chunk by chunk (and there
@@ -201,13 +195,13 @@ class TrainingData:
             return self._features(self._val_split, labelled), y_val[labelled]
         return self._features(self._val_split), y_val
 
-    @property
-    def codes(self) -> PQCodes | None:
-        """The train split's PQ codes and codec (class means without decoding), or None."""
-        if self._embedding is not None or self._store.encoding != "pq":
-            return None
-        codec = self._store.codec
-        return PQCodes(self._store.codes(self._split), codec.codebook, codec.rotation, codec.decode)
+    def stored(self) -> tuple[Any, RowCodec | None]:
+        """The train split's rows as the store keeps them (lazy) and the codec that decodes
+        them: a coded store's codes and codec, or float rows and None (a raw store's, or rows
+        embedded on the fly). Class sums of codes are the codec's to compute."""
+        if self._embedding is not None:
+            return self.X, None
+        return self._store.stored_rows(self._split), self._store.codec
 
 
 @dataclass(frozen=True)
@@ -256,11 +250,10 @@ def _fit_ridge(data: TrainingData, options: dict) -> BaseEstimator:
 def _fit_ncm(data: TrainingData, options: dict) -> BaseEstimator:
     from imgscale.pipeline.classify import NearestClassMean
 
-    pq = data.codes
-    if pq is not None:
-        # Class means from the codes' centroids: no row is decoded (pipeline/pq_codes.py).
-        return NearestClassMean().fit_codes(pq.codes, data.y, pq.codebook, pq.rotation)
-    return NearestClassMean().fit(data.X, data.y)
+    # On a coded store, class means from the codes (a PQ codec gathers centroids: no row is
+    # decoded).
+    rows, codec = data.stored()
+    return NearestClassMean().fit(rows, data.y, codec=codec)
 
 
 def _metric_params(options: dict) -> dict:
@@ -283,13 +276,9 @@ def _fit_ncm_metric(data: TrainingData, options: dict) -> BaseEstimator:
     validation_k = 5 if n_classes >= VALIDATE_TOP5_CLASSES else 1
     model = MetricNearestClassMean(**_metric_params(options), validation_k=validation_k)
     X_val, y_val = data.validation(labelled_only=True) or (None, None)
-    pq = data.codes
-    if pq is not None:
-        # Class means from the codes; SGD decodes only the rows it samples.
-        return model.fit_codes(
-            pq.codes, data.y, pq.codebook, pq.rotation, X_val, y_val, decode=pq.decode
-        )
-    return model.fit(data.X, data.y, X_val, y_val)
+    # On a coded store, class means from the codes; SGD decodes only the rows it samples.
+    rows, codec = data.stored()
+    return model.fit(rows, data.y, X_val, y_val, codec=codec)
 
 
 def _fit_knn(data: TrainingData, options: dict) -> BaseEstimator:

@@ -9,7 +9,7 @@ nothing else of the training split is read. The result is the model `train` woul
 store as it now is, to float64 rounding of the sums.
 
 Methods whose fit is a sum over rows follow the store: NCM (class sums and counts, from codes on a
-PQ store; paper 002 §1, §4.4); ridge (Gram, XᵀY, row and class sums; ρ chosen again as `train`
+coded store; paper 002 §1, §4.4); ridge (Gram, XᵀY, row and class sums; ρ chosen again as `train`
 chooses it, by the squared error on the validation split, whose statistics the model keeps too, so
 that only its changed rows are read, or by GCV; paper 000 §3.3); NCM with a learned metric (the
 class means, projected by the kept W, which is not relearned: how many rows changed since W was
@@ -93,20 +93,12 @@ def update_model(
         )
     elif keeps_rows:
         dropped = _follow_neighbours(classifier, store, change, added, removed, split, path)
-    elif isinstance(classifier, _ncm_classes()):
-        if store.encoding == "pq":
-            codec = store.codec
-            dropped = classifier.update_codes(
-                (store.codes_at(added.positions), added.labels),
-                (store.codes_at(removed.positions), removed.labels),
-                codec.codebook,
-                codec.rotation,
-            )
-        else:
-            dropped = classifier.update(
-                (store.features_at(added.positions), added.labels),
-                (store.features_at(removed.positions), removed.labels),
-            )
+    elif isinstance(classifier, _ncm_classes()):  # codes summed by the store's codec, if any
+        dropped = classifier.update(
+            (store.stored_rows_at(added.positions), added.labels),
+            (store.stored_rows_at(removed.positions), removed.labels),
+            codec=store.codec,
+        )
     else:  # RidgeClassifier: _check_updatable admits no other
         dropped = classifier.update(
             (store.features_at(added.positions), added.labels),

@@ -15,8 +15,10 @@ Other layers use these, and nothing else of the package:
 - `imgscale.pipeline.params`: `ParameterError`, an estimator's refusal of a parameter, by name.
 - `imgscale.pipeline.gram`: `GRAM_PRECISIONS`, the Gram products' precision choices.
 - `imgscale.pipeline.reductions`: `reduce_rows` and the row statistics every estimator shares.
-- `imgscale.pipeline.top_k`: `top_k_columns`, the k best columns of each row of scores.
-- `imgscale.pipeline.pq_codec`: `PQCodec`, product quantization (train, encode, decode, class
-  sums), the codec of PQ stores; `imgscale.pipeline.pq_codes`: its kernels on codes (class sums,
-  ADC search).
+- `imgscale.pipeline.top_k`: `top_k_columns`, the k best columns of each row of scores, and
+  `TopK`, the k nearest rows of each query merged over a scan's chunks.
+- `imgscale.pipeline.pq`: `PQCodec`, product quantization (train, encode, decode, class
+  sums), the codec of PQ stores, and its kernels on codes (class sums, ADC search).
+- `imgscale.pipeline.coded_rows`: what a classifier asks of any store codec (`RowDecoder`,
+  `RowStatsOnCodes`) and the statistics of the rows codes decode to.
 """

@@ -1,10 +1,13 @@
 """The k largest scores of each row, without sorting a row: top-k classes, nearest neighbours.
 
 Classifiers rank classes with it (`predict_top_k`), the kNN bandwidth rule ranks rows by distance
-(`pipeline.embed`), and `jobs.evaluate` ranks a model's scores.
+(`pipeline.embed`), and `jobs.evaluate` ranks a model's scores. `TopK` keeps the k nearest rows
+of each query over the chunks of a scan (kNN's, and ADC search on PQ codes).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numba
 import numpy as np
@@ -68,3 +71,37 @@ def top_k_columns(scores: np.ndarray, k: int, offsets: np.ndarray | None = None)
     out = np.empty((n, min(k, n_columns)), dtype=np.int64)
     _top_k_scan(np.ascontiguousarray(scores), offsets.astype(scores.dtype, copy=False), out)
     return out
+
+
+@dataclass
+class TopK:
+    """The k nearest rows found so far for each query, nearest first; merging is ``+``."""
+
+    ids: np.ndarray  # (q, ≤k) int64 row ids
+    distances: np.ndarray  # (q, ≤k) float32 squared distances
+    k: int
+
+    @classmethod
+    def empty(cls, n_queries: int, k: int) -> TopK:
+        """No rows found yet (a chunk without rows)."""
+        return cls(np.empty((n_queries, 0), np.int64), np.empty((n_queries, 0), np.float32), k)
+
+    @classmethod
+    def nearest(cls, ids: np.ndarray, distances: np.ndarray, k: int) -> TopK:
+        """The k smallest distances per query, ties broken by the lower row id."""
+        keep = min(k, distances.shape[1])
+        if keep < distances.shape[1]:
+            part = np.argpartition(distances, keep - 1, axis=1)[:, :keep]
+            ids = np.take_along_axis(ids, part, axis=1)
+            distances = np.take_along_axis(distances, part, axis=1)
+        order = np.lexsort((ids, distances), axis=1)
+        return cls(
+            np.take_along_axis(ids, order, axis=1), np.take_along_axis(distances, order, axis=1), k
+        )
+
+    def __add__(self, other: TopK) -> TopK:
+        return TopK.nearest(
+            np.concatenate([self.ids, other.ids], axis=1),
+            np.concatenate([self.distances, other.distances], axis=1),
+            self.k,
+        )

@@ -2,7 +2,7 @@
 
 Other layers use only the names listed here; zarr and parquet details stay inside.
 
-- Stores: `create_store`, `create_pq_store`, `create_or_open` (atomic, removed again if the
+- Stores: `create_store`, `create_coded_store`, `create_or_open` (atomic, removed again if the
   first write fails), `open_store`, `FeatureStore` (read rows, labels, codes; append through
   `FeatureStore.writer`; `FeatureStore.record_pq_statistics`), `ingest_file`.
 - Forgetting single rows by id or image digest in one commit (a row-level tombstone):
@@ -12,8 +12,10 @@ Other layers use only the names listed here; zarr and parquet details stay insid
   `rows_changed_since`, a `StoreChange`; the rows it names are read by
   `FeatureStore.features_at` and `FeatureStore.codes_at`.
 - Copying a store chunk-parallel (`imgscale compress`): `CopyWriter`, `write_row_chunk`.
-- Coded stores: a PQ store's codec is `imgscale.pipeline.pq_codec.PQCodec`, found by its
-  encoding's ``imgscale.codecs`` entry point (storage/row_codecs.py); this layer imports no codec.
+- Coded stores: a codec is any `RowCodec`, found by its encoding's ``imgscale.codecs`` entry
+  point (storage/row_codecs.py; product quantization's is ``pq``); this layer imports no codec.
+  `FeatureStore.stored_rows` and `FeatureStore.codec` read rows as kept and decode them
+  whatever the encoding; `create_pq_store` is `create_coded_store`'s former name.
 - Saved models: `SavedStep`, `save_model` (``replace=True`` swaps atomically), `load_model`.
 - Where stores and models live: `location` (a local `Path`, or a `UPath` for an ``s3://``,
   ``gs://``... URL), `is_url`, `use_storage_options` (fsspec options for a block of work;
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from imgscale.storage.changes import rows_changed_since as rows_changed_since
     from imgscale.storage.classes import read_class_names as read_class_names
     from imgscale.storage.compact import compact_store as compact_store
+    from imgscale.storage.create import create_coded_store as create_coded_store
     from imgscale.storage.create import create_or_open as create_or_open
     from imgscale.storage.create import create_pq_store as create_pq_store
     from imgscale.storage.create import create_store as create_store
@@ -80,6 +83,7 @@ if TYPE_CHECKING:
     from imgscale.storage.models import SavedStep as SavedStep
     from imgscale.storage.models import load_model as load_model
     from imgscale.storage.models import save_model as save_model
+    from imgscale.storage.row_codecs import RowCodec as RowCodec
     from imgscale.storage.store import SCHEMA_VERSION as SCHEMA_VERSION
     from imgscale.storage.store import FeatureStore as FeatureStore
     from imgscale.storage.store import open_store as open_store

@@ -42,8 +42,8 @@ from imgscale.storage.fs import (
     zarr_target,
 )
 from imgscale.storage.layout import (
+    CODED_SCHEMA_VERSION,
     DEFAULT_CODEC,
-    PQ_SCHEMA_VERSION,
     SCHEMA_VERSION,
     create_features_array,
     default_rows_per_chunk,
@@ -51,7 +51,7 @@ from imgscale.storage.layout import (
     write_record,
 )
 from imgscale.storage.lock import FileLock, writer_lock
-from imgscale.storage.row_codecs import coded_record, new_coded_store
+from imgscale.storage.row_codecs import RowCodec, coded_record, new_coded_store
 from imgscale.storage.store import FeatureStore
 
 SCRATCH_MARK = ".creating-"
@@ -88,9 +88,9 @@ def create_store(
     return _create(path, dim, rows_per_chunk, arrays, record, provenance, class_names)
 
 
-def create_pq_store(
+def create_coded_store(
     path: str | Path,
-    codec: Any,
+    codec: RowCodec,
     *,
     class_names: Sequence[str] | None = None,
     rows_per_chunk: int | None = None,
@@ -98,15 +98,15 @@ def create_pq_store(
     source: dict[str, Any] | None = None,
     descriptor: dict[str, Any] | None = None,
 ) -> FeatureStore:
-    """Create an empty coded store at ``path`` holding ``codec`` (a PQ codec,
-    `imgscale.pipeline.pq_codec.PQCodec`); rows are appended as its codes. ``descriptor``: as
+    """Create an empty coded store at ``path`` holding ``codec``, a `RowCodec` registered under
+    its encoding (``imgscale.codecs``); rows are appended as its codes. ``descriptor``: as
     for `create_store`, when the codes are of signatures computed from images.
 
     ``rows_per_chunk`` defaults to that of a raw store of the same D, so a decoded chunk is the
     usual ~64 MiB of float32 and every estimator sees the same task sizes on either store.
     """
     path = location(path)
-    record = {"schema_version": PQ_SCHEMA_VERSION, **coded_record(path, codec, source)}
+    record = {"schema_version": CODED_SCHEMA_VERSION, **coded_record(path, codec, source)}
     if descriptor is not None:
         record["descriptor"] = descriptor
 
@@ -114,6 +114,11 @@ def create_pq_store(
         new_coded_store(path, codec, rows_per_chunk)
 
     return _create(path, codec.dim, rows_per_chunk, arrays, record, provenance, class_names)
+
+
+# The name the ingest and compress jobs call (jobs/ingest_images.py, jobs/compress.py) until they
+# call `create_coded_store`.
+create_pq_store = create_coded_store
 
 
 def _create(
@@ -181,7 +186,7 @@ def create_or_open(
 ) -> Iterator[tuple[FeatureStore, bool]]:
     """Open the store at ``path``, or create it with ``create(scratch)``; yield (store, created).
 
-    ``create`` is `create_store` or `create_pq_store` with their arguments bound; it builds the
+    ``create`` is `create_store` or `create_coded_store` with their arguments bound; it builds the
     store in a scratch directory that is renamed to ``path`` (missing, or an empty directory)
     once complete, under a lock beside ``path``. A store that exists is opened, or refused
     without ``exist_ok``. If the ``with`` block raises and this call created the store, the store

@@ -57,9 +57,10 @@ from imgscale.storage.fs import (
 )
 
 SCHEMA_VERSION = 1
-# PQ stores carry their own version so an imgscale that predates them (and knows only version 1)
-# refuses one with its clear schema message instead of failing on a missing features array.
-PQ_SCHEMA_VERSION = 2
+# Coded stores (PQ the first) carry their own version so an imgscale that predates them (and knows
+# only version 1) refuses one with its clear schema message instead of failing on a missing
+# features array.
+CODED_SCHEMA_VERSION = 2
 # A store with tombstones (removed batches whose rows stay in the chunks) is one version later
 # than its encoding's, so an imgscale that predates tombstones refuses it by its schema message
 # instead of reading the removed rows as live ones.
@@ -74,7 +75,7 @@ ROW_DIGESTS_KEY = "row_digest_bytes"
 ATTRS_KEY = "imgscale"
 FEATURES = "features"
 # Coded stores (storage/row_codecs.py): n x W uint8 codes, beside the arrays their codec names
-# (a PQ store's M x 256 x D/M codebook and optional D x D rotation).
+# (e.g. a product quantizer's centroids and rotation).
 CODES = "codes"
 ROWS_DIR = "rows"
 # The class table of stores made before class tables were versioned and checksummed.
@@ -247,7 +248,7 @@ def open_codes_array(path: Location, mode: str = "r") -> zarr.Array:
 
 
 def write_small_array(path: Location, name: str, values: np.ndarray) -> None:
-    """A small array (codebook, rotation) written whole as one checksummed chunk."""
+    """A small array of a codec (e.g. centroids) written whole as one checksummed chunk."""
     array = zarr.create_array(
         **zarr_target(path),
         name=name,
@@ -314,7 +315,7 @@ def schema_version(record: dict[str, Any]) -> int:
     """The schema version a commit record must carry: its encoding's, two later once rows files
     with short digests are committed (`ROW_DIGESTS_VERSION_STEP`), one later with tombstones
     (removed batches, or forgotten rows of live batches: `storage.forget`)."""
-    base = PQ_SCHEMA_VERSION if record.get("encoding") == "pq" else SCHEMA_VERSION
+    base = SCHEMA_VERSION if record.get("encoding", "raw") == "raw" else CODED_SCHEMA_VERSION
     if record.get(ROW_DIGESTS_KEY) == ROW_DIGEST_BYTES:
         base += ROW_DIGESTS_VERSION_STEP
     forgotten = any(b.get("forgotten") for b in record["batches"])

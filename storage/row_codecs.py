@@ -1,15 +1,16 @@
 """How a store keeps its rows: float32 as given (``raw``), or the codes of a codec kept beside them.
 
-`FeatureStore` and the writers ask `rows_codec` for the store's rows codec and call its verbs (open
-the row array, check a block, read chunks, describe, verify) without branching on the encoding,
-as a zarr array never branches on its codecs. A coded store (``encoding`` other than ``raw``)
-holds uint8 codes, n × W, row-chunked like features, the codec's parameters in the record's entry
-named after the encoding, and its arrays (e.g. a PQ codebook and rotation) beside the codes.
+`FeatureStore` and the writers ask `rows_codec` for the store's `StoredRows` and call its verbs
+(open the row array, check a block, read chunks, describe, verify) without branching on the
+encoding, as a zarr array never branches on its codecs. A coded store (``encoding`` other than
+``raw``) holds uint8 codes, n × W, row-chunked like features, the codec's parameters in the
+record's entry named after the encoding, and its arrays (e.g. a product quantizer's centroids)
+beside the codes.
 
-The codec itself is math and lives outside this layer (product quantization:
-`imgscale.pipeline.pq_codec.PQCodec`); it is found by its encoding's name in the
-``imgscale.codecs`` entry-point group (pyproject.toml), as zarr finds its codecs, and used only
-through the small interface that `PQCodec` documents.
+A codec is math and lives outside this layer (product quantization: `imgscale.pipeline.pq.PQCodec`);
+it is found by its encoding's name in the ``imgscale.codecs`` entry-point group (pyproject.toml),
+as zarr finds its codecs, and used only through `RowCodec`, the protocol below. A package outside
+imgscale adds a codec by declaring such an entry point; no file here changes.
 
 A codec's arrays decide every decoded value, so they are read as strictly as the codes: every
 chunk must be present (zarr would read a deleted one as zeros, and every row would decode to
@@ -21,9 +22,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, ClassVar, Protocol, TypeAlias
 
 import numpy as np
 from zarr.codecs import Crc32cCodec
@@ -48,14 +50,89 @@ from imgscale.storage.validate import as_codes, as_features
 CODECS = "imgscale.codecs"
 RAW = "raw"
 
+# What a store's record holds (JSON): a codec's parameters and what `imgscale info` shows of them.
+JSON: TypeAlias = "str | int | float | bool | list[JSON] | dict[str, JSON] | None"
+Params: TypeAlias = "dict[str, JSON]"
+
+
+class RowCodec(Protocol):
+    """What a store needs of a codec, and what a classifier may ask of it.
+
+    Rows of dimension `dim` are kept as `code_width` uint8 codes each. The store records
+    `encoding` (the codec's ``imgscale.codecs`` entry-point name), the JSON parameters `stored`
+    returns and the float32 arrays `stored_arrays` returns; `from_stored` makes the codec again
+    from them, after `stored_layout` has told the store which arrays of which shapes to read.
+    Every decoded value a store returns is `decode` of its codes.
+
+    Classifiers need the statistics of the rows the codes decode to (class sums and counts, the
+    feature sum). A codec that can compute them on the codes offers
+    ``row_stats(codes, y_index, n_classes)`` (the pipeline layer's `CodedRows` protocol,
+    pipeline/coded_rows.py); any other codec's codes are decoded one block at a time.
+    """
+
+    encoding: ClassVar[str]
+
+    @property
+    def dim(self) -> int:
+        """Values of a decoded row."""
+        ...
+
+    @property
+    def code_width(self) -> int:
+        """uint8 codes a row is kept as."""
+        ...
+
+    def encode(self, X: np.ndarray) -> np.ndarray:
+        """(n, `code_width`) uint8 codes of float32 rows ``X`` (n, `dim`)."""
+        ...
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """(n, `dim`) float32 rows that (n, `code_width`) uint8 ``codes`` stand for."""
+        ...
+
+    def check(self, dim: int) -> None:
+        """ValueError unless the codec is sound and decodes rows of dimension ``dim``."""
+        ...
+
+    def stored(self) -> Params:
+        """The parameters a store records beside the codes."""
+        ...
+
+    def stored_arrays(self) -> dict[str, np.ndarray]:
+        """The float32 arrays a store keeps beside the codes, by name."""
+        ...
+
+    @staticmethod
+    def stored_layout(params: JSON, dim: int) -> tuple[int, dict[str, tuple[int, ...]]]:
+        """(`code_width`, the shape of each stored array) of a store whose record holds
+        ``params`` and ``dim``; ValueError if ``params`` do not describe such a codec."""
+        ...
+
+    @staticmethod
+    def describe(params: Params) -> Params:
+        """`imgscale info` keys of a store of ``params``, prefixed by the encoding."""
+        ...
+
+    @classmethod
+    def from_stored(cls, params: Params, arrays: dict[str, np.ndarray]) -> RowCodec:
+        """The codec a store kept (`stored`, `stored_arrays`); ValueError if unsound."""
+        ...
+
 
 @functools.cache
-def codec_class(encoding: str) -> Any:
-    """The codec class registered for ``encoding`` (entry point group ``imgscale.codecs``)."""
+def codec_class(encoding: str) -> type[RowCodec]:
+    """The codec class registered for ``encoding`` (entry point group ``imgscale.codecs``);
+    LookupError if none is, StoreError if it cannot be imported."""
     found = list(entry_points(group=CODECS, name=encoding))
     if not found:
         raise LookupError(encoding)
-    return found[0].load()
+    try:
+        return found[0].load()
+    except (ImportError, AttributeError) as e:
+        raise StoreError(
+            f"encoding {encoding!r}: its codec {found[0].value} cannot be imported ({e}); "
+            "expected an installed codec (reinstall the package that declares it)"
+        ) from e
 
 
 def encodings() -> tuple[str, ...]:
@@ -63,7 +140,7 @@ def encodings() -> tuple[str, ...]:
     return (RAW, *sorted(ep.name for ep in entry_points(group=CODECS)))
 
 
-def rows_codec(path: Location, record: dict[str, Any]) -> RawRows | CodedRows:
+def rows_codec(path: Location, record: dict[str, Any]) -> StoredRows:
     """How the store at ``path`` with commit ``record`` keeps its rows; StoreError for an unknown
     encoding or malformed codec parameters."""
     encoding = record["encoding"]
@@ -78,14 +155,14 @@ def rows_codec(path: Location, record: dict[str, Any]) -> RawRows | CodedRows:
     return CodedRows(path, record, cls)
 
 
-def new_coded_store(path: Location, codec: Any, rows_per_chunk: int) -> None:
+def new_coded_store(path: Location, codec: RowCodec, rows_per_chunk: int) -> None:
     """Write the codes array and the codec's arrays of a new coded store at ``path``."""
     create_codes_array(path, codec.code_width, rows_per_chunk)
     for name, values in codec.stored_arrays().items():
         write_small_array(path, name, values)
 
 
-def coded_record(path: Location, codec: Any, source: dict[str, Any] | None) -> dict[str, Any]:
+def coded_record(path: Location, codec: RowCodec, source: Params | None) -> dict[str, Any]:
     """The encoding entries of a new coded store's record; StoreError if ``codec`` is unsound."""
     with codec_errors(path):
         codec.check(codec.dim)
@@ -118,83 +195,131 @@ def codec_errors(path: Location) -> Iterator[None]:
         raise StoreError(f"store {path}: {e}") from e
 
 
-def check_width(rows: RawRows | CodedRows) -> None:
-    """StoreError unless the row array is as wide as the record says: one of the two was
-    edited or damaged, and reading on would report every chunk as truncated."""
-    try:
-        columns = rows.open_array().shape[1]
-    except Exception:  # a missing or unreadable array: the reads report it, naming the file
-        return
-    if columns != rows.width:
-        raise StoreError(
-            f"store {rows.path}: its record says rows are {rows.width} values wide but its row "
-            f"array has {columns} columns; the store's metadata is damaged"
-        )
+class StoredRows(ABC):
+    """How a store keeps its rows: a row array `width` values of `dtype` wide, and the codec
+    that decodes them (`codec`: None when they are kept as float32 rows).
 
+    `reader` reads float32 rows whatever the encoding, `stored_reader` the rows as kept; the
+    store's reads, writes and checks go through these verbs alone, so no caller asks which of
+    the two kinds, `RawRows` or `CodedRows`, a store has.
+    """
 
-class RawRows:
-    """Rows kept as given: finite float32, D wide."""
-
-    encoding = RAW
+    encoding: str
+    width: int
+    dtype: np.dtype
+    # The prefix of a dask array of the rows as kept (`FeatureStore.stored_rows`).
+    kept_as: ClassVar[str]
 
     def __init__(self, path: Location, record: dict[str, Any]) -> None:
         self.path = location(path)
+        self.encoding = record["encoding"]
         self.dim = record["dim"]
         self.rows_per_chunk = record["rows_per_chunk"]
-        self.width = self.dim
 
+    @abstractmethod
     def open_array(self, mode: str = "r") -> Any:
-        return open_features_array(self.path, mode)
+        """The zarr row array."""
 
-    def check_width(self) -> None:
-        check_width(self)
-
+    @abstractmethod
     def check_block(self, block: Any, where: str, first: int) -> np.ndarray:
         """``block`` as the array stores it, or StoreError saying why not."""
-        return as_features(block, self.dim, where, first)
 
-    def reader(self, n_rows: int) -> ChunkReader:
+    @abstractmethod
+    def reader(self, n_rows: int) -> OneChunkReader:
         """Float32 rows of the first ``n_rows`` rows, one chunk a read."""
-        return ChunkReader(self.path, n_rows, self.dim, self.rows_per_chunk)
 
+    @abstractmethod
+    def stored_reader(self, n_rows: int) -> OneChunkReader:
+        """The first ``n_rows`` rows as the array keeps them, one chunk a read."""
+
+    @abstractmethod
     def codes_reader(self, n_rows: int) -> OneChunkReader:
-        raise StoreError(f"store {self.path}: encoding {self.encoding!r} has no codes")
+        """The first ``n_rows`` rows' codes; StoreError for rows kept as float32."""
 
-    def codec(self) -> Any:
-        raise StoreError(f"store {self.path}: encoding {self.encoding!r} has no codec")
+    @abstractmethod
+    def codec(self) -> RowCodec | None:
+        """The codec that decodes the rows as kept, or None (they are float32 rows)."""
 
-    def codec_entry(self) -> dict[str, Any]:
-        return self.codec()
+    @abstractmethod
+    def codec_entry(self) -> Params:
+        """The record's entry of the codec's parameters; StoreError without a codec."""
 
-    def info(self, committed_rows: int, bytes_on_disk: int) -> dict[str, Any]:
-        return {}
+    @abstractmethod
+    def info(self, committed_rows: int, bytes_on_disk: int) -> Params:
+        """Extra `imgscale info` keys."""
+
+    def check_width(self) -> None:
+        """StoreError unless the row array is as wide as the record says: one of the two was
+        edited or damaged, and reading on would report every chunk as truncated."""
+        try:
+            columns = self.open_array().shape[1]
+        except Exception:  # a missing or unreadable array: the reads report it, naming the file
+            return
+        if columns != self.width:
+            raise StoreError(
+                f"store {self.path}: its record says rows are {self.width} values wide but its "
+                f"row array has {columns} columns; the store's metadata is damaged"
+            )
 
     def verify(self, n_rows: int) -> None:
-        """Read and checksum every chunk of the first ``n_rows`` rows."""
-        reader = self.reader(n_rows)
+        """Check the codec's arrays, then read and checksum every chunk of the first ``n_rows``
+        rows as kept."""
+        self.codec()
+        reader = self.stored_reader(n_rows)
         for index in range(math.ceil(n_rows / self.rows_per_chunk)):
             reader.read_chunk(index)
 
 
-class CodedRows:
+class RawRows(StoredRows):
+    """Rows kept as given: finite float32, D wide."""
+
+    kept_as = "features"
+
+    def __init__(self, path: Location, record: dict[str, Any]) -> None:
+        super().__init__(path, record)
+        self.width = self.dim
+        self.dtype = np.dtype(np.float32)
+
+    def open_array(self, mode: str = "r") -> Any:
+        return open_features_array(self.path, mode)
+
+    def check_block(self, block: Any, where: str, first: int) -> np.ndarray:
+        return as_features(block, self.dim, where, first)
+
+    def reader(self, n_rows: int) -> ChunkReader:
+        return ChunkReader(self.path, n_rows, self.dim, self.rows_per_chunk)
+
+    def stored_reader(self, n_rows: int) -> ChunkReader:
+        return self.reader(n_rows)
+
+    def codes_reader(self, n_rows: int) -> OneChunkReader:
+        raise StoreError(f"store {self.path}: encoding {self.encoding!r} has no codes")
+
+    def codec(self) -> None:
+        return None
+
+    def codec_entry(self) -> Params:
+        raise StoreError(f"store {self.path}: encoding {self.encoding!r} has no codec")
+
+    def info(self, committed_rows: int, bytes_on_disk: int) -> Params:
+        return {}
+
+
+class CodedRows(StoredRows):
     """Rows kept as uint8 codes of a codec whose parameters and arrays the store holds."""
 
-    def __init__(self, path: Location, record: dict[str, Any], cls: Any) -> None:
-        self.path = location(path)
-        self.record = record
+    kept_as = "codes"
+
+    def __init__(self, path: Location, record: dict[str, Any], cls: type[RowCodec]) -> None:
+        super().__init__(path, record)
         self.cls = cls
-        self.encoding = record["encoding"]
-        self.dim = record["dim"]
-        self.rows_per_chunk = record["rows_per_chunk"]
+        self.dtype = np.dtype(np.uint8)
         self.params = record.get(self.encoding)
         with codec_errors(self.path):
             self.width, self.shapes = cls.stored_layout(self.params, self.dim)
 
     def open_array(self, mode: str = "r") -> Any:
         return open_codes_array(self.path, mode)
-
-    def check_width(self) -> None:
-        check_width(self)
 
     def check_block(self, block: Any, where: str, first: int) -> np.ndarray:
         return as_codes(block, self.width, where)
@@ -203,21 +328,24 @@ class CodedRows:
         """Float32 rows the first ``n_rows`` rows' codes decode to, one chunk a read."""
         return CodesChunkReader(self, n_rows, decode=True)
 
+    def stored_reader(self, n_rows: int) -> CodesChunkReader:
+        return self.codes_reader(n_rows)
+
     def codes_reader(self, n_rows: int) -> CodesChunkReader:
         """The first ``n_rows`` rows' uint8 codes, one chunk a read."""
         return CodesChunkReader(self, n_rows)
 
-    def codec(self) -> Any:
+    def codec(self) -> RowCodec:
         """The store's codec, its arrays read whole and checked against the record."""
         arrays = {name: self._read_array(name, shape) for name, shape in self.shapes.items()}
         with codec_errors(self.path):
             return self.cls.from_stored(self.params, arrays)
 
-    def codec_entry(self) -> dict[str, Any]:
+    def codec_entry(self) -> Params:
         """The record's entry of the codec's parameters (and figures measured of it)."""
         return self.params
 
-    def info(self, committed_rows: int, bytes_on_disk: int) -> dict[str, Any]:
+    def info(self, committed_rows: int, bytes_on_disk: int) -> Params:
         """Extra `imgscale info` keys: the codec's own, raw size and compression, source."""
         raw_bytes = committed_rows * self.dim * 4
         return {
@@ -226,9 +354,6 @@ class CodedRows:
             "compression_ratio": raw_bytes / bytes_on_disk if bytes_on_disk else 0.0,
             "source": self.params.get("source", {}),
         }
-
-    def verify(self, n_rows: int) -> None:
-        self.codes_reader(n_rows).verify()
 
     def _read_array(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """Float32 array ``name`` of ``shape``, whole, refused unless every chunk is present and
@@ -282,9 +407,9 @@ class CodesChunkReader(OneChunkReader):
         self.shape = (n_rows, rows.dim if decode else rows.width)
         self.dtype = np.dtype(np.float32 if decode else np.uint8)
         self._array: Any = None
-        self._codec: Any = None
+        self._codec: RowCodec | None = None
 
-    def codec(self) -> Any:
+    def codec(self) -> RowCodec:
         if self._codec is None:
             self._codec = self.rows.codec()
         return self._codec
@@ -317,8 +442,3 @@ class CodesChunkReader(OneChunkReader):
                 f"{array.dtype}; expected (n, {self.width}) uint8 codes (a codes array from "
                 "another codec or a damaged store?)"
             )
-
-    def verify(self) -> None:
-        self.codec()
-        for index in range(math.ceil(self.shape[0] / self.rows_per_chunk)):
-            self.read_chunk(index)

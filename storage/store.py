@@ -48,7 +48,7 @@ from imgscale.storage.layout import (
     write_record,
 )
 from imgscale.storage.lock import writer_lock
-from imgscale.storage.row_codecs import record_codec_statistics, rows_codec
+from imgscale.storage.row_codecs import RowCodec, record_codec_statistics, rows_codec
 from imgscale.storage.writer import BatchWriter, remove_batches
 
 if TYPE_CHECKING:
@@ -220,14 +220,26 @@ class FeatureStore:
         return self._dask_rows("imgscale-features-", reader, record, split, where)
 
     def codes(self, split: str | None = None) -> da.Array:
-        """A coded (PQ) store's committed codes as a uint8 (n, M) dask array, chunked like
-        `features`.
+        """A coded store's committed codes as a uint8 (n, W) dask array, chunked like
+        `features`; StoreError for a raw store.
 
         For the paths that never decode (class means from gathered centroids, ADC search).
         """
         record = self._record()
         reader = rows_codec(self.path, record).codes_reader(record["committed_rows"])
         return self._dask_rows("imgscale-codes-", reader, record, split)
+
+    def stored_rows(self, split: str | None = None) -> da.Array:
+        """Committed rows as the store keeps them, chunked like `features`: a raw store's
+        float32 rows (`features` itself), a coded store's codes, which `codec` decodes.
+
+        For classifiers that compute on codes what they would on the decoded rows (class sums),
+        read without asking the store's encoding.
+        """
+        record = self._record()
+        rows = rows_codec(self.path, record)
+        reader = rows.stored_reader(record["committed_rows"])
+        return self._dask_rows(f"imgscale-{rows.kept_as}-", reader, record, split)
 
     def features_at(self, positions: np.ndarray) -> da.Array:
         """Rows at ``positions`` of the row array (sorted; live, forgotten or of a removed
@@ -242,6 +254,14 @@ class FeatureStore:
         record = self._record()
         reader = rows_codec(self.path, record).codes_reader(record["committed_rows"])
         return self._rows_at("imgscale-codes-", reader, record, positions)
+
+    def stored_rows_at(self, positions: np.ndarray) -> da.Array:
+        """The rows as kept (`stored_rows`) at ``positions`` of the row array (see
+        `features_at`)."""
+        record = self._record()
+        rows = rows_codec(self.path, record)
+        reader = rows.stored_reader(record["committed_rows"])
+        return self._rows_at(f"imgscale-{rows.kept_as}-", reader, record, positions)
 
     def _dask_rows(
         self,
@@ -315,24 +335,14 @@ class FeatureStore:
         return rows.blocks[holding]
 
     @property
-    def codec(self) -> Any:
-        """A coded store's codec (a PQ store's: `imgscale.pipeline.pq_codec.PQCodec`), its
-        arrays checked against the store."""
+    def codec(self) -> RowCodec | None:
+        """The `RowCodec` that decodes a coded store's codes, its arrays checked against the
+        store; None for a raw store, whose rows are kept as float32."""
         return rows_codec(self.path, read_record(self.path)).codec()
 
     def record_pq_statistics(self, **statistics: float) -> None:
         """Keep measured figures of a coded store's codec (e.g. ``mse``, ``relative_mse``)."""
         record_codec_statistics(self.path, **statistics)
-
-    @property
-    def codebook(self) -> np.ndarray:
-        """(M, 256, D/M) float32 centroids of a PQ store."""
-        return self.codec.codebook
-
-    @property
-    def rotation(self) -> np.ndarray | None:
-        """(D, D) float32 rotation of a PQ store (codes quantize ``x @ rotation``), or None."""
-        return self.codec.rotation
 
     def rows(self, split: str | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         """Committed row metadata in row order: the columns of the rows schema (id, label, split,

@@ -70,15 +70,15 @@ def as_strings(values: Any, n: int, what: str, where: str) -> list[str]:
 
 
 def as_codes(codes: Any, m: int, where: str) -> np.ndarray:
-    """PQ codes as a C-contiguous uint8 (n, m) array.
+    """A coded store's codes as a C-contiguous uint8 (n, m) array.
 
-    Only uint8 is accepted: any other dtype (float rows passed to a PQ store, or int codes that
-    may hold values ≥ 256) is a caller mistake that a silent cast would turn into wrong rows.
+    Only uint8 is accepted: any other dtype (float rows passed to a coded store, or int codes
+    that may hold values ≥ 256) is a caller mistake that a silent cast would turn into wrong rows.
     """
     codes = np.asarray(codes)
     if codes.dtype != np.uint8:
         raise StoreError(
-            f"{where}: codes have dtype {codes.dtype}; expected uint8 PQ codes (encode float rows "
+            f"{where}: codes have dtype {codes.dtype}; expected uint8 codes (encode float rows "
             "with the store's codec first)"
         )
     if codes.ndim != 2 or codes.shape[1] != m:

@@ -21,8 +21,8 @@ from imgscale.pipeline.classify.ncm_metric import initial_projection
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.params import Each, Interval
-from imgscale.pipeline.pq_codes import TopK
 from imgscale.pipeline.reductions import reduce_rows, row_stats
+from imgscale.pipeline.top_k import TopK
 
 _QUERY_ROWS = 4096
 

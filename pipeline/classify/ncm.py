@@ -12,9 +12,9 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from imgscale.pipeline.classify._base import RowClassifierMixin, encode_labels_lazy, grown_classes
 from imgscale.pipeline.classify._row_stats import changed_stats
+from imgscale.pipeline.coded_rows import RowDecoder, check_codes, coded_row_stats
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.params import check_params
-from imgscale.pipeline.pq_codes import check_codebook, code_row_stats
 from imgscale.pipeline.reductions import RowStats, lazy_row_stats, row_stats
 
 
@@ -23,6 +23,12 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
 
     Fitting is one pass of class sums and counts; a class is added, or updated with new rows,
     without touching the means of the other classes ("new classes at near-zero cost").
+
+    Every fitting method takes float rows, or with ``codec`` the codes of a coded store
+    (`pipeline.coded_rows`): the class sums are those of the rows the codes decode to, computed
+    by the codec on the codes where it can (product quantization gathers centroids, decoding no
+    row), else decoded a block at a time. The fitted state is the same either way, so the model
+    scores float rows (decoded or raw) and later fits may take either.
 
     Attributes
     ----------
@@ -48,38 +54,23 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         "means_": ("C", "D"),
     }
 
-    def fit(self, X: Any, y: Any) -> NearestClassMean:
-        """One pass over (X, y); rows labelled -1 are ignored."""
-        return self._add_rows(X, y, None, first=True)
+    def fit(self, X: Any, y: Any, *, codec: RowDecoder | None = None) -> NearestClassMean:
+        """One pass over (X, y); rows labelled -1 are ignored. With ``codec``, X are codes it
+        decodes: (n, W) uint8, numpy or row-chunked dask."""
+        return self._add_rows(X, y, None, codec, first=True)
 
-    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> NearestClassMean:
+    def partial_fit(
+        self, X: Any, y: Any, classes: Any = None, *, codec: RowDecoder | None = None
+    ) -> NearestClassMean:
         """Add rows and new classes; means of classes that get no rows stay bit-identical."""
-        return self._add_rows(X, y, classes, first=not hasattr(self, "classes_"))
+        return self._add_rows(X, y, classes, codec, first=not hasattr(self, "classes_"))
 
-    def fit_codes(
-        self, codes: Any, y: Any, codebook: Any, rotation: Any = None
-    ) -> NearestClassMean:
-        """Fit from product-quantization codes without decoding them.
-
-        Equal (to float rounding) to `fit` on the decoded rows: one pass gathers each row's
-        centroids straight into its class's sum (`pipeline.pq_codes.code_row_stats`). ``codes`` is
-        (n, M) uint8, numpy or row-chunked dask; ``codebook`` (M, 256, D/M); ``rotation`` (D, D)
-        if the codes quantize ``x @ rotation``. The fitted state is the same as `fit`'s, so the
-        model scores float rows (decoded or raw) and `partial_fit` / `partial_fit_codes` may
-        follow either.
-        """
-        return self._add_codes(codes, y, codebook, rotation, None, first=True)
-
-    def partial_fit_codes(
-        self, codes: Any, y: Any, codebook: Any, rotation: Any = None, classes: Any = None
-    ) -> NearestClassMean:
-        """`partial_fit` from codes: add rows and new classes without decoding."""
-        first = not hasattr(self, "classes_")
-        return self._add_codes(codes, y, codebook, rotation, classes, first=first)
-
-    def update(self, added: tuple[Any, Any], removed: tuple[Any, Any]) -> np.ndarray:
-        """Bring the fit up to date with rows added and rows removed, each an (X, y) pair, in
-        one pass over them only; returns the classes left with no rows (removed from the model).
+    def update(
+        self, added: tuple[Any, Any], removed: tuple[Any, Any], *, codec: RowDecoder | None = None
+    ) -> np.ndarray:
+        """Bring the fit up to date with rows added and rows removed, each an (X, y) pair (X
+        codes with ``codec``), in one pass over them only; returns the classes left with no rows
+        (removed from the model).
 
         The result is the fit from scratch on the rows as they now are (classes sorted as `fit`
         sorts them), to float64 rounding of the class sums: a class mean is a sum (paper 002
@@ -87,22 +78,9 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         """
 
         def stats_of(X: Any, y_index: Any, n_classes: int) -> RowStats:
-            return lazy_row_stats(self._check_rows(X), y_index, n_classes, gram=False)
-
-        return self._apply_change(stats_of, added, removed)
-
-    def update_codes(
-        self,
-        added: tuple[Any, Any],
-        removed: tuple[Any, Any],
-        codebook: Any,
-        rotation: Any = None,
-    ) -> np.ndarray:
-        """`update` from product-quantization codes (the (codes, y) pairs), without decoding."""
-        codebook, rotation = check_codebook(codebook, rotation)
-
-        def stats_of(codes: Any, y_index: Any, n_classes: int) -> RowStats:
-            return code_row_stats(codes, y_index, codebook, n_classes, rotation)
+            if codec is None:
+                return lazy_row_stats(self._check_rows(X), y_index, n_classes, gram=False)
+            return coded_row_stats(check_codes(X, codec), y_index, n_classes, codec)
 
         return self._apply_change(stats_of, added, removed)
 
@@ -122,19 +100,14 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         self.means_ = means
         return dropped
 
-    def add_class(self, X: Any, label: Any, *, replace: bool = False) -> NearestClassMean:
-        """Add class ``label`` from its rows X, or add them to the class if it exists; with
-        ``replace`` they become its only rows. The means of the other classes stay
-        bit-identical (paper 002 §4.4)."""
-        self._start_class(label, replace)
-        return self.partial_fit(X, _labels_of(label, len(X)))
-
-    def add_class_codes(
-        self, codes: Any, label: Any, codebook: Any, rotation: Any = None, *, replace: bool = False
+    def add_class(
+        self, X: Any, label: Any, *, replace: bool = False, codec: RowDecoder | None = None
     ) -> NearestClassMean:
-        """`add_class` from product-quantization codes, without decoding them."""
+        """Add class ``label`` from its rows X (codes with ``codec``), or add them to the class
+        if it exists; with ``replace`` they become its only rows. The means of the other classes
+        stay bit-identical (paper 002 §4.4)."""
         self._start_class(label, replace)
-        return self.partial_fit_codes(codes, _labels_of(label, len(codes)), codebook, rotation)
+        return self.partial_fit(X, _labels_of(label, len(X)), codec=codec)
 
     def _start_class(self, label: Any, replace: bool) -> None:
         """Check the model is fitted; with ``replace``, forget the rows of class ``label``."""
@@ -149,22 +122,34 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
         self.class_sums_[found[0]] = 0
         self.class_counts_[found[0]] = 0
 
-    def _add_codes(
-        self, codes: Any, y: Any, codebook: Any, rotation: Any, classes: Any, *, first: bool
+    def _add_rows(
+        self, X: Any, y: Any, classes: Any, codec: RowDecoder | None, *, first: bool
     ) -> NearestClassMean:
-        codebook, rotation = check_codebook(codebook, rotation)
-        m, _, dsub = codebook.shape
-        dim = m * dsub
-        if not first and dim != self.n_features_in_:
-            raise ValueError(
-                f"codebook decodes to {dim} features, but the model expects {self.n_features_in_}"
-            )
-        if codes.ndim != 2 or codes.shape[1] != m or codes.dtype != np.uint8:
-            raise ValueError(f"codes of shape {codes.shape} {codes.dtype}; expected (n, {m}) uint8")
-        if isinstance(codes, da.Array):
-            codes = codes.rechunk({1: -1})
+        if codec is None:
+            X, y = self._check_fit_input(X, y, reset=first)
+
+            def stats(y_index: Any, n_classes: int) -> RowStats:
+                return row_stats(X, y_index, n_classes, gram=False)
+
         else:
-            codes = np.asarray(codes)
+            X, y = self._check_codes_input(X, y, codec, first=first)
+
+            def stats(y_index: Any, n_classes: int) -> RowStats:
+                return coded_row_stats(X, y_index, n_classes, codec)
+
+        return self._add_stats(y, classes, stats, first=first)
+
+    def _check_codes_input(
+        self, codes: Any, y: Any, codec: RowDecoder, *, first: bool
+    ) -> tuple[Any, Any]:
+        """(codes, y) checked as `_check_fit_input` checks rows; sets `n_features_in_` to the
+        codec's dimension on a first fit."""
+        if not first and codec.dim != self.n_features_in_:
+            raise ValueError(
+                f"codec decodes to {codec.dim} features, but the model expects "
+                f"{self.n_features_in_}"
+            )
+        codes = check_codes(codes, codec)
         if not isinstance(y, da.Array):
             y = column_or_1d(y, warn=True)
             check_classification_targets(y)
@@ -172,20 +157,8 @@ class NearestClassMean(RowClassifierMixin, BaseEstimator):
             raise ValueError(f"codes have {codes.shape[0]} rows but y has {len(y)} labels")
         if first:
             check_params(self)
-            self.n_features_in_ = dim
-
-        def stats(y_index: Any, n_classes: int) -> RowStats:
-            return code_row_stats(codes, y_index, codebook, n_classes, rotation)
-
-        return self._add_stats(y, classes, stats, first=first)
-
-    def _add_rows(self, X: Any, y: Any, classes: Any, *, first: bool) -> NearestClassMean:
-        X, y = self._check_fit_input(X, y, reset=first)
-
-        def stats(y_index: Any, n_classes: int) -> RowStats:
-            return row_stats(X, y_index, n_classes, gram=False)
-
-        return self._add_stats(y, classes, stats, first=first)
+            self.n_features_in_ = codec.dim
+        return codes, y
 
     def _add_stats(self, y: Any, classes: Any, stats_of: Any, *, first: bool) -> NearestClassMean:
         old = None if first else np.asarray(self.classes_)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import dask
@@ -20,6 +19,7 @@ from imgscale.pipeline.classify._base import (
 from imgscale.pipeline.classify._minibatch import RowSampler
 from imgscale.pipeline.classify._optimisers import ValidationTrace
 from imgscale.pipeline.classify.ncm import NearestClassMean
+from imgscale.pipeline.coded_rows import RowDecoder
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.fitted import Shape
 from imgscale.pipeline.params import Interval
@@ -192,41 +192,33 @@ class MetricNearestClassMean(ProjectionMixin, NearestClassMean):
 
     # -- fitting --------------------------------------------------------------------------
 
-    def fit(self, X: Any, y: Any, X_val: Any = None, y_val: Any = None) -> MetricNearestClassMean:
-        """Class means (one pass), then W by SGD on rows drawn from X; rows labelled -1 unused."""
-        self._forget()
-        super().fit(X, y)
-        X = self._check_rows(X)
-        return self._learn(X, y, None, X_val, y_val)
-
-    def fit_codes(
+    def fit(
         self,
-        codes: Any,
+        X: Any,
         y: Any,
-        codebook: Any,
-        rotation: Any = None,
         X_val: Any = None,
         y_val: Any = None,
         *,
-        decode: Callable[[np.ndarray], np.ndarray],
+        codec: RowDecoder | None = None,
     ) -> MetricNearestClassMean:
-        """Means from the codes (centroids gathered, no row decoded), W by SGD decoding only the
-        sampled rows with ``decode`` (codes → float32 rows: the codec's own, e.g. the storage
-        layer's `PQCodec.decode`, so there is one decoder)."""
-        self._forget()
-        super().fit_codes(codes, y, codebook, rotation)
-        return self._learn(codes, y, decode, X_val, y_val)
+        """Class means (one pass), then W by SGD on rows drawn from X; rows labelled -1 unused.
 
-    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> MetricNearestClassMean:
+        With ``codec``, X are its codes: the means come from the codes (`NearestClassMean.fit`)
+        and SGD decodes only the rows it samples, with the codec's own decoder. Validation rows
+        are float rows either way.
+        """
+        self._forget()
+        super().fit(X, y, codec=codec)
+        if codec is None:
+            return self._learn(self._check_rows(X), y, None, X_val, y_val)
+        return self._learn(X, y, codec.decode, X_val, y_val)
+
+    def partial_fit(
+        self, X: Any, y: Any, classes: Any = None, *, codec: RowDecoder | None = None
+    ) -> MetricNearestClassMean:
         """Add rows and classes to the means of a fitted model; W is never changed."""
         self._check_has_metric()
-        return super().partial_fit(X, y, classes)
-
-    def partial_fit_codes(
-        self, codes: Any, y: Any, codebook: Any, rotation: Any = None, classes: Any = None
-    ) -> MetricNearestClassMean:
-        self._check_has_metric()
-        return super().partial_fit_codes(codes, y, codebook, rotation, classes)
+        return super().partial_fit(X, y, classes, codec=codec)
 
     def add_class_prior(self, label: Any, prior_mean: Any) -> MetricNearestClassMean:
         """Add a class with no rows whose mean is a zero-shot prior (§4.4); rows added later

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from imgscale.jobs import models
 from imgscale.jobs.cli import cli
 from imgscale.pipeline.classify import MetricNearestClassMean
-from imgscale.pipeline.pq_codec import PQCodec
-from imgscale.storage import create_pq_store, create_store, open_store
+from imgscale.pipeline.pq import PQCodec
+from imgscale.storage import create_coded_store, create_store, open_store
 
 NAMES = [f"c{i}" for i in range(6)]
 
@@ -65,7 +65,7 @@ def test_add_class_from_pq_codes_equals_the_mean_of_decoded_rows(model_path, tmp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fewer than 39×256 training rows
         codec = PQCodec.train(X, 8, niter=5)
-    store = create_pq_store(tmp_path / "pq.zarr", codec, class_names=NAMES, rows_per_chunk=128)
+    store = create_coded_store(tmp_path / "pq.zarr", codec, class_names=NAMES, rows_per_chunk=128)
     store.append("all", codec.encode(X), y)
     out = tmp_path / "ncm-plus.zarr"
     result = CliRunner().invoke(

@@ -17,7 +17,7 @@ from imgscale.jobs.cli import cli
 from imgscale.jobs.compress import compress
 from imgscale.jobs.train import train
 from imgscale.pipeline.metrics import per_class_rate
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from imgscale.storage import StoreError, create_store, open_store
 
 

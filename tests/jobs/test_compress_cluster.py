@@ -18,7 +18,7 @@ from distributed import get_task_stream
 
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.compress import compress
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from imgscale.storage import create_store, open_store
 
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))

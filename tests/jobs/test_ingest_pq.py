@@ -18,7 +18,7 @@ from sklearn.datasets import load_sample_images
 from imgscale.jobs.fit_features import sample_partitions
 from imgscale.jobs.ingest_images import DEFAULT_PQ_SAMPLE
 from imgscale.jobs.models import load
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from imgscale.storage import open_store
 from tests.jobs.conftest import refused, run
 
@@ -200,7 +200,7 @@ def test_the_help_states_the_default_codebook_sample():
     from click.testing import CliRunner
 
     from imgscale.jobs.cli import cli
-    from imgscale.pipeline.pq_codec import KSUB, MIN_TRAIN_PER_CENTROID
+    from imgscale.pipeline.pq import KSUB, MIN_TRAIN_PER_CENTROID
 
     help_text = " ".join(CliRunner().invoke(cli, ["ingest", "--help"]).output.split())
     assert f"train the codebook [{DEFAULT_PQ_SAMPLE}:" in help_text

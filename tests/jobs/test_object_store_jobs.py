@@ -152,7 +152,7 @@ def test_a_spec_on_s3_urls_gives_the_results_it_gives_on_local_paths(
         remote.verify()
     remote, here = store("digits-pq.zarr", f"{s3_bucket}/"), store("digits-pq.zarr", f"{local}/")
     np.testing.assert_array_equal(remote.codes().compute(), here.codes().compute())
-    np.testing.assert_array_equal(remote.codebook, here.codebook)
+    np.testing.assert_array_equal(remote.codec.codebook, here.codec.codebook)
     for name in ("ridge.model", "ncm.model", "rff.model", "ncm-new.model"):
         remote, here = models.load(f"{s3_bucket}/{name}")[0], models.load(local / name)[0]
         for key, value in _fitted_arrays(here).items():

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from imgscale.jobs import models
 from imgscale.jobs.cli import cli
-from imgscale.pipeline.pq_codec import PQCodec
-from imgscale.storage import create_pq_store, create_store
+from imgscale.pipeline.pq import PQCodec
+from imgscale.storage import create_coded_store, create_store
 
 N_CLASSES, DIM = 5, 12
 NAMES = [f"c{i}" for i in range(N_CLASSES)]
@@ -115,7 +115,7 @@ def test_ncm_metric_on_a_pq_store_takes_means_from_codes(tmp_path, scheduler_add
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fewer than 39×256 training rows
         codec = PQCodec.train(X, 4, niter=5)
-    store = create_pq_store(tmp_path / "pq.zarr", codec, class_names=NAMES, rows_per_chunk=128)
+    store = create_coded_store(tmp_path / "pq.zarr", codec, class_names=NAMES, rows_per_chunk=128)
     for split, (Xs, ys) in SPLITS.items():
         store.append(split, codec.encode(Xs), ys, split=split)
     model, _ = _train(store, tmp_path / "ncm.zarr", "ncm-metric", scheduler_address)

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from imgscale.jobs import models
 from imgscale.jobs.cli import cli
-from imgscale.storage import create_pq_store, create_store
+from imgscale.storage import create_coded_store, create_store
 from tests.jobs.conftest import refused
 
 DIM, CHUNK, CLASSES = 8, 16, ["p", "q", "r", "s"]
@@ -48,7 +48,7 @@ class Store:
         if codec is None:
             self.store = create_store(path, DIM, class_names=CLASSES, rows_per_chunk=CHUNK)
         else:
-            self.store = create_pq_store(path, codec, class_names=CLASSES, rows_per_chunk=CHUNK)
+            self.store = create_coded_store(path, codec, class_names=CLASSES, rows_per_chunk=CHUNK)
         self.codec = codec
 
     def append(self, batch: str, n: int, seed: int, labels: list[int], split="train") -> None:
@@ -59,7 +59,7 @@ class Store:
 
 
 def _codec():
-    from imgscale.pipeline.pq_codec import PQCodec
+    from imgscale.pipeline.pq import PQCodec
 
     X, _ = _rows(800, 1000, [0, 1, 2, 3])
     with warnings.catch_warnings():

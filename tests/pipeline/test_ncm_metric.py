@@ -5,7 +5,7 @@ import pytest
 
 from imgscale.pipeline.classify.ncm_metric import MetricNearestClassMean, ncm_objective
 from imgscale.pipeline.classify.zero_shot import ancestors, map_mean, prior_means
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from tests.pipeline.conftest import as_dask
 
 FAST = {"n_components": 4, "batch_size": 64, "max_iter": 60, "validate_every": 20}
@@ -119,8 +119,8 @@ def test_fit_codes_means_equal_decoded_rows_and_decode_only_samples():
     decoded = decode(codes)
     reference = codebook[np.arange(5), codes].reshape(400, 10)
     np.testing.assert_array_equal(decoded, reference)
-    model = MetricNearestClassMean(**FAST, random_state=0).fit_codes(
-        as_dask(codes), y, codebook, decode=decode
+    model = MetricNearestClassMean(**FAST, random_state=0).fit(
+        as_dask(codes), y, codec=PQCodec(codebook)
     )
     expected = np.stack([decoded[y == c].astype(np.float64).mean(0) for c in range(4)])
     np.testing.assert_allclose(model.means_, expected, rtol=1e-5, atol=1e-6)

@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import ortho_group
 
 from imgscale.pipeline.classify import NearestClassMean
-from imgscale.pipeline.pq_codes import adc_search, chunk_code_stats, code_row_stats
+from imgscale.pipeline.pq import PQCodec, adc_search, chunk_code_stats, code_row_stats
 from tests.pipeline.conftest import as_dask
 
 M, DSUB, N, C = 6, 3, 400, 7
@@ -91,7 +91,7 @@ def test_ncm_fit_codes_equals_fit_on_decoded_rows(pq_data, chunked):
     X = decode(codes, codebook)
     reference = NearestClassMean().fit(X, y)
     wrap = as_dask if chunked else (lambda a: a)
-    model = NearestClassMean().fit_codes(wrap(codes), wrap(y), codebook)
+    model = NearestClassMean().fit(wrap(codes), wrap(y), codec=PQCodec(codebook))
     np.testing.assert_array_equal(model.classes_, reference.classes_)
     np.testing.assert_array_equal(model.class_counts_, reference.class_counts_)
     np.testing.assert_allclose(model.means_, reference.means_, rtol=1e-5, atol=1e-5)
@@ -102,7 +102,7 @@ def test_ncm_fit_codes_with_rotation_equals_mean_of_decoded_rows(pq_data):
     codes, y, codebook = pq_data
     rotation = ortho_group.rvs(DIM, random_state=2).astype(np.float32)
     X = decode(codes, codebook, rotation)
-    model = NearestClassMean().fit_codes(codes, y, codebook, rotation)
+    model = NearestClassMean().fit(codes, y, codec=PQCodec(codebook, rotation))
     expected = np.stack([X[y == c].mean(axis=0) for c in range(C)])
     np.testing.assert_allclose(model.means_, expected, rtol=1e-5, atol=1e-5)
 
@@ -112,8 +112,8 @@ def test_partial_fit_codes_adds_rows_and_classes_like_partial_fit(pq_data):
     X = decode(codes, codebook)
     first, later = y < 4, y >= 4  # later rows bring classes 4.. 6
     reference = NearestClassMean().partial_fit(X[first], y[first]).partial_fit(X[later], y[later])
-    model = NearestClassMean().partial_fit_codes(codes[first], y[first], codebook)
-    model.partial_fit_codes(codes[later], y[later], codebook)
+    model = NearestClassMean().partial_fit(codes[first], y[first], codec=PQCodec(codebook))
+    model.partial_fit(codes[later], y[later], codec=PQCodec(codebook))
     np.testing.assert_array_equal(model.classes_, reference.classes_)
     np.testing.assert_allclose(model.means_, reference.means_, rtol=1e-5, atol=1e-5)
 
@@ -121,11 +121,11 @@ def test_partial_fit_codes_adds_rows_and_classes_like_partial_fit(pq_data):
 def test_fit_codes_refuses_codes_that_do_not_match_the_codebook(pq_data):
     codes, y, codebook = pq_data
     with pytest.raises(ValueError, match=r"expected \(n, 6\) uint8"):
-        NearestClassMean().fit_codes(codes[:, :4], y, codebook)
+        NearestClassMean().fit(codes[:, :4], y, codec=PQCodec(codebook))
     with pytest.raises(ValueError, match=r"expected \(n, 6\) uint8"):
-        NearestClassMean().fit_codes(codes.astype(np.int64), y, codebook)
+        NearestClassMean().fit(codes.astype(np.int64), y, codec=PQCodec(codebook))
     with pytest.raises(ValueError, match=r"expected \(M, 256, D/M\)"):
-        NearestClassMean().fit_codes(codes, y, codebook[:, :100])
+        NearestClassMean().fit(codes, y, codec=PQCodec(codebook[:, :100]))
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["numpy", "dask"])

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from imgscale.storage import (
     FileLock,
     SavedStep,
     StoreError,
+    create_coded_store,
     create_or_open,
-    create_pq_store,
     create_store,
     load_model,
     open_store,
@@ -147,7 +147,7 @@ def test_concurrent_creators_make_one_store_hold_every_batch_and_leave_no_lock(t
 
 def test_pq_statistics_are_kept_in_the_record_beside_the_codec(tmp_path):
     X = random_rows(300, 2, dim=8)
-    store = create_pq_store(tmp_path / "pq.zarr", PQCodec.train(X, 4, niter=2))
+    store = create_coded_store(tmp_path / "pq.zarr", PQCodec.train(X, 4, niter=2))
     store.append("first", store.codec.encode(X))
     store.record_pq_statistics(mse=0.25, relative_mse=0.5)
     record = read_record(store.path)

@@ -11,8 +11,8 @@ import faiss
 import numpy as np
 import pytest
 
-from imgscale.pipeline.pq_codec import KSUB, PQCodec, random_rotation
-from imgscale.storage import StoreError, create_pq_store, open_store
+from imgscale.pipeline.pq import KSUB, PQCodec, random_rotation
+from imgscale.storage import StoreError, create_coded_store, open_store
 from imgscale.storage.layout import read_record
 from imgscale.storage.writer import CopyWriter, write_row_chunk
 
@@ -118,7 +118,7 @@ def test_too_few_training_rows_warns_with_the_number():
 
 @pytest.fixture
 def pq_store(tmp_path, codec):
-    store = create_pq_store(
+    store = create_coded_store(
         tmp_path / "pq.zarr", codec, class_names=["a", "b", "c"], rows_per_chunk=64
     )
     X = blobs(150, seed=5)
@@ -138,8 +138,8 @@ def test_codes_are_a_uint8_dask_array_chunked_like_features(pq_store, codec):
     codes = store.codes()
     assert codes.dtype == np.uint8 and codes.chunks == ((64, 64, 22), (M,))
     np.testing.assert_array_equal(codes.compute(), codec.encode(X))
-    np.testing.assert_array_equal(store.codebook, codec.codebook)
-    assert store.rotation is None
+    np.testing.assert_array_equal(store.codec.codebook, codec.codebook)
+    assert store.codec.rotation is None
 
 
 def test_reopened_pq_store_keeps_rows_labels_and_split(pq_store):
@@ -218,7 +218,7 @@ def test_codes_array_of_another_dtype_is_a_clear_error(pq_store):
 def test_codebook_mismatching_the_store_dimension_is_refused_at_create(tmp_path, codec):
     bad = PQCodec(codec.codebook[:, :100])
     with pytest.raises(StoreError, match="codebook of shape"):
-        create_pq_store(tmp_path / "x.zarr", bad)
+        create_coded_store(tmp_path / "x.zarr", bad)
     assert not (tmp_path / "x.zarr").exists()
 
 
@@ -227,9 +227,9 @@ def test_pq_store_has_its_own_schema_version_so_older_readers_refuse_it(pq_store
 
     store, _ = pq_store
     record = _record(store)["attributes"]["imgscale"]
-    assert record["schema_version"] == layout.PQ_SCHEMA_VERSION != layout.SCHEMA_VERSION
+    assert record["schema_version"] == layout.CODED_SCHEMA_VERSION != layout.SCHEMA_VERSION
     # An imgscale that predates PQ stores knew only version 1 and would say so.
-    monkeypatch.setattr(layout, "PQ_SCHEMA_VERSION", layout.SCHEMA_VERSION)
+    monkeypatch.setattr(layout, "CODED_SCHEMA_VERSION", layout.SCHEMA_VERSION)
     with pytest.raises(StoreError, match="schema_version 2, expected 1"):
         open_store(store.path)
 
@@ -283,13 +283,13 @@ def _copy_into(store, codes, source, chunks=None):
 
 def _empty_copy(source, codec, name="copy.zarr"):
     path = source.path.with_name(name)
-    return create_pq_store(path, codec, class_names=source.class_names, rows_per_chunk=64)
+    return create_coded_store(path, codec, class_names=source.class_names, rows_per_chunk=64)
 
 
 def test_copy_writer_commits_batches_written_chunk_by_chunk(tmp_path, codec):
     # Three batches not aligned with the 64-row chunks: one commit covers them all.
     X = blobs(150, seed=5)
-    source = create_pq_store(tmp_path / "three.zarr", codec, class_names=["a", "b", "c"])
+    source = create_coded_store(tmp_path / "three.zarr", codec, class_names=["a", "b", "c"])
     for b, s, e in [("x", 0, 50), ("y", 50, 120), ("z", 120, 150)]:
         source.append(b, codec.encode(X[s:e]), labels=np.arange(s, e) % 3, split="train")
     copy = _empty_copy(source, codec)
@@ -307,7 +307,7 @@ def test_copy_into_an_empty_store_copies_rows_files_as_they_are_and_reads_no_ids
     """A copy's metadata never passes through memory: each batch's rows file is copied byte
     for byte, and the ids (most of a large store's metadata) are not read at all."""
     X = blobs(150, seed=6)
-    source = create_pq_store(tmp_path / "two.zarr", codec, class_names=["a", "b", "c"])
+    source = create_coded_store(tmp_path / "two.zarr", codec, class_names=["a", "b", "c"])
     for b, s, e in [("x", 0, 100), ("y", 100, 150)]:
         source.append(b, codec.encode(X[s:e]), labels=np.arange(s, e) % 3, split="train")
     copy = _empty_copy(source, codec)
@@ -345,7 +345,7 @@ def test_copy_writer_commits_nothing_on_failure_or_bad_input(pq_store, codec):
     with pytest.raises(StoreError, match="ids already in the store"):
         _copy_into(holder, codec.encode(X), source)
     assert _record(holder) == before
-    fewer = create_pq_store(source.path.with_name("two.zarr"), codec, class_names=["a", "b"])
+    fewer = create_coded_store(source.path.with_name("two.zarr"), codec, class_names=["a", "b"])
     with pytest.raises(StoreError, match="labels span"):
         _copy_into(fewer, codec.encode(X), source)
     assert open_store(fewer.path).committed_rows == 0

@@ -59,4 +59,4 @@ def test_metadata_and_info_read_back_as_written(store):
     assert info["source"] == {"note": "issue 29 fixture"}
     assert store.class_names == ["a", "b", "c"]
     assert store.ids()[0] == "first:0" and store.ids()[-1] == "s99"
-    assert store.codebook.shape == (4, 256, 4) and store.rotation.shape == (16, 16)
+    assert store.codec.codebook.shape == (4, 256, 4) and store.codec.rotation.shape == (16, 16)

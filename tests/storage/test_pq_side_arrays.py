@@ -13,8 +13,8 @@ import zarr
 from click.testing import CliRunner
 
 from imgscale.jobs.cli import cli
-from imgscale.pipeline.pq_codec import PQCodec, random_rotation
-from imgscale.storage import StoreError, create_pq_store
+from imgscale.pipeline.pq import PQCodec, random_rotation
+from imgscale.storage import StoreError, create_coded_store
 
 DIM, M = 16, 4
 
@@ -33,7 +33,7 @@ def pq_store(tmp_path: Path):
         warnings.simplefilter("ignore")
         plain = PQCodec.train(X, M, seed=0, niter=5)
     codec = PQCodec(plain.codebook, random_rotation(DIM, seed=1))
-    store = create_pq_store(tmp_path / "pq.zarr", codec, rows_per_chunk=64)
+    store = create_coded_store(tmp_path / "pq.zarr", codec, rows_per_chunk=64)
     store.append("b0", codec.encode(X[:150]), labels=y[:150], split="train")
     return store
 
@@ -71,7 +71,7 @@ def test_a_damaged_side_array_is_refused_by_name(pq_store, name, damage, expecte
 
 
 def test_a_side_array_without_checksums_is_refused(pq_store) -> None:
-    codebook = pq_store.codebook
+    codebook = pq_store.codec.codebook
     rewritten = zarr.create_array(
         str(pq_store.path), name="codebook", shape=codebook.shape, dtype="float32", overwrite=True
     )

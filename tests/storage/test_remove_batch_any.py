@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imgscale.storage import StoreError, create_pq_store, create_store, export_rows, open_store
+from imgscale.storage import StoreError, create_coded_store, create_store, export_rows, open_store
 from tests.conftest import wait_for_report
 from tests.storage.conftest import random_rows
 
@@ -175,7 +175,7 @@ def test_a_sigkill_mid_removal_leaves_the_old_or_the_new_store(tmp_path, point):
 
 
 def _pq_store(path: Path, codec, names: list[str]):
-    store = create_pq_store(path, codec, class_names=["x", "y", "z"], rows_per_chunk=CHUNK)
+    store = create_coded_store(path, codec, class_names=["x", "y", "z"], rows_per_chunk=CHUNK)
     for seed, name in enumerate(BATCHES):
         if name in names:
             n, split = BATCHES[name]
@@ -185,7 +185,7 @@ def _pq_store(path: Path, codec, names: list[str]):
 
 
 def _codec(dim: int, m: int):
-    from imgscale.pipeline.pq_codec import PQCodec
+    from imgscale.pipeline.pq import PQCodec
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # few training rows: the codebook's quality is not tested
@@ -214,7 +214,7 @@ def test_a_chunk_copy_of_a_store_with_removed_rows_on_disk_is_refused_by_name(tm
     store = _store(tmp_path / "s.zarr", list(BATCHES))
     store.remove_batch("b")
     codec = _codec(DIM, 1)
-    copy = create_pq_store(tmp_path / "copy.zarr", codec, rows_per_chunk=CHUNK)
+    copy = create_coded_store(tmp_path / "copy.zarr", codec, rows_per_chunk=CHUNK)
     with pytest.raises(StoreError) as refused, CopyWriter(copy, store):
         pass
     message = str(refused.value)

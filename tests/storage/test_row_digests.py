@@ -23,11 +23,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from imgscale.pipeline.pq_codec import PQCodec
+from imgscale.pipeline.pq import PQCodec
 from imgscale.storage import (
     StoreError,
     compact_store,
-    create_pq_store,
+    create_coded_store,
     ingest_file,
     open_store,
 )
@@ -181,7 +181,7 @@ def test_a_pq_store_of_112_code_bytes_a_row_is_20_times_smaller_than_its_float32
     with warnings.catch_warnings():  # few rows a centroid: the codes' quality is not measured
         warnings.simplefilter("ignore")
         codec = PQCodec.train(X[:2560], M, seed=0, niter=2)
-    store = create_pq_store(
+    store = create_coded_store(
         tmp_path / "pq.zarr", codec, class_names=source.class_names,
         rows_per_chunk=source.rows_per_chunk,
     )  # fmt: skip

@@ -1,7 +1,7 @@
 """Math on product-quantization codes without decoding them: class sums and ADC search.
 
 Codes are (n, M) uint8 indices into a codebook (M, 256, D/M) of float32 centroids, optionally for
-rotated rows ``x @ rotation``: the codes of `pipeline.pq_codec.PQCodec`, whose ``class_sums`` is
+rotated rows ``x @ rotation``: the codes of `pipeline.pq.codec.PQCodec`, whose ``row_stats`` is
 `code_row_stats`. Both computations are per-chunk numpy kernels wired with `reduce_rows`, so over
 a row-chunked dask array they are a few runs of per-chunk tasks and a tree of adds (class sums)
 or merges (top-k).
@@ -17,7 +17,6 @@ faiss's ``IndexPQ`` scans each chunk, the running top-k merge over chunks is our
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numba
@@ -31,6 +30,7 @@ from imgscale.pipeline.reductions import (
     reduce_rows,
     stats_chains,
 )
+from imgscale.pipeline.top_k import TopK
 
 # Centroids per sub-quantizer: one for every value of a uint8 code.
 KSUB = np.iinfo(np.uint8).max + 1
@@ -171,40 +171,6 @@ def code_row_stats(
 # -- ADC nearest-neighbour search -----------------------------------------------------------
 
 
-@dataclass
-class TopK:
-    """The k nearest rows found so far for each query, nearest first; merging is ``+``."""
-
-    ids: np.ndarray  # (q, ≤k) int64 row ids
-    distances: np.ndarray  # (q, ≤k) float32 squared distances
-    k: int
-
-    @classmethod
-    def empty(cls, n_queries: int, k: int) -> TopK:
-        """No rows found yet (a chunk without rows)."""
-        return cls(np.empty((n_queries, 0), np.int64), np.empty((n_queries, 0), np.float32), k)
-
-    def __add__(self, other: TopK) -> TopK:
-        return _select(
-            np.concatenate([self.ids, other.ids], axis=1),
-            np.concatenate([self.distances, other.distances], axis=1),
-            self.k,
-        )
-
-
-def _select(ids: np.ndarray, distances: np.ndarray, k: int) -> TopK:
-    """The k smallest distances per query, ties broken by the lower row id."""
-    keep = min(k, distances.shape[1])
-    if keep < distances.shape[1]:
-        part = np.argpartition(distances, keep - 1, axis=1)[:, :keep]
-        ids = np.take_along_axis(ids, part, axis=1)
-        distances = np.take_along_axis(distances, part, axis=1)
-    order = np.lexsort((ids, distances), axis=1)
-    return TopK(
-        np.take_along_axis(ids, order, axis=1), np.take_along_axis(distances, order, axis=1), k
-    )
-
-
 def index_pq(codebook: np.ndarray, codes: np.ndarray) -> Any:
     """A faiss ``IndexPQ`` over `codes` with our codebook: its search is the ADC scan."""
     import faiss
@@ -231,7 +197,7 @@ def chunk_adc_top_k(
     if keep == 0:
         return TopK.empty(len(queries), k)
     distances, ids = index_pq(codebook, codes).search(queries, keep)
-    return _select(ids.astype(np.int64) + row_start, distances, k)
+    return TopK.nearest(ids.astype(np.int64) + row_start, distances, k)
 
 
 def adc_search(

@@ -1,4 +1,4 @@
-"""Product quantization, the codec: train on a sample, encode and decode chunks, class sums.
+"""Product quantization, the codec: train on a sample, encode and decode chunks, row statistics.
 
 A vector of dimension D is cut into M sub-vectors of D/M dimensions; each is replaced by the
 index of its nearest of 256 centroids learned by k-means on that sub-space, so a row costs M bytes
@@ -8,12 +8,14 @@ orthogonal rotation applied first spreads variance evenly over the sub-spaces.
 
 Training and encoding use faiss (``ProductQuantizer`` k-means; ``knn`` per sub-space to encode):
 C++ with BLAS and SIMD distance kernels. Decoding is a numpy gather. The kernels on codes that
-never decode them (class sums, ADC search) are `pipeline.pq_codes`.
+never decode them (class sums, ADC search) are `pipeline.pq.on_codes`.
 
 A PQ store keeps the codes and this codec's arrays. The storage layer, which imports no pipeline
 module, finds this class by the ``imgscale.codecs`` entry point ``pq`` (pyproject.toml) and uses
-only its storage interface: `encoding`, `code_width`, `dim`, `stored`, `stored_arrays`,
-`stored_layout`, `describe`, `from_stored`, `check`, `encode` and `decode`.
+it through its `RowCodec` protocol (storage/row_codecs.py): `encoding`, `code_width`, `dim`,
+`stored`, `stored_arrays`, `stored_layout`, `describe`, `from_stored`, `check`, `encode` and
+`decode`. Classifiers ask it for `row_stats`, the class sums of the rows its codes decode to
+(`pipeline.coded_rows.RowStatsOnCodes`).
 """
 
 from __future__ import annotations
@@ -171,11 +173,11 @@ class PQCodec:
             out = out @ self.rotation.T
         return out
 
-    def class_sums(self, codes: Any, y_index: Any, n_classes: int) -> RowStats:
+    def row_stats(self, codes: Any, y_index: Any, n_classes: int) -> RowStats:
         """RowStats (class sums and counts, feature sum) of the rows numpy or row-chunked dask
-        ``codes`` decode to, in one pass that decodes none (`pipeline.pq_codes`)."""
+        ``codes`` decode to, in one pass that decodes none (`pipeline.pq.on_codes`)."""
         # Imported here: a store opened to read or describe its rows needs neither numba nor dask.
-        from imgscale.pipeline.pq_codes import code_row_stats
+        from imgscale.pipeline.pq.on_codes import code_row_stats
 
         return code_row_stats(codes, y_index, self.codebook, n_classes, self.rotation)
 
