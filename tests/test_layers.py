@@ -93,7 +93,7 @@ def test_storage_exports_are_the_names_its_init_imports_for_type_checking():
         "layout": ["ROW_DIGEST_BYTES", "default_rows_per_chunk", "image_rows_per_chunk",
                    "row_digest"],
         "lock": ["FileLock"],
-        "models": ["SavedStep", "load_model", "save_model"],
+        "saved_models": ["SavedStep", "load_model", "save_model"],
         "store": ["SCHEMA_VERSION", "FeatureStore", "open_store"],
         "writer": ["CopyWriter", "write_row_chunk"],
     }  # fmt: skip
