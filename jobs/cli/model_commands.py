@@ -341,7 +341,7 @@ def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> 
     """
     from imgscale.jobs import models
     from imgscale.jobs.cluster import shared_path
-    from imgscale.jobs.embed import embed_new_rows
+    from imgscale.jobs.embed_store import embed_new_rows
 
     fitted, provenance = models.load(model)
     with store_on_cluster(src, scheduler, quiet=as_json) as source:

@@ -1,4 +1,4 @@
-"""Incremental batch embedding: embed the source batches a destination store lacks.
+"""Embed a store into another: the source batches a destination store lacks, by batch id and digest.
 
 Paper 001 §3 "Incremental Learning": unlabelled images arrive in batches (1,000 images) and are
 embedded by interpolating the fitted eigenfunctions, never by refitting. Here the destination
