@@ -1,4 +1,5 @@
-"""`imgscale` commands on models: train, predict, evaluate, plot, add-class, embed."""
+"""`imgscale` commands on models: train, predict, evaluate, plot, add-class, embed, update, and
+the demo that trains two."""
 
 from __future__ import annotations
 
@@ -8,18 +9,16 @@ from typing import Any
 import click
 
 from imgscale.jobs import methods
-from imgscale.jobs.options import (
+from imgscale.jobs.cli.options import (
     StorePath,
     check_new_path,
-    end_progress_line,
     json_option,
     option_given,
-    print_summary,
     scheduler_option,
-    store_on_cluster,
-    validation_line,
     verbose_option,
 )
+from imgscale.jobs.cli.printers import end_progress_line, print_summary, validation_line, warn
+from imgscale.jobs.on_cluster import store_on_cluster
 from imgscale.jobs.runs import RecordedCommand, report, report_progress
 
 # Method options served by a flag `train` declares itself (--n-components: an embedding's
@@ -42,12 +41,6 @@ def method_options(command):
             help=f"{'/'.join(methods.methods_taking(option))}: {option.help}",
         )(command)
     return command
-
-
-def warn(message: str | None) -> None:
-    """A warning on stderr, one line (the model's store changed since it was trained)."""
-    if message is not None:
-        click.echo(f"imgscale: warning: {message}", err=True)
 
 
 # click keeps the lines of a paragraph that starts with \b as they are.
@@ -422,3 +415,14 @@ def update(model, store, out, refit_embedding, scheduler, as_json) -> None:
         + f" ({summary['seconds']:.1f} s)"
     )
     print_summary(summary, as_json, message)
+
+
+@click.command()
+@click.option("--workdir", type=click.Path(), help="Keep the demo store and models here.")
+@scheduler_option
+@verbose_option
+def demo(workdir, scheduler) -> None:
+    """sklearn digits → a store → ridge and NCM on a Dask cluster → a table of results."""
+    from imgscale.jobs.demo import run_demo
+
+    click.echo(run_demo(workdir, scheduler))

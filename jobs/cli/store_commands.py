@@ -9,20 +9,22 @@ from pathlib import Path
 
 import click
 
-from imgscale.jobs.options import (
+from imgscale.jobs.cli.options import (
     StorePath,
     check_new_path,
+    json_option,
+    scheduler_option,
+    verbose_option,
+)
+from imgscale.jobs.cli.printers import (
     end_progress_line,
     fit_pass_line,
     images_progress_line,
-    json_option,
     print_summary,
     progress_line,
-    scheduler_option,
     stage_progress_line,
-    store_on_cluster,
-    verbose_option,
 )
+from imgscale.jobs.on_cluster import store_on_cluster
 from imgscale.jobs.runs import RecordedCommand
 
 
