@@ -1,13 +1,16 @@
 """The cluster preamble of a use case that reads a store: open it where the workers see it,
-refuse the splits it lacks before any cluster starts, then connect to a cluster sized by it."""
+refuse the splits it lacks before any cluster starts, then connect to a cluster sized by it (and,
+for a saved model applied to it, load the model and check the store against it)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sklearn.base import BaseEstimator
+
     from imgscale.storage import FeatureStore
 
 
@@ -43,3 +46,29 @@ def store_on_cluster(
         data_bytes=row_bytes(feature_store),
     ):
         yield feature_store
+
+
+@contextlib.contextmanager
+def model_on_cluster(
+    model: str,
+    store: str,
+    scheduler: str | None,
+    *,
+    quiet: bool,
+    splits: Iterable[str | None] = (),
+    warn: Callable[[str], None] | None = None,
+) -> Iterator[tuple[BaseEstimator, dict[str, Any], FeatureStore]]:
+    """What a use case applying a saved model to a store does first: load MODEL (refused if
+    damaged), open STORE on the cluster as `store_on_cluster` does, and refuse a store whose
+    rows are described otherwise than those the model learned from. ``warn`` is told of the
+    batches the model learned from that the store no longer holds as they were. Yields the
+    model, its provenance and the open store."""
+    from imgscale.jobs import models
+
+    fitted, provenance = models.load(model)
+    with store_on_cluster(store, scheduler, quiet=quiet, splits=splits) as feature_store:
+        models.check_store_features(provenance, feature_store, model)
+        changes = None if warn is None else models.store_changes(provenance, feature_store, model)
+        if changes is not None:
+            warn(changes)
+        yield fitted, provenance, feature_store
