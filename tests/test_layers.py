@@ -35,6 +35,7 @@ def test_the_tree_keeps_every_contract():
         ("jobs/cli/options.py", "import imgscale.bench.cli", "bench over jobs"),
         ("jobs/cli/options.py", "import imgscale.storage.layout", "jobs uses storage"),
         ("jobs/cli/options.py", "import imgscale.pipeline.classify.ridge", "jobs uses estimators"),
+        ("jobs/cli/options.py", "import imgscale.pipeline.metrics", "jobs.cli imports no pipeline"),
         ("bench/common.py", "import imgscale.pipeline.embed._base", "private (underscore)"),
         ("storage/layout.py", "import imgscale.storage.store", "no import cycles"),
     ],
