@@ -91,7 +91,7 @@ DESCRIPTOR_TABLE: tuple[Descriptor, ...] = (
     ),
     Descriptor(
         "fisher",
-        "Fisher vectors of RootSIFT and local colour on a fit-features GMM (paper 002)",
+        "Fisher vectors of RootSIFT and local colour, fit-features GMM (paper 002)",
         seconds_per_image=0.02,
         needs="VOCAB.model",
         vocabulary="FisherVector",
