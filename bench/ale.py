@@ -5,8 +5,8 @@ Speed (paper 001 §3–4: 10 concepts × 150K rows, 512-D; its "training variabl
 cores): one streamed ALE fit (PCA pass, range pass, histogram pass), then one pass that embeds
 every row and accumulates the eq. 3 system (UᵀΛU, UᵀΛY) and solves it, all on the Dask cluster;
 peak RSS of this process and its workers. The peer is the machine's own ceiling: one pass that only
-reads the store. Incremental embedding: `jobs.embed.embed_new_rows` into a fresh store in batches
-of 1,000 rows, each its own commit.
+reads the store. Incremental embedding: `jobs.embed_store.embed_new_rows` into a fresh store in
+batches of 1,000 rows, each its own commit.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from imgscale.bench.accuracy import load_dataset
 from imgscale.bench.common import PeakRSS, mixture_store, record
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
-from imgscale.jobs.embed import embed_new_rows
+from imgscale.jobs.embed_store import embed_new_rows
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.classify.ssl import EigenvalueRidgeClassifier, SemiSupervisedEigenSolver
 from imgscale.pipeline.compute import Mapper, compute, run_in_process

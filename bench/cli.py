@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from imgscale.bench.registry import SCALES
-from imgscale.jobs.options import json_option, scheduler_option, verbose, verbose_option
+from imgscale.jobs.cli.options import json_option, scheduler_option, verbose, verbose_option
 from imgscale.jobs.runs import ledger_option
 from imgscale.storage import is_url
 

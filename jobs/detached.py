@@ -1,119 +1,41 @@
-"""Runs that live on the cluster: ``imgscale submit``, ``status``, ``logs``, ``cancel``, ``resume``.
+"""Runs that live on the cluster, behind ``imgscale submit``, ``drive``, ``status``, ``cancel``
+and ``resume``.
 
-`submit` checks a spec exactly as ``imgscale run --dry-run`` does, records the run in the
-ledger with its jobs resolved, hands the cluster one driver (jobs/driver.py) and exits, printing
-the run id. The other commands read and write only the ledger, so they work from any machine
-that reads it, with or without the cluster.
+`submit_run` records a run in the ledger with its jobs resolved, hands the cluster one driver
+(jobs/driver.py) and returns the run id; `drive_run` is that driver's work, running the jobs
+(or turns of a schedule) as `imgscale run` would. The others read and write only the ledger,
+so they work from any machine that reads it, with or without the cluster.
 """
 
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import shlex
 import socket
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 
 from imgscale.jobs.driver import Watch, die_with_parent, scheduler_reachable, submit_driver
-from imgscale.jobs.options import json_option, scheduler_option, verbose_option
 from imgscale.jobs.runs import (
     SpecOrigin,
     command_line,
     git_commit,
-    ledger_option,
     one_line,
     open_ledger,
     redact_urls,
     spec_origin,
     versions,
 )
-from imgscale.jobs.spec import Job, SpecError, load_spec
+from imgscale.jobs.spec import Job
 from imgscale.storage import Ledger, StoreError, is_url, use_storage_options
 
 _LOOPBACK = ("127.", "localhost", "[::1]", "::1")
 # The kinds of run `submit_run` records: a spec's jobs, and `imgscale bench --submit`'s suite.
 SUBMITTED_KINDS = ("spec", "bench")
-
-
-@click.command()
-@click.argument("spec", type=click.Path(dir_okay=False))
-@click.option("--every", help="Run the spec every interval (90s, 10m, 2h, 1d), first turn at once.")
-@click.option(
-    "--cron", help="Run the spec on a five-field cron schedule (the driver's local time)."
-)
-@scheduler_option
-@ledger_option
-@json_option
-@verbose_option
-@click.pass_context
-def submit(
-    ctx: click.Context,
-    spec: str,
-    every: str | None,
-    cron: str | None,
-    scheduler: str | None,
-    ledger,
-    as_json: bool,
-) -> None:
-    """Run the jobs of SPEC on the cluster, detached: exits at once, printing the run id.
-
-    SPEC is checked as `imgscale run --dry-run` checks it (nothing is submitted if any problem
-    is found); paths relative to this machine are refused with a remote scheduler. The run is
-    recorded in the ledger (put it where the workers and you both read it: --ledger
-    s3://bucket/ledger), and a driver on the cluster runs the jobs as `imgscale run` would.
-    Follow it with `imgscale status RUN`, `logs RUN --follow`; stop it with `cancel RUN`.
-    With --every or --cron the run is a schedule on the cluster: each turn runs the spec on the
-    same cluster and is recorded as a run of kind ``turn`` (a failed turn does not stop the
-    next); `imgscale cancel RUN` ends it.
-    """
-    from imgscale.jobs.schedule import CronSchedule, parse_every
-
-    if every is not None and cron is not None:
-        raise click.UsageError("give at most one of --every and --cron")
-    try:
-        schedule = {"every": parse_every(every)} if every else {}
-        if cron:
-            CronSchedule.parse(cron)
-            schedule = {"cron": cron}
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--every" if every else "--cron") from e
-    root = ctx.find_root().command
-    jobs = _checked(spec, root)
-    address = scheduler or _spec_scheduler(jobs)
-    if not address:
-        raise click.UsageError(
-            "submit needs a cluster: --scheduler ADDRESS, $DASK_SCHEDULER_ADDRESS or the "
-            "spec's scheduler"
-        )
-    remote = is_remote(address)
-    refused = [
-        f"{spec}: job {job.number} ({job.kind}): key '{key}': {value!r} is relative to this "
-        f"machine; the workers of {address} cannot reach it: give a URL or an absolute path "
-        "every worker mounts"
-        for job in jobs
-        for key, value in job.relative_paths
-        if remote
-    ]
-    for line in refused:
-        click.echo(f"imgscale: error: {line}", err=True)
-    if refused:
-        raise click.ClickException(f"{spec}: {len(refused)} paths the workers cannot reach")
-    run_id = submit_run(
-        [_job_record(job) for job in jobs],
-        kind="spec",
-        address=address,
-        ledger=ledger,
-        spec_file=str(Path(spec).resolve()),
-        command=["imgscale", "submit", str(Path(spec).resolve())],
-        schedule=schedule,
-    )
-    click.echo(json.dumps({"run_id": run_id}) if as_json else run_id)
 
 
 def submit_run(
@@ -161,21 +83,28 @@ def is_remote(address: str) -> bool:
     return not any(host in address for host in _LOOPBACK)
 
 
-def _checked(spec: str, root: click.Group) -> list[Job]:
-    try:
-        return load_spec(spec, root)
-    except SpecError as e:
-        for problem in e.problems:
-            click.echo(f"imgscale: error: {problem}", err=True)
-        raise click.ClickException(str(e)) from e
+def unreachable_paths(spec: str, jobs: list[Job], address: str) -> list[str]:
+    """One line for each path of ``jobs`` relative to this machine, which the workers of a
+    remote scheduler at ``address`` cannot reach (none for a scheduler on this machine)."""
+    if not is_remote(address):
+        return []
+    return [
+        f"{spec}: job {job.number} ({job.kind}): key '{key}': {value!r} is relative to this "
+        f"machine; the workers of {address} cannot reach it: give a URL or an absolute path "
+        "every worker mounts"
+        for job in jobs
+        for key, value in job.relative_paths
+    ]
 
 
-def _spec_scheduler(jobs: list[Job]) -> str | None:
+def spec_scheduler(jobs: list[Job]) -> str | None:
+    """The scheduler the spec's jobs name, else ``$DASK_SCHEDULER_ADDRESS``."""
     given = [job.params["scheduler"] for job in jobs if job.params.get("scheduler")]
     return given[0] if given else os.environ.get("DASK_SCHEDULER_ADDRESS")
 
 
-def _job_record(job: Job) -> dict[str, Any]:
+def spec_job_record(job: Job) -> dict[str, Any]:
+    """`job_record` of a spec's job."""
     return job_record(job.number, job.kind, job.params, job.storage_options)
 
 
@@ -192,22 +121,15 @@ def job_record(
     }
 
 
-@click.command(hidden=True)
-@click.argument("run_id")
-@click.option("--ledger", "ledger_url", required=True)
-@click.option("--scheduler", required=True)
-@click.option("--worker", required=True)
-@click.option("--generation", type=int, required=True)
-@click.option("--parent", type=int, required=True)
-@click.pass_context
-def drive(
-    ctx: click.Context, run_id: str, ledger_url: str, scheduler: str, worker: str,
-    generation: int, parent: int,
-) -> None:  # fmt: skip
-    """The child process of a run's driver task (jobs/driver.py): runs the run's jobs as the
-    attempt of ``generation``, which the task claimed."""
+def drive_run(
+    root: click.Group, ctx: click.Context, run_id: str, ledger_url: str, scheduler: str,
+    worker: str, generation: int, parent: int,
+) -> int:  # fmt: skip
+    """Run the jobs of run ``run_id`` (``root``'s commands) as the attempt of ``generation``,
+    which the driver task on ``worker`` claimed; record the outcome and return the jobs run.
+    Jobs a previous attempt ended ok are skipped; a run with a schedule runs turns until it is
+    cancelled. Dies with the driver task's process ``parent``."""
     die_with_parent(parent)
-    root = ctx.find_root().command
     ledger = Ledger(ledger_url)
     ledger.hold(run_id, generation)
     record = ledger.get(run_id)
@@ -234,7 +156,7 @@ def drive(
             _end_stopped(ledger, run_id, scheduler, watch.stopped_by, exc)
             sys.exit(1)
     ledger.finish(run_id, "ok", **({"outputs": watch.outputs} if watch.outputs else {}))
-    click.echo(f"run {run_id}: {len(jobs)} jobs ok")
+    return len(jobs)
 
 
 def _run_jobs(
@@ -331,19 +253,11 @@ def _end_stopped(ledger: Ledger, run_id: str, scheduler: str, reason, exc: BaseE
     click.echo(f"imgscale: error: {one_line(exc)}", err=True)
 
 
-@click.command()
-@click.argument("run_id")
-@ledger_option
-@json_option
-@verbose_option
-def status(run_id: str, ledger, as_json: bool) -> None:
-    """Outcome, stage, progress, heartbeat age and driver worker of run RUN_ID (or a unique
-    prefix). --json keys: run_id, kind, outcome, stage, done, total, unit, heartbeat_age_s,
-    worker, generation, scheduler, started, ended, error, outputs (the files the run wrote
-    that its record lists: a submitted benchmark's results)."""
-    record = open_ledger(ledger).get(run_id)
+def run_status(record: dict[str, Any]) -> dict[str, Any]:
+    """What ``imgscale status`` says of a run's ledger ``record``: outcome, stage, progress,
+    heartbeat age, driver worker and the files it wrote."""
     heartbeat = record["heartbeat"]
-    found = {
+    return {
         "run_id": record["run_id"],
         "kind": record["kind"],
         "outcome": record["outcome"],
@@ -360,81 +274,41 @@ def status(run_id: str, ledger, as_json: bool) -> None:
         "error": record["error"],
         "outputs": record["outputs"],
     }
-    if as_json:
-        click.echo(json.dumps(found))
-        return
-    for key, value in found.items():
-        if value is not None:
-            click.echo(f"{key:>15}: {', '.join(value) if key == 'outputs' else value}")
 
 
-@click.command()
-@click.argument("run_id")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the run ends.")
-@ledger_option
-@verbose_option
-def logs(run_id: str, follow: bool, ledger) -> None:
-    """Print the output of run RUN_ID's driver (from any machine that reads the ledger)."""
-    book = open_ledger(ledger)
-    run_id = book.get(run_id)["run_id"]
-    read: frozenset[str] = frozenset()
-    while True:
-        running = book.get(run_id)["outcome"] == "running"
-        lines, read = book.logs(run_id, read)
-        for line in lines:
-            click.echo(line)
-        if not follow or not running:
-            return
-        time.sleep(1.0)
-
-
-@click.command()
-@click.argument("run_id")
-@ledger_option
-@json_option
-@verbose_option
-def cancel(run_id: str, ledger, as_json: bool) -> None:
-    """Ask run RUN_ID to stop at its next safe point; its driver records ``cancelled``."""
-    book = open_ledger(ledger)
-    record = book.get(run_id)
+def cancel_run(ledger: Ledger, run_id: str) -> str:
+    """Ask the running run ``run_id`` (or a unique prefix) to stop at its next safe point;
+    returns its full id. A run that has ended is refused."""
+    record = ledger.get(run_id)
     if record["outcome"] != "running":
-        raise click.ClickException(
+        raise ValueError(
             f"run {record['run_id']} has ended ({record['outcome']}); nothing to cancel"
         )
-    book.cancel(record["run_id"], by=f"{getpass.getuser()}@{socket.gethostname()}")
-    if as_json:
-        click.echo(json.dumps({"run_id": record["run_id"], "cancel_requested": True}))
-    else:
-        click.echo(f"run {record['run_id']}: cancel requested; it stops at its next safe point")
+    ledger.cancel(record["run_id"], by=f"{getpass.getuser()}@{socket.gethostname()}")
+    return record["run_id"]
 
 
-@click.command()
-@click.argument("run_id")
-@scheduler_option
-@ledger_option
-@json_option
-@verbose_option
-def resume(run_id: str, scheduler: str | None, ledger, as_json: bool) -> None:
-    """Continue the lost run RUN_ID on the cluster at --scheduler: jobs that ended ok are kept,
-    the others run again from what their stores committed. Of two resumes at once, one wins."""
-    from imgscale.jobs.cluster import connect
-
-    book = open_ledger(ledger)
-    record = book.get(run_id)
+def lost_run(ledger: Ledger, run_id: str) -> dict[str, Any]:
+    """The ledger's record of run ``run_id`` (or a unique prefix), refused unless it is a lost
+    run of ``imgscale submit``: the only kind `resume_run` continues."""
+    record = ledger.get(run_id)
     if record["outcome"] != "lost" or record["kind"] not in SUBMITTED_KINDS:
-        raise click.ClickException(
+        raise ValueError(
             f"run {record['run_id']} is {record['outcome']}; only a lost run of `imgscale "
             "submit` is resumed"
         )
-    if not scheduler:
-        raise click.UsageError("resume needs --scheduler ADDRESS (or $DASK_SCHEDULER_ADDRESS)")
+    return record
+
+
+def resume_run(ledger: Ledger, record: dict[str, Any], scheduler: str) -> None:
+    """Continue the lost run of ``record`` (`lost_run`) on the cluster at ``scheduler``: claim
+    its next attempt (of two resumes at once, one wins) and hand the cluster its driver. Jobs
+    that ended ok are kept, the others run again from what their stores committed."""
+    from imgscale.jobs.cluster import connect
+
     run_id = record["run_id"]
-    shared = [] if is_url(book.url) else [os.path.abspath(book.url)]
+    shared = [] if is_url(ledger.url) else [os.path.abspath(ledger.url)]
     with connect(scheduler, quiet=True, shared_paths=shared) as client:
         by = f"imgscale resume on {socket.gethostname()}"
-        try:
-            book.claim_generation(run_id, {"by": by}, (record["generation"] or 0) + 1)
-        except StoreError as e:
-            raise click.ClickException(str(e)) from e
-        submit_driver(client, run_id, shared[0] if shared else book.url, client.scheduler.address)
-    click.echo(json.dumps({"run_id": run_id}) if as_json else run_id)
+        ledger.claim_generation(run_id, {"by": by}, (record["generation"] or 0) + 1)
+        submit_driver(client, run_id, shared[0] if shared else ledger.url, client.scheduler.address)

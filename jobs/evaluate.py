@@ -1,11 +1,16 @@
-"""Evaluate a fitted classifier on a store's split without bringing its rows to the client."""
+"""Evaluate a fitted classifier on a store's split without bringing its rows to the client;
+`evaluate_saved_model` is ``imgscale evaluate``: a saved model scored on a store on the
+cluster."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from imgscale.jobs.class_names import to_model_labels
+from imgscale.jobs.class_names import model_class_names, to_model_labels
+from imgscale.jobs.on_cluster import model_on_cluster
 from imgscale.pipeline.classify import top_k_columns
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.metrics import evaluate_top_k, mean_interpolated_average_precision
@@ -62,3 +67,21 @@ def evaluate(
     if k < TOP_K:
         result["top5_error"] = None
     return result
+
+
+def evaluate_saved_model(
+    model: str,
+    store: str,
+    split: str | None = "test",
+    *,
+    scheduler: str | None = None,
+    quiet: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> dict:
+    """`evaluate` of the saved MODEL on STORE's ``split`` on the cluster, the store's labels
+    matched to the model's classes by name. ``warn`` is told of batches the model learned from
+    that STORE no longer holds as they were."""
+    on_cluster = model_on_cluster(model, store, scheduler, quiet=quiet, splits=[split], warn=warn)
+    with on_cluster as (fitted, provenance, feature_store):
+        names = model_class_names(provenance, feature_store)
+        return evaluate(fitted, feature_store, split, names)

@@ -1,14 +1,15 @@
 """What ``--features`` names: descriptors computed from images, and the record a store keeps of
 them so that every batch of its rows is computed the same way.
 
-``--features gist,color`` is a comma-separated list of descriptor names (`DESCRIPTORS` of
-``imgscale.pipeline.describe``: ``gist``, ``gist-tiny``, ``color``), ``onnx:MODEL.onnx`` for a
-user's CNN, and ``bow:VOCAB.model`` / ``fisher:VOCAB.model`` for bags of words and Fisher
-vectors encoded against a vocabulary ``imgscale fit-features`` saved; a row is the
-concatenation of the descriptors in that order. The store records each descriptor's name,
-parameters and width (an ONNX model by its path and the sha256 of its bytes, a vocabulary by
-its path and the sha256 of its parameters and arrays), and refuses a batch described otherwise.
-An image store ingested again without ``--features`` is described as its record says.
+``--features gist,color`` is a comma-separated list of the descriptors `jobs.descriptors`
+tables: names of settings (`DESCRIPTORS` of ``imgscale.pipeline.describe``: ``gist``,
+``gist-tiny``, ``color``), ``onnx:MODEL.onnx`` for a user's CNN, and ``bow:VOCAB.model`` /
+``fisher:VOCAB.model`` for bags of words and Fisher vectors encoded against a vocabulary
+``imgscale fit-features`` saved; a row is the concatenation of the descriptors in that order.
+The store records each descriptor's name, parameters and width (an ONNX model by its path and
+the sha256 of its bytes, a vocabulary by its path and the sha256 of its parameters and arrays),
+and refuses a batch described otherwise. An image store ingested again without ``--features``
+is described as its record says.
 
 A client that only hands descriptors to workers never builds them: `features_of_store` of a
 record of named descriptors (no model file to check) is a `Features` of the record alone, whose
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from imgscale.jobs.descriptors import DESCRIPTOR_TABLE, VOCABULARIES, known_spellings
 from imgscale.jobs.feature_records import described_by, same_features, spelling
 from imgscale.storage import ImageRequest, StoreError
 
@@ -40,19 +42,11 @@ if TYPE_CHECKING:
 
 ONNX = "onnx"
 # --features kind → the vocabulary class its model file must hold.
-VOCABULARY_KINDS = {"bow": "BagOfWords", "fisher": "FisherVector"}
-MODEL_KINDS = (ONNX, *VOCABULARY_KINDS)
-# Seconds one core takes to describe an image already decoded at the descriptor's size, by
-# descriptor kind (measured on a 2-core x86 machine; bench describe-speed and cnn-speed measure
-# them again): what `seconds_per_image` declares, to size ingest's tasks by their work.
-SECONDS_PER_IMAGE = {
-    "color": 0.0002,
-    "gist-tiny": 0.003,
-    "gist": 0.025,
-    ONNX: 0.02,
-    "bow": 0.02,
-    "fisher": 0.02,
-}
+VOCABULARY_KINDS = {name: d.vocabulary for name, d in VOCABULARIES.items()}
+# The kinds described by a file (a model or a vocabulary), read again wherever they are built.
+MODEL_KINDS = tuple(d.name for d in DESCRIPTOR_TABLE if d.needs)
+# What `seconds_per_image` declares, by kind, to size ingest's tasks by their work.
+SECONDS_PER_IMAGE = {d.name: d.seconds_per_image for d in DESCRIPTOR_TABLE}
 # Settings of descriptors a process keeps built (the least recently used one goes first): an
 # ONNX session of a CNN holds its weights, tens of MiB.
 WARM_SETTINGS = 4
@@ -160,14 +154,9 @@ def parse_features(spec: str) -> Features:
             step = DESCRIPTORS[kind]().fit()
             entry = {"name": kind, "params": _json(step.get_params())}
         else:
-            known = ", ".join(
-                [
-                    *DESCRIPTORS,
-                    f"{ONNX}:MODEL.onnx",
-                    *(f"{k}:VOCAB.model" for k in VOCABULARY_KINDS),
-                ]
+            raise ValueError(
+                f"--features: unknown descriptor {name!r}; expected one of {known_spellings()}"
             )
-            raise ValueError(f"--features: unknown descriptor {name!r}; expected one of {known}")
         entry["dim"] = int(step.n_features_out_)
         steps.append(step)
         entries.append(entry)

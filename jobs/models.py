@@ -1,4 +1,5 @@
-"""Save and load fitted estimators (or pipelines of them) via ``storage.models``, without pickle.
+"""Save and load fitted estimators (or pipelines of them) without pickle, via
+``storage.saved_models``.
 
 Only classes named in :data:`MODEL_CLASSES` can be loaded: a model file picks a class from this
 allow-list by name and supplies its JSON parameters and numeric arrays, nothing else, whose

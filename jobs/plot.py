@@ -1,7 +1,8 @@
 """2-D scatter plots of a model's embedding of a store's rows, coloured by class (paper 003 Fig. 1).
 
 Only a sample of rows (a few thousand) is read and embedded: a plot of 10⁶ points is a blot, and
-the sample keeps the plot of a large split to one read of the sampled rows.
+the sample keeps the plot of a large split to one read of the sampled rows. `plot_saved_model`
+is ``imgscale plot``: a saved model's embedding of a store's rows, on the cluster.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from imgscale.jobs.on_cluster import model_on_cluster
 from imgscale.pipeline.compute import compute
 from imgscale.storage import FeatureStore
 
@@ -60,6 +62,24 @@ def plot_embedding(
         "exemplars": 0 if exemplars is None else len(exemplars),
         "out": str(out),
     }
+
+
+def plot_saved_model(
+    model: str,
+    store: str,
+    out: str | os.PathLike,
+    *,
+    split: str | None = "test",
+    max_points: int = 5000,
+    scheduler: str | None = None,
+    quiet: bool = False,
+) -> dict:
+    """`plot_embedding` of the saved MODEL's embedding of STORE's rows, on the cluster;
+    matplotlib is checked before any cluster starts. Returns what was drawn."""
+    require_pyplot()
+    with model_on_cluster(model, store, scheduler, quiet=quiet, splits=[split]) as on_cluster:
+        fitted, _, feature_store = on_cluster
+        return plot_embedding(fitted, feature_store, out, split=split, max_points=max_points)
 
 
 def draw_embedding(

@@ -4,6 +4,7 @@ The file is written beside OUT (in the temporary folder when OUT is an object-st
 renamed onto it, or uploaded whole, at the end, so a failed or cancelled run leaves no
 half-written OUT (and an earlier OUT stays as it was).
 
+`predict_saved_model` is ``imgscale predict``: a saved model applied to a store on the cluster.
 `predict_new_rows` keeps a dataset of predictions current as a store grows (scheduled runs): OUT
 is a folder of parts ``rows-{start:012d}-{stop:012d}.parquet``, each holding the predictions of
 the store's rows [start, stop); a run predicts the rows past the last part and adds one part,
@@ -14,14 +15,17 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from sklearn.base import BaseEstimator
 
-from imgscale.jobs.class_names import is_numbered, to_model_labels
+from imgscale.jobs.class_names import is_numbered, model_class_names, to_model_labels
+from imgscale.jobs.on_cluster import model_on_cluster
 from imgscale.pipeline.compute import compute
 from imgscale.storage import FeatureStore, StoreError, is_url, location, publish_file
 
@@ -141,3 +145,35 @@ def predict_new_rows(
         model, store, part, split=split, k=k, class_names=class_names, first_row=first
     )
     return first, rows
+
+
+def predict_saved_model(
+    model: str,
+    store: str,
+    out: str,
+    *,
+    split: str | None = None,
+    top_k: int = 5,
+    new_rows: bool = False,
+    scheduler: str | None = None,
+    quiet: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The saved MODEL's top-k predictions for STORE's rows (of ``split``, else all) on the
+    cluster, written to the parquet file OUT (`predict_to_parquet`), or with ``new_rows`` those
+    of the rows past OUT's last part as a new part (`predict_new_rows`). ``warn`` is told of
+    batches the model learned from that STORE no longer holds as they were. Returns the rows
+    written, the first of them and OUT."""
+    on_cluster = model_on_cluster(model, store, scheduler, quiet=quiet, splits=[split], warn=warn)
+    with on_cluster as (fitted, provenance, feature_store):
+        names = model_class_names(provenance, feature_store)
+        if new_rows:
+            first, rows = predict_new_rows(
+                fitted, feature_store, out, k=top_k, class_names=names, split=split
+            )
+        else:
+            first = 0
+            rows = predict_to_parquet(
+                fitted, feature_store, out, split=split, k=top_k, class_names=names
+            )
+    return {"rows": rows, "first_row": first, "out": str(out)}

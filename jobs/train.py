@@ -1,12 +1,20 @@
-"""Train a classifier on a feature store's split, validating ρ on the store's validation split."""
+"""Train a classifier on a feature store's split, validating ρ on the store's validation split;
+`train_and_save` is ``imgscale train``: the store on the cluster, the fit, the model saved with
+its record of the store."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from imgscale.jobs import models
 from imgscale.jobs.methods import (
     EMBEDDINGS,
     TrainingData,
@@ -14,9 +22,12 @@ from imgscale.jobs.methods import (
     get_method,
     resolve_options,
 )
-from imgscale.jobs.models import classifier_pipeline
+from imgscale.jobs.on_cluster import store_on_cluster
 from imgscale.pipeline.params import ParameterError
 from imgscale.storage import FeatureStore
+
+if TYPE_CHECKING:
+    from imgscale.pipeline.classify import Validation
 
 
 def make_embedding(
@@ -93,7 +104,81 @@ def train(
         if flag is None:
             raise
         raise ValueError(flag + str(exc).removeprefix(exc.parameter)) from None
-    return classifier if embedding is None else classifier_pipeline(embedding, classifier)
+    return classifier if embedding is None else models.classifier_pipeline(embedding, classifier)
+
+
+def train_and_save(
+    store: str,
+    model: str | os.PathLike,
+    method: str,
+    *,
+    options: dict[str, Any],
+    split: str = "train",
+    val_split: str = "val",
+    val_split_given: bool = False,
+    embedding: str | None = None,
+    n_components: int | None = None,
+    gamma: float | None = None,
+    per_class: int | None = None,
+    seed: int = 0,
+    scheduler: str | None = None,
+    quiet: bool = False,
+    say: Callable[[str], None] | None = None,
+    on_validation: Callable[[Validation], None] | None = None,
+) -> tuple[BaseEstimator, dict[str, Any]]:
+    """Fit ``method`` on the rows of STORE's ``split`` on the cluster (`train`) and save it as
+    MODEL with what it learned from: the store, splits, rows, class names and the store's
+    batches (`jobs.models.store_provenance`). Returns the fitted model and the summary
+    ``imgscale train`` reports.
+
+    ``options`` are the method's own; ``embedding`` names one of `jobs.methods.EMBEDDINGS`,
+    built with ``n_components`` and ``gamma`` (`make_embedding`). The validation split is
+    required only when ``val_split_given``; a method that validates says through ``say`` that
+    it does without one the store lacks. ``on_validation`` watches an iterative fit's
+    validations (`pipeline.classify.watch_validations`).
+    """
+    from imgscale.jobs.cluster import shared_path
+    from imgscale.pipeline.classify import watch_validations
+
+    started = time.perf_counter()
+    embedder = None
+    if embedding is not None:
+        embedder = make_embedding(embedding, n_components=n_components, gamma=gamma)
+    sample = {} if per_class is None else {"labelled_per_class": per_class, "sample_seed": seed}
+    splits = (split, val_split) if val_split_given else (split,)
+    with store_on_cluster(store, scheduler, quiet=quiet, splits=splits) as feature_store:
+        if get_method(method).uses_validation and not val_split_given:
+            if say is not None and val_split not in feature_store.split_counts():
+                say(f"{store}: no split {val_split!r}; {method} validates without it")
+        watching = watch_validations(on_validation) if on_validation else contextlib.nullcontext()
+        with watching:
+            fitted = train(
+                feature_store, method, split=split, val_split=val_split, embedding=embedder,
+                per_class=per_class, seed=seed, **options,
+            )  # fmt: skip
+        rows = len(feature_store.labels(split))
+        models.save(
+            fitted,
+            model,
+            store=str(shared_path(feature_store.path)),
+            split=split,
+            val_split=val_split,
+            rows=rows,
+            committed_rows=feature_store.committed_rows,
+            class_names=feature_store.class_names,
+            **models.store_provenance(feature_store),
+            **sample,
+        )
+    rho = getattr(models.model_steps(fitted)[-1], "rho_", None)
+    summary = {
+        "model": str(model),
+        "method": method,
+        "rows": rows,
+        "rho": None if rho is None else float(rho),
+        "seconds": time.perf_counter() - started,
+        **sample,
+    }
+    return fitted, summary
 
 
 def labelled_sample(

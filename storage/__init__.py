@@ -80,10 +80,10 @@ if TYPE_CHECKING:
     from imgscale.storage.ledger import OUTCOMES as OUTCOMES
     from imgscale.storage.ledger import Ledger as Ledger
     from imgscale.storage.lock import FileLock as FileLock
-    from imgscale.storage.models import SavedStep as SavedStep
-    from imgscale.storage.models import load_model as load_model
-    from imgscale.storage.models import save_model as save_model
     from imgscale.storage.row_codecs import RowCodec as RowCodec
+    from imgscale.storage.saved_models import SavedStep as SavedStep
+    from imgscale.storage.saved_models import load_model as load_model
+    from imgscale.storage.saved_models import save_model as save_model
     from imgscale.storage.store import SCHEMA_VERSION as SCHEMA_VERSION
     from imgscale.storage.store import FeatureStore as FeatureStore
     from imgscale.storage.store import open_store as open_store

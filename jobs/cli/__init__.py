@@ -1,12 +1,15 @@
-"""The ``imgscale`` command line: a thin layer over ``jobs`` functions.
+"""The ``imgscale`` command line: each command parses its arguments, calls one use-case function
+of ``jobs`` and prints what it returned.
 
 Every command exits 0 on success and non-zero with a one-line message on stderr on failure
 (``--verbose`` adds the traceback). Commands that report figures print one JSON object with
 ``--json`` and nothing else on stdout.
 
 The group and its entry point are here, the commands by what they work on: stores
-(`store_commands`), models (`model_commands`), runs (`jobs.submit`) and the two below. What
-commands share (options, the store-on-cluster preamble, the summary at the end) is `jobs.options`.
+(`store_commands`), models (`model_commands`), runs in this process and the run ledger
+(`run_commands`), runs on the cluster (`detached_commands`). What commands share is `options`
+(click options: the cluster, paths, --json, --verbose) and `printers` (the summary at the end,
+warnings, progress lines).
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import gc
 import sys
 import traceback
 from importlib.metadata import entry_points
-from pathlib import Path
 
 import click
 
+from imgscale.jobs.cli.detached_commands import cancel, drive, logs, resume, status, submit
 from imgscale.jobs.cli.model_commands import (
     add_class,
+    demo,
     embed_command,
     evaluate,
     plot,
@@ -29,6 +33,9 @@ from imgscale.jobs.cli.model_commands import (
     train,
     update,
 )
+from imgscale.jobs.cli.options import verbose
+from imgscale.jobs.cli.printers import end_progress_line
+from imgscale.jobs.cli.run_commands import run, runs, schedule
 from imgscale.jobs.cli.store_commands import (
     compact,
     compress,
@@ -39,10 +46,7 @@ from imgscale.jobs.cli.store_commands import (
     ingest,
     remove_batch,
 )
-from imgscale.jobs.detached import cancel, drive, logs, resume, status, submit
-from imgscale.jobs.options import end_progress_line, scheduler_option, verbose, verbose_option
 from imgscale.jobs.runs import Terminated
-from imgscale.jobs.submit import run, runs
 
 CONTRIBUTED_COMMANDS = "imgscale.commands"
 
@@ -100,52 +104,6 @@ def cli(ctx: click.Context) -> None:
     """
     if ctx.invoked_subcommand is None:  # bare `imgscale`: the help, not an error
         click.echo(ctx.get_help())
-
-
-@click.command()
-@click.option("--workdir", type=click.Path(), help="Keep the demo store and models here.")
-@scheduler_option
-@verbose_option
-def demo(workdir, scheduler) -> None:
-    """sklearn digits → a store → ridge and NCM on a Dask cluster → a table of results."""
-    from imgscale.jobs.demo import run_demo
-
-    click.echo(run_demo(workdir, scheduler))
-
-
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--every", help="Interval: 90s, 10m, 2h, 1d (first run at once).")
-@click.option("--cron", help="Five-field cron expression, e.g. '*/10 * * * *' (local time).")
-@click.option("--lock", type=click.Path(), help="Lock file (default: one per command in tmp).")
-@click.option("--max-runs", type=int, help="Stop after this many turns (default: never).")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-@verbose_option
-def schedule(every, cron, lock, max_runs, command) -> None:
-    """Run `imgscale COMMAND` every interval or on a cron schedule, never two at once.
-
-    A turn that finds another run holding the lock (flock, released when its holders die) is
-    skipped. Example (one turn; without --max-runs it keeps going):
-
-    \b
-      imgscale schedule --every 10m --max-runs 1 -- embed ale.model digits.zarr digits-ale.zarr
-    """
-    from imgscale.jobs.schedule import parse_every
-    from imgscale.jobs.schedule import schedule as run_schedule
-
-    if (every is None) == (cron is None):
-        raise click.UsageError("give exactly one of --every and --cron")
-    counts = run_schedule(
-        list(command),
-        every=parse_every(every) if every is not None else None,
-        cron=cron,
-        lock_path=Path(lock) if lock else None,
-        max_runs=max_runs,
-        log=lambda line: click.echo(line, err=True),
-    )
-    click.echo(
-        f"schedule: {counts['ran']} runs ({counts['failed']} failed), {counts['skipped']} skipped",
-        err=True,
-    )
 
 
 for command in (

@@ -1,25 +1,23 @@
-"""`imgscale` commands on models: train, predict, evaluate, plot, add-class, embed."""
+"""`imgscale` commands on models: train, predict, evaluate, plot, add-class, embed, update, and
+the demo that trains two."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
 
 from imgscale.jobs import methods
-from imgscale.jobs.options import (
+from imgscale.jobs.cli.options import (
     StorePath,
     check_new_path,
-    end_progress_line,
     json_option,
     option_given,
-    print_summary,
     scheduler_option,
-    store_on_cluster,
-    validation_line,
     verbose_option,
 )
+from imgscale.jobs.cli.printers import end_progress_line, print_summary, validation_line, warn
+from imgscale.jobs.on_cluster import store_on_cluster
 from imgscale.jobs.runs import RecordedCommand, report, report_progress
 
 # Method options served by a flag `train` declares itself (--n-components: an embedding's
@@ -42,12 +40,6 @@ def method_options(command):
             help=f"{'/'.join(methods.methods_taking(option))}: {option.help}",
         )(command)
     return command
-
-
-def warn(message: str | None) -> None:
-    """A warning on stderr, one line (the model's store changed since it was trained)."""
-    if message is not None:
-        click.echo(f"imgscale: warning: {message}", err=True)
 
 
 # click keeps the lines of a paragraph that starts with \b as they are.
@@ -104,11 +96,8 @@ def train(
     scheduler, as_json, **options,
 ) -> None:  # fmt: skip
     """Train a classifier on STORE and save it to MODEL (zarr + JSON, no pickle)."""
-    from imgscale.jobs import models
-    from imgscale.jobs.cluster import shared_path
-    from imgscale.jobs.train import make_embedding
-    from imgscale.jobs.train import train as train_model
-    from imgscale.pipeline.classify import watch_validations
+    from imgscale.jobs.models import model_steps
+    from imgscale.jobs.train import train_and_save
 
     check_new_path(model, "MODEL")
     given = {name: value for name, value in options.items() if option_given(ctx, name)}
@@ -121,58 +110,26 @@ def train(
             methods.check_val_split(methods.METHODS[method])
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    embedder = None
-    if embedding is not None:
-        embedder = make_embedding(embedding, n_components=n_components, gamma=gamma)
-    elif gamma is not None or (n_components is not None and not method_dim):
+    if embedding is None and (gamma is not None or (n_components is not None and not method_dim)):
         raise click.UsageError("--n-components and --gamma need --embedding")
     if option_given(ctx, "seed") and per_class is None:
         raise click.UsageError("--seed draws the --per-class sample: give --per-class too")
-    sample = {} if per_class is None else {"labelled_per_class": per_class, "sample_seed": seed}
-    val_given = option_given(ctx, "val_split")
-    started = time.perf_counter()
-    splits = (split, val_split) if val_given else (split,)
-    with store_on_cluster(store, scheduler, quiet=as_json, splits=splits) as feature_store:
-        if methods.METHODS[method].uses_validation and not val_given:
-            if val_split not in feature_store.split_counts():
-                click.echo(
-                    f"{store}: no split {val_split!r}; {method} validates without it", err=True
-                )
-        with watch_validations(validation_line("train", quiet=as_json)):
-            fitted = train_model(
-                feature_store, method, split=split, val_split=val_split, embedding=embedder,
-                per_class=per_class, seed=seed, **given,
-            )  # fmt: skip
-        end_progress_line()  # early stopping leaves the validation line unfinished
-        models.save(
-            fitted,
-            model,
-            store=str(shared_path(feature_store.path)),
-            split=split,
-            val_split=val_split,
-            rows=len(feature_store.labels(split)),
-            committed_rows=feature_store.committed_rows,
-            class_names=feature_store.class_names,
-            **models.store_provenance(feature_store),
-            **sample,
-        )
-    steps = models.model_steps(fitted)
+    fitted, summary = train_and_save(
+        store, model, method, options=given, split=split, val_split=val_split,
+        val_split_given=option_given(ctx, "val_split"), embedding=embedding,
+        n_components=n_components, gamma=gamma, per_class=per_class, seed=seed,
+        scheduler=scheduler, quiet=as_json, say=lambda line: click.echo(line, err=True),
+        on_validation=validation_line("train", quiet=as_json),
+    )  # fmt: skip
+    end_progress_line()  # early stopping leaves the validation line unfinished
+    steps = model_steps(fitted)
     classifier = steps[-1]
-    rho = getattr(classifier, "rho_", None)
-    summary = {
-        "model": str(model),
-        "method": method,
-        "rows": len(feature_store.labels(split)),
-        "rho": None if rho is None else float(rho),
-        "seconds": time.perf_counter() - started,
-        **sample,
-    }
     detail = f", rho={classifier.rho_:g}" if hasattr(classifier, "rho_") else ""
     if hasattr(classifier, "best_iteration_"):
         detail += f", d={classifier.n_components}, {best_iteration_text(classifier)}"
     if embedding is not None:
         detail += f", {embedding} embedding to {steps[0].n_components_} dims"
-    message = f"{model}: {method}{detail} ({time.perf_counter() - started:.1f} s)"
+    message = f"{model}: {method}{detail} ({summary['seconds']:.1f} s)"
     print_summary(summary, as_json, message)
 
 
@@ -204,33 +161,19 @@ def best_iteration_text(classifier: Any) -> str:
 @verbose_option
 def predict(model, store, out, split, top_k, new_rows, scheduler, as_json) -> None:
     """Write MODEL's predictions for STORE's rows to the parquet file OUT."""
-    from imgscale.jobs import models
-    from imgscale.jobs.class_names import model_class_names
-    from imgscale.jobs.predict import predict_new_rows, predict_to_parquet
+    from imgscale.jobs.predict import predict_saved_model
     from imgscale.storage import is_url
 
     if new_rows and is_url(out):
         raise click.UsageError("--new predicts new rows into a local folder, not a URL")
     if not new_rows:
         check_new_path(out, "OUT")
-    fitted, provenance = models.load(model)
-    with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
-        models.check_store_features(provenance, feature_store, model)
-        warn(models.store_changes(provenance, feature_store, model))
-        names = model_class_names(provenance, feature_store)
-        if new_rows:
-            first, rows = predict_new_rows(
-                fitted, feature_store, out, k=top_k, class_names=names, split=split
-            )
-        else:
-            first, rows = (
-                0,
-                predict_to_parquet(
-                    fitted, feature_store, out, split=split, k=top_k, class_names=names
-                ),
-            )
+    summary = predict_saved_model(
+        model, store, out, split=split, top_k=top_k, new_rows=new_rows, scheduler=scheduler,
+        quiet=as_json, warn=warn,
+    )  # fmt: skip
+    rows, first = summary["rows"], summary["first_row"]
     report({"rows": rows})
-    summary = {"rows": rows, "first_row": first, "out": str(out)}
     message = f"{out}: {rows} rows" + (f" from row {first}" if new_rows else "")
     print_summary(summary, as_json, message, recorded=False)
 
@@ -244,16 +187,11 @@ def predict(model, store, out, split, top_k, new_rows, scheduler, as_json) -> No
 @verbose_option
 def evaluate(model, store, split, scheduler, as_json) -> None:
     """Per-class rate, top-1/top-5 flat error and MiAP of MODEL on STORE's labelled rows."""
-    from imgscale.jobs import models
-    from imgscale.jobs.class_names import model_class_names
-    from imgscale.jobs.evaluate import evaluate as evaluate_model
+    from imgscale.jobs.evaluate import evaluate_saved_model
 
-    fitted, provenance = models.load(model)
-    with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
-        models.check_store_features(provenance, feature_store, model)
-        warn(models.store_changes(provenance, feature_store, model))
-        names = model_class_names(provenance, feature_store)
-        result = evaluate_model(fitted, feature_store, split, names)
+    result = evaluate_saved_model(
+        model, store, split, scheduler=scheduler, quiet=as_json, warn=warn
+    )
     lines = [
         f"{key:>16}: {value:.4f}" if isinstance(value, float) else f"{key:>16}: {value}"
         for key, value in result.items()
@@ -274,15 +212,13 @@ def evaluate(model, store, split, scheduler, as_json) -> None:
 @verbose_option
 def plot(model, store, out, split, max_points, scheduler, as_json) -> None:
     """A PNG scatter of MODEL's 2-D embedding of STORE's rows by class, exemplars circled."""
-    from imgscale.jobs import models
-    from imgscale.jobs.plot import plot_embedding, require_pyplot
+    from imgscale.jobs.plot import plot_saved_model
 
     check_new_path(out, "OUT", local_only=True)
-    require_pyplot()  # matplotlib is checked before any cluster starts
-    fitted, provenance = models.load(model)
-    with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
-        models.check_store_features(provenance, feature_store, model)
-        drawn = plot_embedding(fitted, feature_store, out, split=split, max_points=max_points)
+    drawn = plot_saved_model(
+        model, store, out, split=split, max_points=max_points, scheduler=scheduler,
+        quiet=as_json,
+    )  # fmt: skip
     message = (
         f"{out}: {drawn['points']} rows of {drawn['classes']} classes, "
         f"{drawn['exemplars']} exemplars"
@@ -339,22 +275,12 @@ def embed_command(model, src, dst, batch_rows, max_rows, scheduler, as_json) -> 
     killed run resumes where it stopped (paper 001 §3), and the rows of a source batch removed
     or ingested again with other rows since are removed from DST (and the new rows embedded).
     """
-    from imgscale.jobs import models
-    from imgscale.jobs.cluster import shared_path
-    from imgscale.jobs.embed import embed_new_rows
+    from imgscale.jobs.embed_store import embed_store
 
-    fitted, provenance = models.load(model)
-    with store_on_cluster(src, scheduler, quiet=as_json) as source:
-        models.check_store_features(provenance, source, model)
-        summary = embed_new_rows(
-            fitted,
-            source,
-            dst,
-            batch_rows=batch_rows,
-            max_rows=max_rows,
-            provenance={"model": str(shared_path(model))},
-            on_commit=lambda start, stop: report_progress(stop, source.committed_rows, "embed"),
-        )
+    summary = embed_store(
+        model, src, dst, batch_rows=batch_rows, max_rows=max_rows, scheduler=scheduler,
+        quiet=as_json, progress=lambda done, total: report_progress(done, total, "embed"),
+    )  # fmt: skip
     stale = summary["stale_batches_removed"]
     removed = (
         f"; {summary['stale_rows_removed']} rows of source batches {stale} that changed or were "
@@ -422,3 +348,14 @@ def update(model, store, out, refit_embedding, scheduler, as_json) -> None:
         + f" ({summary['seconds']:.1f} s)"
     )
     print_summary(summary, as_json, message)
+
+
+@click.command()
+@click.option("--workdir", type=click.Path(), help="Keep the demo store and models here.")
+@scheduler_option
+@verbose_option
+def demo(workdir, scheduler) -> None:
+    """sklearn digits → a store → ridge and NCM on a Dask cluster → a table of results."""
+    from imgscale.jobs.demo import run_demo
+
+    click.echo(run_demo(workdir, scheduler))

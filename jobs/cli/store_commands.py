@@ -9,33 +9,37 @@ from pathlib import Path
 
 import click
 
-from imgscale.jobs.options import (
+from imgscale.jobs.cli.options import (
     StorePath,
     check_new_path,
+    json_option,
+    scheduler_option,
+    verbose_option,
+)
+from imgscale.jobs.cli.printers import (
     end_progress_line,
     fit_pass_line,
     images_progress_line,
-    json_option,
     print_summary,
     progress_line,
-    scheduler_option,
     stage_progress_line,
-    store_on_cluster,
-    verbose_option,
 )
+from imgscale.jobs.descriptors import (
+    VOCABULARIES,
+    descriptor_list,
+    features_help,
+    vocabulary_help,
+)
+from imgscale.jobs.on_cluster import store_on_cluster
 from imgscale.jobs.runs import RecordedCommand
 
+BOW, FISHER = VOCABULARIES["bow"], VOCABULARIES["fisher"]
 
-@click.command(cls=RecordedCommand)
+
+@click.command(cls=RecordedCommand, epilog=descriptor_list())
 @click.argument("src", type=click.Path())
 @click.argument("store", type=StorePath())
-@click.option(
-    "--features",
-    metavar="NAMES",
-    help="Images in: descriptors to compute, comma-separated: gist, gist-tiny, color, "
-    "onnx:MODEL.onnx, bow:VOCAB.model, fisher:VOCAB.model (vocabularies of imgscale "
-    "fit-features) (default for a store of images: those it was made with).",
-)
+@click.option("--features", metavar="NAMES", help=features_help())
 @click.option("--x-key", help="Array or column holding the features (npz, parquet).")
 @click.option(
     "--y-key",
@@ -297,32 +301,32 @@ def _ingest_images(
 @click.option(
     "--features",
     "kind",
-    type=click.Choice(["bow", "fisher"]),
+    type=click.Choice(list(VOCABULARIES)),
     required=True,
-    help="bow: a k-means dictionary of dense SIFT (paper 000); fisher: PCA + diagonal GMM of "
-    "dense RootSIFT and local colour (paper 002).",
+    help=vocabulary_help(),
 )
 @click.option(
     "--words",
     type=click.IntRange(min=1),
-    help="bow: dictionary size [400: Lazebnik et al. 2006's larger dictionary, the size "
-    "docs/findings/cifar10-bow-fisher.md measures against the reference pipeline].",
+    help=f"bow: dictionary size [{BOW.default('--words')}: Lazebnik et al. 2006's larger "
+    "dictionary, the size docs/findings/cifar10-bow-fisher.md measures against the reference "
+    "pipeline].",
 )
 @click.option(
     "--pyramid-levels",
     type=click.IntRange(1, 4),
-    help="bow: 1 (whole image), 3 (1x1 + 2x2 + 4x4 cells) [1].",
+    help=f"bow: 1 (whole image), 3 (1x1 + 2x2 + 4x4 cells) [{BOW.default('--pyramid-levels')}].",
 )
 @click.option(
     "--gaussians",
     type=click.IntRange(min=1),
-    help="fisher: GMM size [16: paper 002 §5.1's 4K-D vectors; 64 scores higher on CIFAR-10 "
-    "(docs/findings/cifar10-bow-fisher.md)].",
+    help=f"fisher: GMM size [{FISHER.default('--gaussians')}: paper 002 §5.1's 4K-D vectors; "
+    "64 scores higher on CIFAR-10 (docs/findings/cifar10-bow-fisher.md)].",
 )
 @click.option(
     "--components",
     type=click.IntRange(min=1),
-    help="fisher: PCA dimensions a channel [64: paper 002 §5.1].",
+    help=f"fisher: PCA dimensions a channel [{FISHER.default('--components')}: paper 002 §5.1].",
 )
 @click.option(
     "--sample",
@@ -395,10 +399,12 @@ def fit_features(
     from imgscale.pipeline.describe import watch_passes
     from imgscale.storage import is_url
 
-    for_kind = {"bow": ("--words", "--pyramid-levels"), "fisher": ("--gaussians", "--components")}
     given = {"--words": words, "--pyramid-levels": pyramid_levels, "--gaussians": gaussians,
              "--components": components}  # fmt: skip
-    wrong = [flag for flag, value in given.items() if value and flag not in for_kind[kind]]
+    options = VOCABULARIES[kind].options
+    wrong = [
+        flag for flag, value in given.items() if value and flag not in {o.flag for o in options}
+    ]
     if wrong:
         raise click.UsageError(f"{', '.join(wrong)}: not for --features {kind}")
     check_new_path(vocabulary, "VOCABULARY")
@@ -426,10 +432,7 @@ def fit_features(
         )
     grid = {"patch_sizes": patch_sizes, "step": step, "image_size": int(image_size),
             "sift_window": sift_window}  # fmt: skip
-    if kind == "bow":
-        params = {"n_words": words or 400, "pyramid_levels": pyramid_levels or 1}
-    else:
-        params = {"n_gaussians": gaussians or 16, "n_components": components or 64}
+    params = {o.param: given[o.flag] or o.default for o in options}
     model = vocabulary_of(kind, **grid, **params, random_state=seed)
     if not is_url(src):
         src = str(shared_path(src))

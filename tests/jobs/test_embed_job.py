@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from imgscale.jobs import models
-from imgscale.jobs.embed import embed_new_rows
+from imgscale.jobs.embed_store import embed_new_rows
 from imgscale.pipeline.embed import ALE
 from imgscale.storage import create_store, open_store
 from tests.conftest import wait_for_report
@@ -119,7 +119,7 @@ CHILD = """
 import sys, time
 import imgscale.storage.writer
 from imgscale.jobs import models
-from imgscale.jobs.embed import embed_new_rows
+from imgscale.jobs.embed_store import embed_new_rows
 from imgscale.storage import open_store
 
 model_path, src, dst, progress, mode = sys.argv[1:]

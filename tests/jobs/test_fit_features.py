@@ -244,12 +244,12 @@ def test_a_sample_as_large_as_a_parquet_source_is_every_image(photos, tmp_path):
 def test_the_pass_line_shows_stage_iteration_and_figure_over_the_longer_line_before(
     capsys, monkeypatch
 ):
-    from imgscale.jobs import options
+    from imgscale.jobs.cli import printers
     from imgscale.pipeline.describe import FitPass
 
     clock = [100.0]
-    monkeypatch.setattr(options.time, "monotonic", lambda: clock[0])
-    show = options.fit_pass_line("fit-features")
+    monkeypatch.setattr(printers.time, "monotonic", lambda: clock[0])
+    show = printers.fit_pass_line("fit-features")
     show(FitPass("sift", "PCA", 1, 1, None))
     clock[0] += 0.6
     show(FitPass("sift", "k-means", 3, 50, 2.5e-3))
@@ -261,7 +261,7 @@ def test_the_pass_line_shows_stage_iteration_and_figure_over_the_longer_line_bef
     em = "fit-features: sift EM iteration 1/100, mean log-likelihood -85.3123"
     pca = "fit-features: sift PCA"
     assert capsys.readouterr().err == f"\r{pca}\r{kmeans}\r{em.ljust(len(kmeans))}"
-    options.fit_pass_line("fit-features", quiet=True)(FitPass("sift", "PCA", 1, 1, None))
+    printers.fit_pass_line("fit-features", quiet=True)(FitPass("sift", "PCA", 1, 1, None))
     assert capsys.readouterr().err == ""
 
 

@@ -210,11 +210,11 @@ def test_the_help_states_the_default_codebook_sample():
 def test_the_ingest_rate_counts_from_the_ingests_start_not_from_the_codebook_before_it(
     capsys, monkeypatch
 ):
-    from imgscale.jobs import options
+    from imgscale.jobs.cli import printers
 
     clock = [100.0]
-    monkeypatch.setattr(options.time, "monotonic", lambda: clock[0])
-    show = options.images_progress_line()  # created as the command starts
+    monkeypatch.setattr(printers.time, "monotonic", lambda: clock[0])
+    show = printers.images_progress_line()  # created as the command starts
     clock[0] = 500.0  # a new store's codebook took 400 s
     show(0, 1000, 0, 0)  # ingest_images starts describing
     clock[0] = 502.0

@@ -26,7 +26,7 @@ SLOW_SAVE = textwrap.dedent(
     import numpy as np
     from imgscale.jobs import models
     from imgscale.pipeline.classify import NearestClassMean
-    from imgscale.storage import models as storage_models
+    from imgscale.storage import saved_models as storage_models
 
     write = storage_models._write_array
     def slow_write(*args):

@@ -105,7 +105,7 @@ def test_runs_lists_as_json_filtered_by_kind_and_start(digits_splits, tmp_path):
 
 
 def test_a_running_fit_shows_its_iterations_and_an_image_ingest_images_not_rows(tmp_path):
-    from imgscale.jobs.options import fit_pass_line, images_progress_line, validation_line
+    from imgscale.jobs.cli.printers import fit_pass_line, images_progress_line, validation_line
     from imgscale.jobs.runs import recorded_run
     from imgscale.pipeline.classify import Validation
     from imgscale.pipeline.describe import FitPass

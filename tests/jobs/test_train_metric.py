@@ -165,14 +165,14 @@ def test_the_summary_says_when_sgd_ran_out_of_iterations_still_improving():
 def test_the_validation_line_redraws_twice_a_second_ends_at_the_last_and_is_quiet_with_json(
     capsys, monkeypatch
 ):
-    from imgscale.jobs import options
+    from imgscale.jobs.cli import printers
     from imgscale.pipeline.classify import Validation
 
     clock = [100.0]
-    monkeypatch.setattr(options.time, "monotonic", lambda: clock[0])
-    options.validation_line("train", quiet=True)(Validation(40, 40, 0.5, 0.4, 20))
+    monkeypatch.setattr(printers.time, "monotonic", lambda: clock[0])
+    printers.validation_line("train", quiet=True)(Validation(40, 40, 0.5, 0.4, 20))
     assert capsys.readouterr().err == ""
-    show = options.validation_line("train")
+    show = printers.validation_line("train")
     show(Validation(0, 40, 0.6, 0.6, 0))
     clock[0] += 0.2
     show(Validation(20, 40, 0.5, 0.5, 20))  # 0.2 s after the last draw: not drawn

@@ -1,4 +1,4 @@
-"""Incremental batch embedding: embed the source batches a destination store lacks.
+"""Embed a store into another: the source batches a destination store lacks, by batch id and digest.
 
 Paper 001 §3 "Incremental Learning": unlabelled images arrive in batches (1,000 images) and are
 embedded by interpolating the fitted eigenfunctions, never by refitting. Here the destination
@@ -32,6 +32,7 @@ from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline
 
 from imgscale.jobs.models import model_steps
+from imgscale.jobs.on_cluster import model_on_cluster
 from imgscale.pipeline.compute import compute
 from imgscale.storage import FeatureStore, StoreError, create_or_open, create_store
 
@@ -170,6 +171,39 @@ def embed_new_rows(
         "seconds": seconds,
         "rows_per_second": embedded_rows / seconds if seconds > 0 else 0.0,
     }
+
+
+def embed_store(
+    model: str,
+    src: str,
+    dst: str | os.PathLike,
+    *,
+    batch_rows: int = 1000,
+    max_rows: int | None = None,
+    scheduler: str | None = None,
+    quiet: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """``imgscale embed``: `embed_new_rows` of store SRC into DST with the saved MODEL's
+    embedding, on the cluster; DST records the model it was embedded with. ``progress(done,
+    total)`` is called after each commit: SRC's rows up to the last one committed, of all."""
+    from imgscale.jobs.cluster import shared_path
+
+    with model_on_cluster(model, src, scheduler, quiet=quiet) as (fitted, _, source):
+
+        def on_commit(start: int, stop: int) -> None:
+            if progress is not None:
+                progress(stop, source.committed_rows)
+
+        return embed_new_rows(
+            fitted,
+            source,
+            dst,
+            batch_rows=batch_rows,
+            max_rows=max_rows,
+            provenance={"model": str(shared_path(model))},
+            on_commit=on_commit,
+        )
 
 
 def _check_source(store: FeatureStore, src: FeatureStore, source_path: str) -> None:

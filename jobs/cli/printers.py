@@ -1,15 +1,12 @@
-"""Click options and output helpers shared by every `imgscale` command, built in or contributed."""
+"""What `imgscale` commands print: the summary a command ends with (also given to the run
+ledger), warnings, and the progress lines redrawn in place on stderr while it works."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextvars import ContextVar
-from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -19,127 +16,6 @@ from imgscale.jobs.runs import report, report_progress
 if TYPE_CHECKING:
     from imgscale.pipeline.classify import Validation
     from imgscale.pipeline.describe import FitPass
-    from imgscale.storage import FeatureStore
-
-
-def _set_tls_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """Put a --tls-* file into Dask's configuration, where the client's Security reads it."""
-    if value is not None:
-        import dask.config
-
-        from imgscale.jobs.cluster import TLS_KEYS
-
-        # Set for this command only: undone when click closes the command's context.
-        ctx.with_resource(dask.config.set({TLS_KEYS[param.name]: str(Path(value).absolute())}))
-
-
-def _tls_option(flag: str, what: str) -> Callable:
-    return click.option(
-        flag,
-        type=click.Path(exists=True, dir_okay=False),
-        expose_value=False,
-        callback=_set_tls_config,
-        help=f"{what} for a tls:// scheduler (as `dask worker` takes it; or Dask's config).",
-    )
-
-
-_scheduler_options = (
-    click.option(
-        "--scheduler",
-        envvar="DASK_SCHEDULER_ADDRESS",
-        default=None,
-        metavar="ADDRESS",
-        help="Dask scheduler to connect to (default: $DASK_SCHEDULER_ADDRESS, else a "
-        "LocalCluster on 127.0.0.1).",
-    ),
-    _tls_option("--tls-ca-file", "CA certificate (PEM)"),
-    _tls_option("--tls-cert", "Client certificate (PEM)"),
-    _tls_option("--tls-key", "Client private key (PEM)"),
-)
-
-
-def scheduler_option(command: Callable) -> Callable:
-    """--scheduler ADDRESS and the --tls-ca-file/--tls-cert/--tls-key files that secure it."""
-    for option in reversed(_scheduler_options):
-        command = option(command)
-    return command
-
-
-class StorePath(click.Path):
-    """A store's or model's location: a local path (or ``file://`` URL), checked as `click.Path`
-    checks it, or an object-store URL (``s3://bucket/store.zarr``), kept as given and checked
-    when opened."""
-
-    def convert(self, value, param, ctx):
-        from imgscale.storage import is_url, location
-
-        if isinstance(value, str) and is_url(value):
-            return value
-        if isinstance(value, str) and value.startswith("file://"):
-            value = str(location(value))
-        return super().convert(value, param, ctx)
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object only.")
-
-
-# Set by --verbose, read by the entry point: the exception it reports has already unwound
-# click's contexts. Eager, so it is set before any other option can fail.
-verbose: ContextVar[bool] = ContextVar("verbose", default=False)
-
-
-def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    if value:
-        verbose.set(True)
-
-
-verbose_option = click.option(
-    "--verbose",
-    is_flag=True,
-    is_eager=True,
-    expose_value=False,
-    callback=_set_verbose,
-    help="Show the traceback on failure.",
-)
-
-
-def option_given(ctx: click.Context, name: str) -> bool:
-    """Whether option ``name`` was given (command line or environment), not defaulted."""
-    return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
-
-
-def row_bytes(store: FeatureStore) -> int:
-    """Bytes of ``store``'s rows as the float32 its tasks compute on (PQ codes decode to it):
-    how `jobs.cluster.connect` chooses the kind of LocalCluster."""
-    return store.committed_rows * store.dim * 4
-
-
-@contextlib.contextmanager
-def store_on_cluster(
-    store: str,
-    scheduler: str | None,
-    *,
-    quiet: bool,
-    splits: Iterable[str | None] = (),
-    shared_paths: Iterable[Any] = (),
-) -> Iterator[FeatureStore]:
-    """What a command reading a store on the cluster does first: open STORE at the path the
-    workers see, refuse each of ``splits`` it has no rows of (before any cluster starts), then
-    connect to the cluster (sized by the store's rows; ``shared_paths`` must exist on every
-    worker too) for the block. Yields the open store."""
-    from imgscale.jobs.cluster import connect, shared_path
-    from imgscale.storage import open_store
-
-    feature_store = open_store(shared_path(store))
-    for split in splits:
-        feature_store.require_split(split)
-    with connect(
-        scheduler,
-        quiet=quiet,
-        shared_paths=[feature_store.path, *shared_paths],
-        data_bytes=row_bytes(feature_store),
-    ):
-        yield feature_store
 
 
 def print_summary(
@@ -161,13 +37,10 @@ def print_summary(
     click.echo(message, err=err)
 
 
-def print_records(records: list[dict], as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps({"records": records}))
-        return
-    for r in records:
-        peer = f"  peer {r['peer_value']:.4g}  ratio {r['ratio']:.3f}" if "ratio" in r else ""
-        click.echo(f"{r['name']:<40} {r['value']:>12.4g} {r['unit']:<8}{peer}")
+def warn(message: str | None) -> None:
+    """A warning on stderr, one line (the model's store changed since it was trained)."""
+    if message is not None:
+        click.echo(f"imgscale: warning: {message}", err=True)
 
 
 # Whether a progress line is drawn without its newline yet: an error must start a new line.
@@ -297,27 +170,3 @@ def images_progress_line(*, quiet: bool = False):
         )
 
     return report
-
-
-def check_new_path(path: str | None, what: str, *, local_only: bool = False) -> None:
-    """Refuse, before any work, an output path that exists or whose folder is missing or not
-    writable: a command must not compute for minutes and then fail to save. A URL is refused
-    with ``local_only`` (an output written by a library that knows only local files)."""
-    if path is None:
-        return
-    from imgscale.storage import is_url, location
-
-    if is_url(path) and local_only:
-        raise click.UsageError(f"{what} {path}: expected a local path, not a URL")
-    if is_url(path):
-        if location(path).exists():
-            raise click.UsageError(f"{what} {path} already exists; expected a new path")
-        return
-    target = Path(path)
-    if target.exists() or target.is_symlink():
-        raise click.UsageError(f"{what} {path} already exists; expected a new path")
-    parent = target.absolute().parent
-    if not parent.is_dir():
-        raise click.UsageError(f"{what} {path}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise click.UsageError(f"{what} {path}: folder {parent} is not writable")

@@ -1,4 +1,5 @@
-"""``imgscale run SPEC`` submits the jobs of a spec; ``imgscale runs`` lists the run ledger."""
+"""`imgscale` commands that run other commands and list what ran: run (a spec's jobs, in this
+process), schedule (a command on a timer), runs (the run ledger: list, show, import)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import click
 
-from imgscale.jobs.options import json_option, scheduler_option, verbose_option
+from imgscale.jobs.cli.options import json_option, scheduler_option, verbose_option
 from imgscale.jobs.runs import (
     SpecOrigin,
     command_line,
@@ -20,7 +21,7 @@ from imgscale.jobs.runs import (
     spec_origin,
 )
 from imgscale.jobs.schedule import parse_every
-from imgscale.jobs.spec import SpecError, load_spec
+from imgscale.jobs.spec import Job, SpecError, load_spec
 from imgscale.storage import use_storage_options
 
 
@@ -41,12 +42,7 @@ def run(ctx: click.Context, spec: str, dry_run: bool, scheduler: str | None, led
     for a small store, worker processes for a large one).
     """
     root = ctx.find_root().command
-    try:
-        jobs = load_spec(spec, root)
-    except SpecError as e:
-        for problem in e.problems:
-            click.echo(f"imgscale: error: {problem}", err=True)
-        raise click.ClickException(str(e)) from e
+    jobs = checked_spec(spec, root)
     plans = [(job, _with_scheduler(job, scheduler)) for job in jobs]
     if dry_run:
         for job, params in plans:
@@ -73,10 +69,54 @@ def run(ctx: click.Context, spec: str, dry_run: bool, scheduler: str | None, led
     click.echo(f"{spec}: {len(jobs)} jobs ok (runs {', '.join(origin.run_ids)})", err=True)
 
 
+def checked_spec(spec: str, root: click.Group) -> list[Job]:
+    """The jobs of the spec file ``spec``, every problem printed, one line each, if any."""
+    try:
+        return load_spec(spec, root)
+    except SpecError as e:
+        for problem in e.problems:
+            click.echo(f"imgscale: error: {problem}", err=True)
+        raise click.ClickException(str(e)) from e
+
+
 def _with_scheduler(job, scheduler: str | None) -> dict[str, Any]:
     if scheduler is None or not any(p.name == "scheduler" for p in job.command.params):
         return job.params
     return {**job.params, "scheduler": scheduler}
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--every", help="Interval: 90s, 10m, 2h, 1d (first run at once).")
+@click.option("--cron", help="Five-field cron expression, e.g. '*/10 * * * *' (local time).")
+@click.option("--lock", type=click.Path(), help="Lock file (default: one per command in tmp).")
+@click.option("--max-runs", type=int, help="Stop after this many turns (default: never).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+@verbose_option
+def schedule(every, cron, lock, max_runs, command) -> None:
+    """Run `imgscale COMMAND` every interval or on a cron schedule, never two at once.
+
+    A turn that finds another run holding the lock (flock, released when its holders die) is
+    skipped. Example (one turn; without --max-runs it keeps going):
+
+    \b
+      imgscale schedule --every 10m --max-runs 1 -- embed ale.model digits.zarr digits-ale.zarr
+    """
+    from imgscale.jobs.schedule import schedule as run_schedule
+
+    if (every is None) == (cron is None):
+        raise click.UsageError("give exactly one of --every and --cron")
+    counts = run_schedule(
+        list(command),
+        every=parse_every(every) if every is not None else None,
+        cron=cron,
+        lock_path=Path(lock) if lock else None,
+        max_runs=max_runs,
+        log=lambda line: click.echo(line, err=True),
+    )
+    click.echo(
+        f"schedule: {counts['ran']} runs ({counts['failed']} failed), {counts['skipped']} skipped",
+        err=True,
+    )
 
 
 @click.group(invoke_without_command=True)
