@@ -36,6 +36,8 @@ def test_the_tree_keeps_every_contract():
         ("jobs/options.py", "import imgscale.storage.layout", "jobs uses storage"),
         ("jobs/options.py", "import imgscale.pipeline.classify.ridge", "jobs uses estimators"),
         ("bench/common.py", "import imgscale.pipeline.embed._base", "private (underscore)"),
+        ("bench/ridge.py", "import imgscale.storage.layout", "jobs uses storage"),
+        ("bench/ridge.py", "import imgscale.pipeline.classify.ridge", "jobs uses estimators"),
         ("storage/layout.py", "import imgscale.storage.store", "no import cycles"),
     ],
 )
