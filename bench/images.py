@@ -18,10 +18,11 @@ In one process with one BLAS thread, per source kind: listing (``open_image_sour
 as stored), and the worker's own ``describe_partition`` for ``color``, ``gist-tiny`` (32×32) and
 ``gist`` (128×128, on the smaller set). The peer is a plain loop over the same bytes:
 ``PIL.Image.open(...).convert(...)`` (resized to the working size by Pillow's bilinear resize where
-it differs) and the GIST of each image by :func:`reference_gist`, LMgist's equations in dense
-float64 with one full complex FFT per filter (the tests check it against the descriptor). The
-upper bound of the 1 → 2 worker speed-up on this machine at this moment is the same work
-(``describe_partition`` with ``gist-tiny``) in 1 and then 2 plain processes without Dask.
+it differs) and the GIST of each image by :func:`imgscale.bench.lmgist.reference_gist`, LMgist's
+equations in dense float64 with one full complex FFT per filter (the tests check the descriptor
+against it). The upper bound of the 1 → 2 worker speed-up on this machine at this moment is the
+same work (``describe_partition`` with ``gist-tiny``) in 1 and then 2 plain processes without
+Dask.
 
 Through ``imgscale.jobs.ingest_images.ingest_images`` into a new store, on a LocalCluster of 1
 and then 2 single-threaded worker processes as ``imgscale.jobs.cluster.connect`` starts them,
@@ -55,6 +56,7 @@ from PIL import Image
 from threadpoolctl import threadpool_limits
 
 from imgscale.bench.common import PeakRSS, record
+from imgscale.bench.lmgist import reference_gist
 from imgscale.bench.registry import Context, Skipped, benchmark
 from imgscale.jobs.features import Features, parse_features
 from imgscale.jobs.ingest_images import describe_partition, known_of
@@ -78,64 +80,6 @@ GIST = ("gist", (8, 8, 8, 8), 128)
 GIST_BLOCKS = 4
 # A spawned child running the ingests of one cluster size must report within this long.
 CHILD_SECONDS = 4 * 3600
-
-
-def reference_gist(image: np.ndarray, orientations: tuple[int, ...], n_blocks: int) -> np.ndarray:
-    """LMgist (Oliva & Torralba 2001, Torralba's LMgist.m) of one square grey image, in dense
-    float64 with one full complex FFT per Gabor filter: what a person writes from the equations.
-
-    prefilt.m (fc = 4, 5-pixel symmetric padding): I ↦ log(I + 1), minus its Gaussian low-pass
-    exp(-|f|²/s²) (s = fc/√log 2), divided by 0.2 + the square root of the low-passed square.
-    createGabor.m on the image padded by 32 pixels (n = size + 64): filter (i, j) is
-    exp(-3.5 (|f|/(n·0.3/1.85^i) - 1)² - 2π (16 oᵢ²/32²) θ²) with θ the angle of f plus πj/oᵢ
-    wrapped to [-π, π]. gistGabor + downN: |IFFT(FFT(padded) · G)| cropped to the image, averaged
-    over the blocks bounded by floor(linspace(0, size, N + 1)), stacked column-major per filter.
-    """
-    img = image.astype(np.float64)
-    img -= img.min()
-    if img.max() > 0:
-        img *= 255 / img.max()
-    pad = 5
-    s1 = 4.0 / np.sqrt(np.log(2))
-    img = np.pad(np.log(img + 1), pad, mode="symmetric")
-    fy, fx = _centred_grid(img.shape[0])
-    lowpass = np.fft.ifftshift(np.exp(-(fx**2 + fy**2) / s1**2))
-    white = img - np.real(np.fft.ifft2(np.fft.fft2(img) * lowpass))
-    local_std = np.sqrt(np.abs(np.fft.ifft2(np.fft.fft2(white**2) * lowpass)))
-    out = (white / (0.2 + local_std))[pad:-pad, pad:-pad]
-
-    size, boundary = out.shape[0], 32
-    n = size + 2 * boundary
-    fy, fx = _centred_grid(n)
-    radius = np.fft.ifftshift(np.hypot(fx, fy))
-    angle = np.fft.ifftshift(np.arctan2(fy, fx))
-    spectrum = np.fft.fft2(np.pad(out, boundary, mode="symmetric"))
-    edges = np.floor(np.linspace(0, size, n_blocks + 1)).astype(int)
-    crop = slice(boundary, boundary + size)
-    features = []
-    for scale, n_orient in enumerate(orientations):
-        for j in range(n_orient):
-            theta = angle + np.pi / n_orient * j
-            theta = theta + 2 * np.pi * (theta < -np.pi) - 2 * np.pi * (theta > np.pi)
-            gabor = np.exp(
-                -3.5 * (radius / n / (0.3 / 1.85**scale) - 1) ** 2
-                - 2 * np.pi * (16 * n_orient**2 / 32**2) * theta**2
-            )
-            energy = np.abs(np.fft.ifft2(spectrum * gabor))[crop, crop]
-            blocks = np.empty((n_blocks, n_blocks))
-            for by in range(n_blocks):
-                for bx in range(n_blocks):
-                    rows = slice(edges[by], edges[by + 1])
-                    blocks[by, bx] = energy[rows, edges[bx] : edges[bx + 1]].mean()
-            features.extend(blocks.ravel(order="F"))
-    return np.asarray(features)
-
-
-def _centred_grid(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(fy, fx) = meshgrid(-n/2 : n/2 - 1), centred as LMgist builds its filters."""
-    f = np.arange(-n // 2, n // 2, dtype=np.float64)
-    fx, fy = np.meshgrid(f, f)
-    return fy, fx
 
 
 def plain_gist_rate(images: list[bytes], setting: tuple[str, tuple[int, ...], int]) -> float:

@@ -38,15 +38,15 @@ from imgscale.bench.common import mixture_blocks, record
 from imgscale.bench.machine import drop_page_cache
 from imgscale.bench.registry import Context, Skipped, benchmark
 from imgscale.jobs.cluster import connect
-from imgscale.pipeline.classify.ncm import NearestClassMean
+from imgscale.pipeline.classify import NearestClassMean
 from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed.eigenfunctions import chunk_bin_counts
 from imgscale.pipeline.pq import PQCodec
 from imgscale.pipeline.reductions import reduce_rows, row_stats
-from imgscale.storage import FeatureStore, create_pq_store, create_store
+from imgscale.storage import FeatureStore, create_pq_store, create_store, default_rows_per_chunk
 from imgscale.storage.chunk_io import direct_checksum, read_chunk_file
 from imgscale.storage.chunks import ChunkReader
-from imgscale.storage.layout import default_rows_per_chunk, read_record
+from imgscale.storage.layout import read_record
 from imgscale.storage.row_codecs import CodesChunkReader, rows_codec
 
 MIB = 2**20

@@ -1,29 +1,33 @@
 """The benchmarks `imgscale bench` knows, and what each one is handed when it runs.
 
-A benchmark is a function ``suite(ctx: Context) -> list[dict]`` in a module of this package,
-decorated with :func:`benchmark`; it returns records made by :func:`imgscale.bench.common.record`
-(ours beside a peer measured in the same run, or beside a machine limit in ``ctx.limits``) and
-may draw PNG plots into ``ctx.plot(name)``. To register a new one, e.g. ``bench/hope.py``::
+A benchmark is a function ``suite(ctx: Context) -> list[dict]`` in a module of this package or
+of another installed distribution, decorated with :func:`benchmark`; it returns records made by
+:func:`imgscale.bench.common.record` (ours beside a peer measured in the same run, or beside a
+machine limit in ``ctx.limits``) and may draw PNG plots into ``ctx.plot(name)``. To register a
+new one, e.g. ``bench/ridge.py``::
 
-    @benchmark("hope", "en-HOPE (paper 003) vs kNN ...", needs=("mnist.npz",), kind="accuracy")
+    @benchmark("ridge", "streamed ridge vs scikit-learn ...")
     def suite(ctx: Context) -> list[dict]:
-        rows = ctx.pick(tiny=2_000, small=20_000, medium=60_000, large=60_000)
+        rows = ctx.pick(tiny=2_000, small=20_000, medium=1_000_000, large=1_000_000)
         ...
 
-and add the module's name to :data:`MODULES` (one line). ``kind="accuracy"`` puts its figures
-in docs/results.md, the default ``"speed"`` in docs/benchmarks.md; the first paragraph of the
-module's docstring is printed there as what the benchmark measures. ``imgscale bench --list``
-shows it, and ``imgscale bench hope --scale tiny`` runs it. Sizes come from ``ctx.pick``, one per
-scale: tiny is a toy that CI runs end to end in seconds, small finishes the whole suite in
-minutes, medium is the size of the published figures, large goes past the machine's memory
-where that means something.
+and add the module's name to :data:`MODULES` (one line); another distribution (the papers'
+reproductions in ``reproductions/``) names its modules under the :data:`ENTRY_POINTS` group
+instead, and ``imgscale.bench`` (its ``__init__``) gives it the names to import.
+``kind="accuracy"`` puts its figures in docs/results.md, the default ``"speed"`` in
+docs/benchmarks.md; the first paragraph of the module's docstring is printed there as what the
+benchmark measures. ``imgscale bench --list`` shows it, and ``imgscale bench ridge --scale tiny``
+runs it. Sizes come from ``ctx.pick``, one per scale: tiny is a toy that CI runs end to end in
+seconds, small finishes the whole suite in minutes, medium is the size of the published figures,
+large goes past the machine's memory where that means something.
 
 A benchmark's figures are summarised at the top of its document by the few that answer its
 question, and the headline figures of docs/README.md are chosen among them: both are named in
-:mod:`imgscale.bench.headlines`, one ``Figure`` line each (its record's name, what a reader calls
-it, its peer), never here. A benchmark not named there is summarised by its first figures with a
-peer. What it measures, for marking a figure stale once that code changes, is read from its
-module's imports (:mod:`imgscale.bench.staleness`): no declaration either.
+``bench/headlines.toml`` (:mod:`imgscale.bench.headlines`), one ``[[figure]]`` entry each (its
+record's name, what a reader calls it, its peer), never here. A benchmark not named there is
+summarised by its first figures with a peer. What it measures, for marking a figure stale once
+that code changes, is read from its module's imports (:mod:`imgscale.bench.staleness`): no
+declaration either.
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 
 SCALES = ("tiny", "small", "medium", "large")
 KINDS = ("speed", "accuracy")
 
-# The modules that define benchmarks, in the order the suite runs them.
+# This package's modules that define benchmarks, in the order the suite runs them.
 MODULES = (
     "io",
     "scale",
@@ -46,27 +51,17 @@ MODULES = (
     "pq",
     "ale",
     "ncm",
-    "accuracy",
-    "protocols",
-    "cifar10_gist",
-    "bow_fisher",
-    "ale_ceiling",
-    "local",
-    "hope",
-    "natural_local",
-    "rare_local",
-    "natural_embeddings",
-    "natural_hope",
-    "natural_ale",
-    "natural_ncm",
     "overhead",
     "ledger",
     "images",
     "small_ingest",
     "describe_speed",
     "update",
-    "cifar10_cnn",
 )
+# Other distributions' benchmarks (the papers' reproductions): each entry point of this group is a
+# tuple of module names of the entry point's package, in the order the suite runs them, e.g.
+# ``reproductions = "imgscale_reproductions:MODULES"``. They run after this package's own.
+ENTRY_POINTS = "imgscale.benchmarks"
 
 
 class Skipped(Exception):
@@ -147,12 +142,30 @@ def benchmark(
 
 
 def benchmarks() -> dict[str, Benchmark]:
-    """Every registered benchmark by name, in :data:`MODULES` order."""
-    for module in MODULES:
-        importlib.import_module(f"imgscale.bench.{module}")
-    order = {f"imgscale.bench.{module}": i for i, module in enumerate(MODULES)}
+    """Every registered benchmark by name, in :func:`benchmark_modules` order."""
+    modules = benchmark_modules()
+    for module in modules:
+        importlib.import_module(module)
+    order = {module: i for i, module in enumerate(modules)}
     ranked = sorted(_REGISTERED.values(), key=lambda b: order.get(b.run.__module__, len(order)))
     return {b.name: b for b in ranked}
+
+
+def benchmark_modules() -> list[str]:
+    """The full names of the modules that define benchmarks: this package's :data:`MODULES`, then
+    those each installed distribution names under the :data:`ENTRY_POINTS` group (by entry point
+    name); an entry point that does not load is refused naming it."""
+    names = [f"imgscale.bench.{module}" for module in MODULES]
+    for point in sorted(entry_points(group=ENTRY_POINTS), key=lambda point: point.name):
+        try:
+            modules = point.load()
+        except Exception as error:
+            raise RuntimeError(
+                f"the benchmarks of entry point {point.name} = {point.value!r} ({ENTRY_POINTS}) "
+                f"did not load: {error}"
+            ) from error
+        names += [f"{point.module}.{module}" for module in modules]
+    return names
 
 
 def data_dir(option: str | os.PathLike | None) -> Path | None:

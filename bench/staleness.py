@@ -2,10 +2,11 @@
 
 The code a benchmark measures is its own module and the modules defining what it imports from
 imgscale directly (``from imgscale.pipeline import RidgeClassifier`` names
-``pipeline/classify/ridge.py``), found from the imported objects, so a new benchmark needs no
-declaration. A figure measured at commit C is stale when ``git rev-list C..HEAD`` lists a commit
-touching one of those files. Without git, outside a checkout (an installed sdist) or for a commit
-git does not know, nothing is marked: staleness is unknown, not an error.
+``pipeline/classify/ridge.py``) or from its own package (another distribution's benchmark), found
+from the imported objects, so a new benchmark needs no declaration. A figure measured at commit C
+is stale when ``git rev-list C..HEAD`` lists a commit touching one of those files. Without git,
+outside a checkout (an installed sdist) or for a commit git does not know, nothing is marked:
+staleness is unknown, not an error.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ def measured_files(bench: Benchmark) -> list[Path]:
     """The benchmark's module and the files of the imgscale modules it imports names from."""
     module = inspect.getmodule(bench.run)
     names = {module.__name__} if module else set()
+    # imgscale's modules, and the benchmark's own package's (another distribution's helpers).
+    packages = ("imgscale.", f"{module.__name__.split('.')[0]}.") if module else ()
     for value in vars(module).values() if module else ():
         source = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
-        if isinstance(source, str) and source.startswith("imgscale."):
+        if isinstance(source, str) and source.startswith(packages):
             names.add(source)
     files = []
     for name in sorted(names - _HARNESS):

@@ -37,6 +37,8 @@ def test_the_tree_keeps_every_contract():
         ("jobs/cli/options.py", "import imgscale.pipeline.classify.ridge", "jobs uses estimators"),
         ("jobs/cli/options.py", "import imgscale.pipeline.metrics", "jobs.cli imports no pipeline"),
         ("bench/common.py", "import imgscale.pipeline.embed._base", "private (underscore)"),
+        ("bench/ridge.py", "import imgscale.storage.layout", "jobs uses storage"),
+        ("bench/ridge.py", "import imgscale.pipeline.classify.ridge", "jobs uses estimators"),
         ("storage/layout.py", "import imgscale.storage.store", "no import cycles"),
     ],
 )

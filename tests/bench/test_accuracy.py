@@ -7,12 +7,12 @@ import tarfile
 import numpy as np
 from sklearn.datasets import load_digits
 
-from imgscale.bench.accuracy import (
+from imgscale.pipeline.classify import RidgeClassifier
+from imgscale.pipeline.metrics import per_class_rate
+from imgscale_reproductions.accuracy import (
     dual_ridge_rates,
     newsgroups_histograms,
 )
-from imgscale.pipeline.classify import RidgeClassifier
-from imgscale.pipeline.metrics import per_class_rate
 
 
 def test_dual_ridge_equals_ridge_classifier_centred_on_all_rows():

@@ -3,7 +3,7 @@
 import numpy as np
 import scipy.linalg
 
-from imgscale.bench.ale_ceiling import exact_eigenmaps
+from imgscale_reproductions.ale_ceiling import exact_eigenmaps
 
 
 def test_exact_eigenmaps_are_the_dense_random_walk_eigenvectors_of_the_knn_graph():

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from imgscale.bench.bow_fisher import REFERENCE_NAMES, photo_splits, photos_suite
 from imgscale.bench.registry import Context
+from imgscale_reproductions.bow_fisher import REFERENCE_NAMES, photo_splits, photos_suite
 from tests.jobs.conftest import scheduler_address  # noqa: F401 (the cluster fixture)
 
 

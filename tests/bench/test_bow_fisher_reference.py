@@ -9,10 +9,10 @@ from PIL import Image
 from scipy import sparse
 from sklearn.mixture import GaussianMixture
 
-from imgscale.bench import bow_fisher_reference as ref
 from imgscale.pipeline.describe import BagOfWords, DenseSift, LocalColor
 from imgscale.pipeline.describe.dense_sift import grid_keypoints, patch_grid
 from imgscale.pipeline.describe.fisher_vector import fisher_vectors
+from imgscale_reproductions import bow_fisher_reference as ref
 
 
 def jpeg(array: np.ndarray) -> bytes:
@@ -126,7 +126,7 @@ def test_imgscales_pyramid_histograms_are_the_references_for_the_same_words():
 def test_scores_put_the_pyramid_beside_the_flat_histograms_of_the_same_words(tmp_path):
     import pyarrow.parquet as pq
 
-    from imgscale.bench.cifar10_gist import digits_table
+    from imgscale_reproductions.cifar10_gist import digits_table
 
     table = digits_table()
     splits = {"train": tmp_path / "train.parquet", "test": tmp_path / "test.parquet"}

@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from imgscale.bench.cifar10_cnn import TINY_METHODS, embedding_records, splits_of
+from imgscale_reproductions.cifar10_cnn import TINY_METHODS, embedding_records, splits_of
 from tests.bench.conftest import benchmark_rows
 from tests.bench.tiny_run import RUN_SECONDS
 

@@ -4,7 +4,8 @@ every stage, source kind and cluster size it promises."""
 import numpy as np
 import pytest
 
-from imgscale.bench.images import GIST, GIST_TINY, KINDS, reference_gist
+from imgscale.bench.images import GIST, GIST_TINY, KINDS
+from imgscale.bench.lmgist import reference_gist
 from imgscale.pipeline.describe import DESCRIPTORS
 from tests.bench.conftest import benchmark_rows
 from tests.bench.tiny_run import RUN_SECONDS

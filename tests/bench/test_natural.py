@@ -4,8 +4,8 @@ of `natural-embeddings`, against references written by hand."""
 import numpy as np
 import pytest
 
-from imgscale.bench.natural_embeddings import findings, split
-from imgscale.bench.natural_local import attribute_labels, draw_task, neighbour_purity
+from imgscale_reproductions.natural_embeddings import findings, split
+from imgscale_reproductions.natural_local import attribute_labels, draw_task, neighbour_purity
 
 
 def test_attribute_labels_mark_the_rows_of_the_named_classes():
@@ -62,7 +62,7 @@ def test_findings_compare_the_best_of_each_family():
 
 
 def test_knn_error_is_the_error_of_a_majority_vote_of_the_nearest_rows():
-    from imgscale.bench.natural_hope import knn_error
+    from imgscale_reproductions.natural_hope import knn_error
 
     X = np.array([[0.0], [0.1], [0.2], [1.0], [1.1], [5.0]])
     y = np.array([0, 0, 1, 1, 1, 0])

@@ -4,7 +4,8 @@ written by hand."""
 import numpy as np
 import pytest
 
-from imgscale.bench.natural_ncm import (
+from imgscale.pipeline.classify.zero_shot import prior_means
+from imgscale_reproductions.natural_ncm import (
     CIFAR_GROUPS,
     DIGIT_GROUPS,
     hierarchy,
@@ -13,7 +14,6 @@ from imgscale.bench.natural_ncm import (
     scores,
     superclass_rate,
 )
-from imgscale.pipeline.classify.zero_shot import prior_means
 
 GROUPS = {"vehicles": ("car", "truck", "ship"), "animals": ("cat", "dog")}
 

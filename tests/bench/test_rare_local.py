@@ -4,7 +4,12 @@ a task splits them."""
 import numpy as np
 import pyarrow as pa
 
-from imgscale.bench.rare_local import POSITIVE_SHARE, attribute_tasks, class_subset, rare_task
+from imgscale_reproductions.rare_local import (
+    POSITIVE_SHARE,
+    attribute_tasks,
+    class_subset,
+    rare_task,
+)
 
 
 def test_class_subset_keeps_the_first_rows_of_each_label_in_order():

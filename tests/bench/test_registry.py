@@ -4,7 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from imgscale.bench.registry import MODULES, SCALES, Context, Skipped, benchmarks, data_dir
+from imgscale.bench.registry import (
+    MODULES,
+    SCALES,
+    Context,
+    Skipped,
+    benchmark_modules,
+    benchmarks,
+    data_dir,
+)
 from imgscale.bench.suite import select
 
 
@@ -42,9 +50,28 @@ def test_data_dir_comes_from_the_option_then_the_environment(monkeypatch, tmp_pa
 
 def test_every_module_registers_a_benchmark_in_module_order():
     registered = benchmarks()
-    modules = [b.run.__module__.rsplit(".", 1)[1] for b in registered.values()]
-    assert sorted(set(modules), key=modules.index) == list(MODULES)
-    assert set(modules) == set(MODULES)
+    modules = [b.run.__module__ for b in registered.values()]
+    assert sorted(set(modules), key=modules.index) == benchmark_modules()
+    assert set(modules) == set(benchmark_modules())
+
+
+def test_the_reproductions_register_through_their_entry_point_after_the_harness_own():
+    """`imgscale bench` runs the papers' reproductions (another distribution, installed beside
+    it) with its own benchmarks, and ships none of them itself."""
+    import imgscale.bench
+    import imgscale_reproductions
+
+    modules = benchmark_modules()
+    own = [f"imgscale.bench.{module}" for module in MODULES]
+    theirs = [f"imgscale_reproductions.{module}" for module in imgscale_reproductions.MODULES]
+    assert modules == own + theirs
+    registered = benchmarks()
+    assert registered["natural-ncm"].run.__module__ == "imgscale_reproductions.natural_ncm"
+    assert registered["ridge"].run.__module__ == "imgscale.bench.ridge"
+    bench = Path(imgscale.bench.__file__).parent
+    assert not {f"{module}.py" for module in imgscale_reproductions.MODULES} & {
+        file.name for file in bench.glob("*.py")
+    }
 
 
 def test_select_refuses_an_unknown_name_naming_the_known_ones():

@@ -1,56 +1,15 @@
-"""Gist against a dense float64 transcription of LMgist (createGabor, prefilt, gistGabor, downN)."""
+"""Gist against the dense float64 transcription of LMgist (createGabor, prefilt, gistGabor, downN)
+shared with the images benchmark (imgscale.bench.lmgist)."""
 
 import pickle
 
 import numpy as np
 import pytest
 
+from imgscale.bench.lmgist import reference_gist
 from imgscale.pipeline.describe import DESCRIPTORS, Gist
 
 from .conftest import photos, scene
-
-
-def reference_gist(image, orientations, n_blocks, fc=4.0, boundary=32):
-    """LMgist for one square grey image, float64, one full complex FFT per filter."""
-    img = image.astype(np.float64)
-    img = img - img.min()
-    img = 255 * img / img.max() if img.max() > 0 else img
-    # prefilt.m
-    w = 5
-    s1 = fc / np.sqrt(np.log(2))
-    img = np.pad(np.log(img + 1), w, mode="symmetric")
-    n = img.shape[0]
-    fx, fy = np.meshgrid(np.arange(-n / 2, n / 2), np.arange(-n / 2, n / 2))
-    gf = np.fft.fftshift(np.exp(-(fx**2 + fy**2) / s1**2))
-    out = img - np.real(np.fft.ifft2(np.fft.fft2(img) * gf))
-    localstd = np.sqrt(np.abs(np.fft.ifft2(np.fft.fft2(out**2) * gf)))
-    out = (out / (0.2 + localstd))[w:-w, w:-w]
-    # createGabor.m
-    size = out.shape[0]
-    n = size + 2 * boundary
-    fx, fy = np.meshgrid(np.arange(-n / 2, n / 2), np.arange(-n / 2, n / 2))
-    fr = np.fft.fftshift(np.sqrt(fx**2 + fy**2))
-    t = np.fft.fftshift(np.angle(fx + 1j * fy))
-    params = [
-        (0.35, 0.3 / 1.85**i, 16 * o**2 / 32**2, np.pi / o * j)
-        for i, o in enumerate(orientations)
-        for j in range(o)
-    ]
-    # gistGabor in LMgist.m, with downN
-    padded = np.fft.fft2(np.pad(out, boundary, mode="symmetric"))
-    edges = np.fix(np.linspace(0, size, n_blocks + 1)).astype(int)
-    g = []
-    for p1, p2, p3, p4 in params:
-        tr = t + p4
-        tr = tr + 2 * np.pi * (tr < -np.pi) - 2 * np.pi * (tr > np.pi)
-        G = np.exp(-10 * p1 * (fr / n / p2 - 1) ** 2 - 2 * p3 * np.pi * tr**2)
-        ig = np.abs(np.fft.ifft2(padded * G))[boundary : n - boundary, boundary : n - boundary]
-        v = np.zeros((n_blocks, n_blocks))
-        for xx in range(n_blocks):
-            for yy in range(n_blocks):
-                v[xx, yy] = ig[edges[xx] : edges[xx + 1], edges[yy] : edges[yy + 1]].mean()
-        g.extend(v.ravel(order="F"))
-    return np.asarray(g)
 
 
 def relative_error(a, b):

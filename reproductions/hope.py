@@ -17,13 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from imgscale.bench.common import PeakRSS, mixture_store, record
-from imgscale.bench.ncm import load_digits_npz
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, PeakRSS, benchmark, mixture_store, record
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.plot import draw_embedding
 from imgscale.pipeline.classify import ExemplarHOPE
 from imgscale.pipeline.classify.hope_network import Layout, Problem, initial_blocks
+from imgscale_reproductions.ncm_accuracy import load_digits_npz
 
 DATASETS = ("mnist", "usps")
 # (exemplar init, z) of paper 003 Table 3.

@@ -59,10 +59,11 @@ Protocol (the splits of ``imgscale bench cifar10-gist``: the train parquet's fir
 - **GIST** (medium and large): gist-tiny (320-D at 32×32) with linear ridge and RFF-4000 on
   every train row, the figure the Fisher vectors stand beside (`imgscale bench cifar10-gist`
   runs it by size).
-- **the reference** (`imgscale.bench.bow_fisher_reference`): the same splits, images, grid and
-  sizes through the straightforward pipeline a reader would write (OpenCV dense SIFT, faiss
-  k-means, scikit-learn's SVC on the exact intersection kernel, PCA + GaussianMixture + improved
-  Fisher vectors of RootSIFT and colour, ridge and LinearSVC), sharing no code with imgscale.
+- **the reference** (`imgscale_reproductions.bow_fisher_reference`): the same splits, images,
+  grid and sizes through the straightforward pipeline a reader would write (OpenCV dense SIFT,
+  faiss k-means, scikit-learn's SVC on the exact intersection kernel, PCA + GaussianMixture +
+  improved Fisher vectors of RootSIFT and colour, ridge and LinearSVC), sharing no code with
+  imgscale.
   On every train row, imgscale's bag-of-words kernel maps (flat and pyramid) stand beside the
   exact kernel's SVC, linear ridge beside the reference's, and Fisher vectors (16 and 64
   Gaussians) with ridge beside the reference's.
@@ -91,11 +92,15 @@ from pathlib import Path
 
 import numpy as np
 
-from imgscale.bench import bow_fisher_reference as reference
-from imgscale.bench.cifar10_gist import CommandRunner, digits_table, source_tables, write_splits
-from imgscale.bench.common import record
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, benchmark, record
 from imgscale.storage import IMAGE_EXTENSIONS
+from imgscale_reproductions import bow_fisher_reference as reference
+from imgscale_reproductions.cifar10_gist import (
+    CommandRunner,
+    digits_table,
+    source_tables,
+    write_splits,
+)
 
 # The bag-of-words embeddings (paper 000 §3.2) and the `imgscale train` options that make them;
 # Nyström on histograms uses the intersection kernel (§4.1).

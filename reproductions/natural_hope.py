@@ -18,11 +18,10 @@ import numpy as np
 from sklearn.decomposition import PCA
 from sklearn.neighbors import KNeighborsClassifier
 
-from imgscale.bench.cifar10_gist import TEST_FILE, TRAIN_FILE, gist_arrays
-from imgscale.bench.common import record
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, benchmark, record
 from imgscale.jobs.plot import draw_embedding
 from imgscale.pipeline.classify import ExemplarHOPE
+from imgscale_reproductions.cifar10_gist import TEST_FILE, TRAIN_FILE, gist_arrays
 
 # The data README's 10-NN reference on the full 320-D GIST (per-class rate).
 README_10NN = {1000: 0.525, 100: 0.421}

@@ -23,9 +23,7 @@ import numpy as np
 from distributed import Client
 from sklearn.decomposition import PCA
 
-from imgscale.bench.accuracy import NEWSGROUPS_FILE, newsgroups_histograms
-from imgscale.bench.common import record
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, benchmark, record
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.fanout import cluster_mapper
 from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier, RidgeClassifier
@@ -34,6 +32,7 @@ from imgscale.pipeline.classify.local import (
     recover,
     training_neighbourhoods,
 )
+from imgscale_reproductions.accuracy import NEWSGROUPS_FILE, newsgroups_histograms
 
 # The 20 "bydate" newsgroups in sorted order: `newsgroups_histograms`' label i is NEWSGROUPS[i].
 NEWSGROUPS = (

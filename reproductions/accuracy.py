@@ -35,8 +35,7 @@ from pathlib import Path
 import numpy as np
 import scipy.linalg
 
-from imgscale.bench.common import record
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, benchmark, record
 from imgscale.jobs.fanout import cluster_mapper
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.classify.ridge import RHO_GRID

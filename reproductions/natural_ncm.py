@@ -45,15 +45,20 @@ import numpy as np
 import pyarrow.parquet as pq
 from sklearn.neighbors import NearestCentroid
 
-from imgscale.bench.cifar10_gist import TEST_FILE, TRAIN_FILE, VAL_ROWS, CommandRunner, gist_arrays
-from imgscale.bench.common import record
-from imgscale.bench.natural_embeddings import split
-from imgscale.bench.ncm import DIGIT_HIERARCHY
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, benchmark, record
 from imgscale.jobs import models
 from imgscale.pipeline.classify.zero_shot import prior_means
 from imgscale.pipeline.metrics import evaluate_top_k
 from imgscale.storage import open_store
+from imgscale_reproductions.cifar10_gist import (
+    TEST_FILE,
+    TRAIN_FILE,
+    VAL_ROWS,
+    CommandRunner,
+    gist_arrays,
+)
+from imgscale_reproductions.natural_embeddings import split
+from imgscale_reproductions.ncm_accuracy import DIGIT_HIERARCHY
 
 CIFAR_GROUPS = {
     "vehicles": ("airplane", "automobile", "ship", "truck"),

@@ -22,14 +22,13 @@ from functools import partial
 import numpy as np
 from distributed import Client
 
-from imgscale.bench.accuracy import _record, _trial_rate, plot
-from imgscale.bench.cifar10_gist import TEST_FILE, TRAIN_FILE, VAL_ROWS, gist_arrays
-from imgscale.bench.common import record
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, benchmark, record
 from imgscale.jobs.fanout import cluster_mapper
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.embed import AddKPCA, Nystrom, PCALap, RandomFourierFeatures, RPLap
 from imgscale.pipeline.metrics import per_class_rate
+from imgscale_reproductions.accuracy import _record, _trial_rate, plot
+from imgscale_reproductions.cifar10_gist import TEST_FILE, TRAIN_FILE, VAL_ROWS, gist_arrays
 
 NYSTROM_FEW, NYSTROM_MANY = 50, 500
 DATA_INDEPENDENT = ("linear", "RFF")

@@ -16,14 +16,13 @@ from functools import partial
 import numpy as np
 from distributed import Client
 
-from imgscale.bench.accuracy import _trial_rate
-from imgscale.bench.ale import ALE_COMPONENTS, ALE_DIRECTIONS, METHODS, _ale_trial
-from imgscale.bench.cifar10_gist import TEST_FILE, TRAIN_FILE, VAL_ROWS, gist_arrays
-from imgscale.bench.common import record
-from imgscale.bench.natural_embeddings import split
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, benchmark, record
 from imgscale.jobs.fanout import cluster_mapper
 from imgscale.pipeline.embed import ALE, RandomFourierFeatures
+from imgscale_reproductions.accuracy import _trial_rate
+from imgscale_reproductions.ale_accuracy import ALE_COMPONENTS, ALE_DIRECTIONS, METHODS, _ale_trial
+from imgscale_reproductions.cifar10_gist import TEST_FILE, TRAIN_FILE, VAL_ROWS, gist_arrays
+from imgscale_reproductions.natural_embeddings import split
 
 
 def plot(records: list[dict], path) -> None:

@@ -2,10 +2,11 @@
 
 Paper 000 §4.1 (labelled rows per class, ρ validated, trials as parallel tasks) is ``accuracy``;
 this module adds paper 001's growing labelled sets (ALE + the semi-supervised solve of eq. 3 vs
-linear ridge, repeated random draws as parallel tasks; ``ale.run_accuracy``) and paper 002's
-table of the projection dimension d of NCM with a learned metric, kNN, held-out classes and the
-zero-shot prior (``ncm.real_data``). Each ALE figure stands beside linear ridge's on the same
-labelled rows, and each learned-metric figure beside plain ℓ2 NCM's, both measured in the same run.
+linear ridge, repeated random draws as parallel tasks; ``ale_accuracy.run_accuracy``) and paper
+002's table of the projection dimension d of NCM with a learned metric, kNN, held-out classes and
+the zero-shot prior (``ncm_accuracy.real_data``). Each ALE figure stands beside linear ridge's on
+the same labelled rows, and each learned-metric figure beside plain ℓ2 NCM's, both measured in the
+same run.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import math
 
 from distributed import Client
 
-from imgscale.bench import ale, ncm
-from imgscale.bench.common import record
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, benchmark, record
 from imgscale.jobs.fanout import cluster_mapper
+from imgscale_reproductions import ale_accuracy, ncm_accuracy
 
 _FILES = {"usps": "usps.npz", "mnist": "mnist.npz"}
 _DATA = "usps.npz, mnist.npz (small and up; tiny uses sklearn's digits)"
@@ -43,7 +43,7 @@ def ale_ssl(ctx: Context) -> list[dict]:
         large=(("usps", "mnist"), (3, 10, 30, 100, 300), 10),
     )
     with Client(ctx.scheduler) as client:
-        records = ale.run_accuracy(
+        records = ale_accuracy.run_accuracy(
             datasets,
             per_class=per_class,
             trials=trials,
@@ -51,7 +51,7 @@ def ale_ssl(ctx: Context) -> list[dict]:
             log=ctx.log,
             mapper=cluster_mapper(client),
         )
-    ale.plot_accuracy(records, ctx.plot("growing-sets"))
+    ale_accuracy.plot_accuracy(records, ctx.plot("growing-sets"))
     linear = {
         (r["dataset"], r["metric"], r["labelled_per_class"]): r["value"]
         for r in records
@@ -86,13 +86,14 @@ def ncm_metric(ctx: Context) -> list[dict]:
         medium=(("usps", "mnist"), 5, 1000),
         large=(("usps", "mnist"), 5, 1000),
     )
-    result = ncm.real_data(_data_dir(ctx, datasets), ctx.log, repeats, datasets, max_iter)
-    ncm.plot(result, ctx.plot("zero-shot"))
+    result = ncm_accuracy.real_data(_data_dir(ctx, datasets), ctx.log, repeats, datasets, max_iter)
+    ncm_accuracy.plot(result, ctx.plot("zero-shot"))
     return ncm_metric_records(result)
 
 
 def ncm_metric_records(result: dict) -> list[dict]:
-    """Records of ``ncm.real_data``'s result, each learned-metric figure beside its baseline."""
+    """Records of ``ncm_accuracy.real_data``'s result, each learned-metric figure beside its
+    baseline."""
     out = []
     for name, table in result["table"].items():
         l2 = table["NCM, l2"]

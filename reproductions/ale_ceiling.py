@@ -34,13 +34,11 @@ import scipy.sparse
 import scipy.sparse.linalg
 from sklearn.neighbors import kneighbors_graph
 
-from imgscale.bench.accuracy import NEWSGROUPS_FILE, load_dataset
-from imgscale.bench.common import record
-from imgscale.bench.registry import Context, benchmark
-from imgscale.pipeline.classify import RidgeClassifier
-from imgscale.pipeline.classify.ssl import SemiSupervisedEigenSolver
+from imgscale.bench import Context, benchmark, record
+from imgscale.pipeline.classify import RidgeClassifier, SemiSupervisedEigenSolver
 from imgscale.pipeline.embed import ALE, PCA, RandomFourierFeatures
 from imgscale.pipeline.metrics import per_class_rate
+from imgscale_reproductions.accuracy import NEWSGROUPS_FILE, load_dataset
 
 LABELLED_PER_CLASS = (3, 10, 30, 300, 0)  # 0: every train row labelled
 FEW_TRIALS = 3

@@ -54,8 +54,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from imgscale.bench.common import record
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, benchmark, record
 from imgscale.jobs import models
 
 TRAIN_FILE = "cifar10/train.parquet"

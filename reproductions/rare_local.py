@@ -43,11 +43,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sklearn.decomposition import PCA
 
-from imgscale.bench.cifar10_gist import exported_rows, source_tables
-from imgscale.bench.common import record
-from imgscale.bench.local import TINY_METRIC_ITER, global_balanced, oracle_records
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, benchmark, record
 from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier, RidgeClassifier
+from imgscale_reproductions.cifar10_gist import exported_rows, source_tables
+from imgscale_reproductions.local import TINY_METRIC_ITER, global_balanced, oracle_records
 
 ONNX_MODEL = "models/efficientnet-lite0.onnx"
 POSITIVE_SHARE = 0.06

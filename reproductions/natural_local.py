@@ -30,12 +30,11 @@ import numpy as np
 from distributed import Client
 from sklearn.decomposition import PCA
 
-from imgscale.bench.cifar10_gist import TEST_FILE, TRAIN_FILE, gist_arrays
-from imgscale.bench.common import record
-from imgscale.bench.local import TINY_METRIC_ITER, global_balanced, oracle_records
-from imgscale.bench.registry import Context, benchmark
+from imgscale.bench import Context, benchmark, record
 from imgscale.jobs.fanout import cluster_mapper
 from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier, RidgeClassifier
+from imgscale_reproductions.cifar10_gist import TEST_FILE, TRAIN_FILE, gist_arrays
+from imgscale_reproductions.local import TINY_METRIC_ITER, global_balanced, oracle_records
 
 # Attribute → the CIFAR-10 classes that carry it.
 CIFAR_TASKS = {

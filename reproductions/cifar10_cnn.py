@@ -57,15 +57,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from imgscale.bench import natural_ncm
-from imgscale.bench.bow_fisher import PATCHES
-from imgscale.bench.cifar10_gist import (
+from imgscale.bench import Context, benchmark, record
+from imgscale.storage import open_store
+from imgscale_reproductions import natural_ncm
+from imgscale_reproductions.bow_fisher import PATCHES
+from imgscale_reproductions.cifar10_gist import (
     CommandRunner,
     digits_table,
 )
-from imgscale.bench.common import record
-from imgscale.bench.registry import Context, benchmark
-from imgscale.storage import open_store
 
 TRAIN_FILE = "cifar10/train.parquet"
 TEST_FILE = "cifar10/test.parquet"
