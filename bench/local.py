@@ -26,8 +26,7 @@ from sklearn.decomposition import PCA
 from imgscale.bench.accuracy import NEWSGROUPS_FILE, newsgroups_histograms
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
-from imgscale.jobs.cluster import connect
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper, connect
 from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier, RidgeClassifier
 from imgscale.pipeline.classify.local import (
     predict_from_confidences,

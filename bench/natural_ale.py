@@ -22,7 +22,7 @@ from imgscale.bench.cifar10_gist import TEST_FILE, TRAIN_FILE, VAL_ROWS, gist_ar
 from imgscale.bench.common import record
 from imgscale.bench.natural_embeddings import split
 from imgscale.bench.registry import Context, benchmark
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper
 from imgscale.pipeline.embed import ALE, RandomFourierFeatures
 
 

@@ -26,7 +26,7 @@ from imgscale.bench.accuracy import _record, _trial_rate, plot
 from imgscale.bench.cifar10_gist import TEST_FILE, TRAIN_FILE, VAL_ROWS, gist_arrays
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.embed import AddKPCA, Nystrom, PCALap, RandomFourierFeatures, RPLap
 from imgscale.pipeline.metrics import per_class_rate

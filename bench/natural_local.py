@@ -34,7 +34,7 @@ from imgscale.bench.cifar10_gist import TEST_FILE, TRAIN_FILE, gist_arrays
 from imgscale.bench.common import record
 from imgscale.bench.local import TINY_METRIC_ITER, global_balanced, oracle_records
 from imgscale.bench.registry import Context, benchmark
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper
 from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier, RidgeClassifier
 
 # Attribute → the CIFAR-10 classes that carry it.

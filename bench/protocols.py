@@ -17,7 +17,7 @@ from distributed import Client
 from imgscale.bench import ale, ncm
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper
 
 _FILES = {"usps": "usps.npz", "mnist": "mnist.npz"}
 _DATA = "usps.npz, mnist.npz (small and up; tiny uses sklearn's digits)"
