@@ -1,13 +1,11 @@
 """``imgscale fit-features SOURCE VOCAB.model --features bow|fisher``: a vocabulary of local
 descriptors, learned on the cluster from a sample of a source's images.
 
-The client lists the source and draws the sample: with listed keys (a folder, a list file) N
-keys at random (seeded); without, the first images of every partition, so the sample spans the
-whole source: N shared in proportion to the partitions' sizes where listing knows them (parquet
-row groups), so it holds exactly N images, else ⌈N / partitions⌉ of each (tar shards). Each
-task reads, decodes and describes one partition's sampled images
-(`BagOfWords.local_descriptors`, `FisherVector.local_descriptors`) and keeps the local
-descriptors on its worker as the task's result: they never reach the client.
+The client lists the source and draws the sample (``jobs.ingest.sample``: N keys at random, or
+the first images of every partition where listing gives no keys). Each task reads and decodes
+one partition's sampled images (``jobs.ingest.read_and_decode``, the loop an ingest's workers
+run), describes them (`BagOfWords.local_descriptors`, `FisherVector.local_descriptors`) and
+keeps the local descriptors on its worker as the task's result: they never reach the client.
 Every pass of the fit (`pipeline.describe.vocabulary`: PCA, each k-means and each EM iteration)
 then maps a statistics kernel over those results, one task per partition, and adds the small
 per-partition sums on the client. Images that cannot be decoded are counted and left out.
@@ -20,63 +18,22 @@ vocabulary of 250-pixel photos describes them near their own size rather than at
 from __future__ import annotations
 
 import io
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from distributed import Client, Future, as_completed
 from PIL import Image, UnidentifiedImageError
 from sklearn.base import BaseEstimator
 
+from imgscale.jobs.cluster import ClusterChunks, cluster_mapper
+from imgscale.jobs.ingest import SampledPartition, read_and_decode, sample_partitions
 from imgscale.jobs.models import save
 from imgscale.pipeline.describe import BagOfWords, FisherVector
-from imgscale.storage import (
-    ImagePartition,
-    ImageRejected,
-    ImageRequest,
-    decode_image,
-    open_image_source,
-    read_partition,
-)
+from imgscale.storage import ImageRequest, read_partition
 
-IMAGES_PER_PARTITION = 64
 # The bounds of ``--image-size auto`` (fit-features --help says what they were measured on).
 AUTO_IMAGE_SIZE = (64, 256)
-
-
-@dataclass(frozen=True)
-class SampledPartition:
-    """One task's share of the sample: the partition, and which of its images to describe
-    (``keys``, when listing gave them) or how many of its first images (``limit``)."""
-
-    partition: ImagePartition
-    keys: frozenset[str] | None
-    limit: int | None
-
-    @property
-    def asked(self) -> int:
-        """The images this share asks for (fewer are read from a shorter partition)."""
-        return len(self.keys) if self.keys is not None else int(self.limit or 0)
-
-
-@dataclass
-class ClusterChunks:
-    """Local descriptors held on the workers, one task result per partition (the
-    `DescriptorChunks` of ``pipeline.describe.vocabulary``)."""
-
-    client: Client
-    futures: list[Future]
-
-    def map(self, kernel: Callable, *shared: object) -> list:
-        """``[kernel(chunk, *shared) ...]`` as one task per chunk, where the chunk is; the shared
-        arguments (centres, a GMM) are sent once to each worker."""
-        sent = self.client.scatter(list(shared), broadcast=True, hash=False)
-        return self.client.gather(
-            [self.client.submit(kernel, chunk, *sent, pure=False) for chunk in self.futures]
-        )
 
 
 def vocabulary_of(kind: str, **params: Any) -> BaseEstimator:
@@ -89,59 +46,11 @@ def vocabulary_of(kind: str, **params: Any) -> BaseEstimator:
     return vocabulary
 
 
-def sample_partitions(
-    source: str,
-    sample: int,
-    seed: int,
-    source_options: dict[str, str] | None = None,
-    images_per_partition: int = IMAGES_PER_PARTITION,
-) -> list[SampledPartition]:
-    """The source's partitions holding the sample of ``sample`` images (module docstring)."""
-    if sample < 1:
-        raise ValueError(f"--sample {sample}: expected at least 1 image")
-    images = open_image_source(source, **(source_options or {}))
-    # A tar shard a partition, so that the sample takes images from every shard.
-    partitions = images.partitions(1 if images.kind == "tar" else images_per_partition)
-    if not partitions:
-        raise ValueError(f"{source}: no images to learn a vocabulary from")
-    if any(p.keys is None for p in partitions):
-        sizes = [p.images for p in partitions]
-        if None in sizes:
-            limit = math.ceil(sample / len(partitions))
-            return [SampledPartition(p, None, limit) for p in partitions]
-        limits = _shares(sample, sizes)
-        return [SampledPartition(p, None, n) for p, n in zip(partitions, limits, strict=True) if n]
-    keys = [k for p in partitions for k in p.keys]
-    rng = np.random.default_rng(seed)
-    chosen = {keys[i] for i in rng.choice(len(keys), min(sample, len(keys)), replace=False)}
-    sampled = [
-        SampledPartition(p, frozenset(chosen.intersection(p.keys)), None) for p in partitions
-    ]
-    return [s for s in sampled if s.keys]
-
-
-def _shares(sample: int, sizes: list[int]) -> list[int]:
-    """min(sample, Σ sizes) images split over partitions of ``sizes`` in proportion to their
-    size (largest remainders take the rest), so the sample holds exactly that many."""
-    total = sum(sizes)
-    n = min(sample, total)
-    shares = [n * size // total for size in sizes]
-    by_remainder = sorted(range(len(sizes)), key=lambda i: -(n * sizes[i] % total))
-    for i in by_remainder[: n - sum(shares)]:
-        shares[i] += 1
-    return shares
-
-
-def _skip(item: SampledPartition) -> Callable[[str], bool] | None:
-    """`read_partition`'s ``skip``: every key outside the sample, when the sample has keys."""
-    return None if item.keys is None else (lambda key: key not in item.keys)
-
-
 def shorter_sides(item: SampledPartition) -> list[int]:
     """The shorter side in pixels of each of a partition's sampled images whose header Pillow
     reads (runs on a worker; the pixels are not decoded)."""
     sides = []
-    for image in read_partition(item.partition, skip=_skip(item)):
+    for image in read_partition(item.partition, skip=item.skip):
         if item.limit is not None and len(sides) >= item.limit:
             break
         if image.problem is None:
@@ -153,31 +62,28 @@ def shorter_sides(item: SampledPartition) -> list[int]:
     return sides
 
 
-def working_size(client: Client, items: list[SampledPartition], bounds: tuple[int, int]) -> int:
+def working_size(client: Any, items: list[SampledPartition], bounds: tuple[int, int]) -> int:
     """The median shorter side of the sampled images, within ``bounds``."""
-    parts = client.gather(client.map(shorter_sides, items, pure=False))
+    parts = cluster_mapper(client)(shorter_sides, (), [(item,) for item in items])
     sides = [side for part in parts for side in part]
     if not sides:
         raise ValueError("none of the sampled images could be read to choose --image-size auto")
     return int(np.clip(round(float(np.median(sides))), *bounds))
 
 
-def describe_sample(vocabulary: BaseEstimator, item: SampledPartition) -> dict[str, np.ndarray]:
+def local_descriptors_of_sample(
+    vocabulary: BaseEstimator, item: SampledPartition
+) -> dict[str, np.ndarray]:
     """The local descriptors of a partition's sampled images (runs on a worker; the result
     stays there). ``"images"`` and ``"refused"`` count them."""
     request = ImageRequest(*vocabulary.image_request)
     mode, (height, width) = vocabulary.image_request
     images, refused = [], 0
-    for image in read_partition(item.partition, skip=_skip(item)):
-        if item.limit is not None and len(images) >= item.limit:
-            break
-        if image.problem is not None:
+    for read in read_and_decode(item.partition, [request], skip=item.skip, limit=item.limit):
+        if read.pixels is None:
             refused += 1
-            continue
-        try:
-            images.append(decode_image(image.data, [request])[0])
-        except ImageRejected:
-            refused += 1
+        else:
+            images.append(read.pixels[0])
     shape = (0, height, width) if mode == "L" else (0, height, width, 3)
     batch = np.stack(images) if images else np.zeros(shape, np.uint8)
     chunk = vocabulary.local_descriptors(batch)
@@ -194,7 +100,7 @@ def fit_vocabulary(
     source: str,
     path: Any,
     vocabulary: BaseEstimator,
-    client: Client,
+    client: Any,
     *,
     sample: int,
     seed: int = 0,
@@ -212,21 +118,20 @@ def fit_vocabulary(
     if auto_size is not None:
         vocabulary.set_params(image_size=working_size(client, items, auto_size))
         vocabulary.check_params()
-    futures = client.map(describe_sample, [vocabulary] * len(items), items, pure=False)
+    chunks = ClusterChunks.compute(client, local_descriptors_of_sample, (vocabulary,), items)
     try:
-        counted = client.map(_counts, futures, pure=False)
         counts, read, asked = [], 0, sum(item.asked for item in items)
-        for future in as_completed(counted):
-            counts.append(future.result())
-            read += sum(counts[-1][:2])
+        for count in chunks.as_finished(_counts):
+            counts.append(count)
+            read += sum(count[:2])
             if progress is not None:
                 progress(read, asked)
         images, refused, descriptors = (int(n) for n in np.sum(counts, axis=0))
         if images == 0:
             raise ValueError(f"{source}: none of the {refused} sampled images could be decoded")
-        vocabulary.fit_chunks(ClusterChunks(client, futures), descriptors)
+        vocabulary.fit_chunks(chunks, descriptors)
     finally:
-        client.cancel(futures)
+        chunks.release()
     save(vocabulary, path, source=str(source), sample_images=images, sample_seed=seed)
     summary = {
         "images": images,

@@ -132,7 +132,9 @@ def ingest(
 
     Rows of vectors already committed (same content, from any file) are skipped.
     """
-    if _is_image_source(src, features, store):
+    from imgscale.jobs.ingest import is_image_source
+
+    if is_image_source(src, features, store):
         vector_only = {"--x-key": x_key, "--labels": labels_path, "--unlabelled": unlabelled,
                        "--class-names": class_names_path, "--batch-id": batch_id}  # fmt: skip
         given = [flag for flag, value in vector_only.items() if value]
@@ -191,29 +193,15 @@ def ingest(
     print_summary(summary, as_json, message)
 
 
-def _is_image_source(src: str, features: str | None, store: str) -> bool:
-    """Images when --features says so, when SRC can only be images (a folder, tar shards, a
-    URL), or when STORE is a store of images; else SRC is a file of vectors."""
-    from imgscale.storage import is_url, open_store
-
-    if features or is_url(src) or Path(src).is_dir() or src.endswith(".tar"):
-        return True
-    if any(c in src for c in "*?{"):
-        return True
-    try:
-        return open_store(store).descriptor is not None
-    except Exception:
-        return False
-
-
 def _ingest_images(
     src, store, features, split, scheduler, as_json, commit_rows, refresh, source_options,
     pq_options,
 ) -> None:  # fmt: skip
-    from imgscale.jobs.image_changes import forget_changed, keep_listing
-    from imgscale.jobs.ingest_images import (
+    from imgscale.jobs.ingest import (
         IMAGES_PER_PARTITION,
+        forget_changed,
         ingest_images,
+        keep_listing,
         nothing_to_do,
         plan_ingest,
         starts_a_store,
@@ -391,7 +379,7 @@ def fit_features(
     scikit-learn's objective (docs/findings/cifar10-bow-fisher.md).
     """
     from imgscale.jobs.cluster import connect, shared_path
-    from imgscale.jobs.fit_features import AUTO_IMAGE_SIZE, fit_vocabulary, vocabulary_of
+    from imgscale.jobs.fit_vocabulary import AUTO_IMAGE_SIZE, fit_vocabulary, vocabulary_of
     from imgscale.pipeline.describe import watch_passes
     from imgscale.storage import is_url
 

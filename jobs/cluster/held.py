@@ -45,14 +45,10 @@ class ClusterChunks:
         summaries = self.client.map(kernel, self.futures, pure=False)
         return (future.result() for future in as_completed(summaries))
 
-    def each_over_all(
-        self, fn: Callable, items: Sequence[tuple], name: str, **kwargs: Any
-    ) -> Iterator[tuple[int, Any]]:
-        """``(i, fn(*items[i], **kwargs, name=every chunk))`` for each item as a task reading
-        every chunk from the workers that hold it, in the order the tasks finish."""
-        futures = self.client.map(
-            fn, *zip(*items, strict=True), **kwargs, **{name: self.futures}, pure=False
-        )
+    def each_over_all(self, fn: Callable, items: Sequence[tuple]) -> Iterator[tuple[int, Any]]:
+        """``(i, fn(chunks, *items[i]))`` for each item as a task reading every chunk (a list,
+        in order) from the workers that hold it, in the order the tasks finish."""
+        futures = [self.client.submit(fn, self.futures, *item, pure=False) for item in items]
         index = {future.key: i for i, future in enumerate(futures)}
         return ((index[future.key], future.result()) for future in as_completed(futures))
 
