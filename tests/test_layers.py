@@ -37,6 +37,8 @@ def test_the_tree_keeps_every_contract():
         ("jobs/options.py", "import imgscale.pipeline.classify.ridge", "jobs uses estimators"),
         ("bench/common.py", "import imgscale.pipeline.embed._base", "private (underscore)"),
         ("storage/layout.py", "import imgscale.storage.store", "no import cycles"),
+        ("pipeline/reductions.py", "import distributed", "do not import distributed"),
+        ("storage/store.py", "from distributed import Client", "do not import distributed"),
     ],
 )
 def test_a_planted_import_breaks_its_contract(tmp_path, module, planted, broken):
