@@ -14,6 +14,8 @@ from typing import Any
 
 from distributed import Client, Future, as_completed
 
+from imgscale.jobs.cluster.fanout import worker_threads
+
 
 @dataclass
 class ClusterChunks:
@@ -54,7 +56,7 @@ class ClusterChunks:
 
     def threads(self) -> int:
         """The worker threads of the cluster holding the chunks."""
-        return max(1, sum(self.client.nthreads().values()))
+        return worker_threads(self.client)
 
     def release(self) -> None:
         """Drop the chunks from the workers (and the tasks computing them)."""

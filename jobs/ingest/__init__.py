@@ -5,7 +5,9 @@ that sample a source (``fit-features``, a PQ codebook).
   ``imgscale.storage.ingest_file``).
 - `plan_ingest` (`plan`): the images a store lacks, cut into tasks, found on the client before
   any cluster is needed; `nothing_to_do` summarises a plan with no new image.
-- `ingest_images` (`images`): the planned images described on the cluster and committed.
+- `ingest_image_source` (`images`): ``imgscale ingest`` of images, from the plan to the listing
+  kept for the next run; `ingest_images`, the planned images described on the cluster and
+  committed.
 - `worker`: the one loop a worker runs on a partition (read → hash → decode), and what each
   use describes from it (`describe_partition`, `signatures_of_sample`).
 - `commit`: the client's side (each partition's outcome received, rows committed in a thread).
@@ -21,7 +23,7 @@ that finds nothing new stays a quick look at the listing and the store.
 
 from imgscale.jobs.ingest.changes import forget_changed, keep_listing
 from imgscale.jobs.ingest.codec import train_codec, train_pq
-from imgscale.jobs.ingest.images import ingest_images, nothing_to_do
+from imgscale.jobs.ingest.images import ingest_image_source, ingest_images, nothing_to_do
 from imgscale.jobs.ingest.known import known_of
 from imgscale.jobs.ingest.plan import (
     DEFAULT_PQ_SAMPLE,
@@ -44,6 +46,7 @@ __all__ = [
     "SampledPartition",
     "describe_partition",
     "forget_changed",
+    "ingest_image_source",
     "ingest_images",
     "is_image_source",
     "keep_listing",

@@ -36,15 +36,25 @@ ingest into the store encodes with that codebook, so a store never holds codes o
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from imgscale.jobs.feature_records import spelling
+from imgscale.jobs.ingest.changes import forget_changed, keep_listing
 from imgscale.jobs.ingest.codec import StageProgress, train_codec
 from imgscale.jobs.ingest.commit import COMMIT_SECONDS, Committer, Pending, receive
-from imgscale.jobs.ingest.plan import IngestPlan, open_existing, pq_of
+from imgscale.jobs.ingest.plan import (
+    IMAGES_PER_PARTITION,
+    IngestPlan,
+    open_existing,
+    plan_ingest,
+    pq_of,
+    starts_a_store,
+)
 from imgscale.jobs.ingest.worker import describe_and_encode
 from imgscale.storage import (
     create_or_open,
@@ -52,10 +62,69 @@ from imgscale.storage import (
     create_store,
     default_rows_per_chunk,
     image_rows_per_chunk,
+    is_url,
+    open_store,
 )
 
 # Tasks in flight per worker thread: enough to keep every core busy while results come back.
 TASKS_PER_THREAD = 2
+
+
+def ingest_image_source(
+    source: str,
+    store_path: Any,
+    *,
+    features: str | None,
+    split: str,
+    scheduler: str | None,
+    quiet: bool,
+    commit_rows: int | None,
+    refresh: bool,
+    source_options: dict[str, str],
+    progress: Callable[[int, int | None, int, int], None] | None = None,
+    codec_progress: StageProgress | None = None,
+    **pq_options: Any,
+) -> dict[str, Any]:
+    """``imgscale ingest SOURCE STORE`` of images (absolute paths, as every worker sees them):
+    plan, with ``refresh`` forget the rows of changed and deleted files first, describe and
+    commit the new images on the cluster of ``scheduler`` (or a LocalCluster started as soon as
+    a new store is known to need it), and keep the source's listing for the next ingest;
+    returns the summary (``forgotten``: rows of changed files forgotten). ``pq_options`` are
+    `plan_ingest`'s ``pq``, ``pq_sample``. The cluster (distributed, dask.array) is imported
+    only when there is work, so that an ingest with nothing new stays a quick look."""
+    # Partitions no larger than a commit, so that a commit holds at most --commit-rows rows.
+    per_partition = min(IMAGES_PER_PARTITION, commit_rows or IMAGES_PER_PARTITION)
+    options = {"features": features, "source_options": source_options, "split": split,
+               "images_per_partition": per_partition, **pq_options}  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        early = None
+        if not scheduler and starts_a_store(store_path):  # every image is new: start it now
+            from imgscale.jobs.cluster import local_cluster_soon
+
+            early = stack.enter_context(local_cluster_soon())
+        plan = plan_ingest(source, store_path, **options)
+        forgotten = 0
+        if refresh and plan.changes is not None and (plan.changes.changed or plan.changes.deleted):
+            forgotten = forget_changed(open_store(store_path), plan.changes)
+            plan = plan_ingest(source, store_path, **options)
+        if not plan.partitions and plan.total == 0:  # every image listed is in the store
+            summary = nothing_to_do(plan)
+        else:
+            from imgscale.jobs.cluster import connect
+
+            local = [Path(source)] if not is_url(source) and Path(source).exists() else []
+            shared = [*local, store_path.parent]
+            with connect(scheduler, quiet=quiet, shared_paths=shared, cluster=early) as client:
+                summary = ingest_images(
+                    plan,
+                    client,
+                    commit_rows=commit_rows,
+                    progress=progress,
+                    codec_progress=codec_progress,
+                )
+    summary["forgotten"] = forgotten
+    keep_listing(store_path, source, plan.changes)
+    return summary
 
 
 def ingest_images(
