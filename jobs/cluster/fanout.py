@@ -25,7 +25,8 @@ def cluster_mapper(client: Client) -> Mapper:
     cluster. Not hashed: two runs with equal inputs must not share keys."""
 
     def run(fn: Callable, shared: tuple, items: list) -> list:
-        shared_futures = client.scatter(list(shared), broadcast=True, hash=False)
+        # Nothing to scatter without shared arguments (distributed refuses an empty scatter).
+        shared_futures = client.scatter(list(shared), broadcast=True, hash=False) if shared else []
         futures = [client.submit(fn, *shared_futures, *item, pure=False) for item in items]
         return client.gather(futures)
 
