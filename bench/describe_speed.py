@@ -51,9 +51,8 @@ from threadpoolctl import threadpool_limits
 from imgscale.bench import opencv_peer
 from imgscale.bench.common import record
 from imgscale.bench.registry import Context, benchmark
-from imgscale.jobs.cluster import connect
-from imgscale.jobs.fit_features import ClusterChunks
-from imgscale.jobs.ingest_images import TASKS_PER_THREAD_AT_LEAST
+from imgscale.jobs.cluster import ClusterChunks, connect
+from imgscale.jobs.ingest import TASKS_PER_THREAD_AT_LEAST
 from imgscale.pipeline.describe import DenseSift
 from imgscale.pipeline.describe.dense_sift import grid_keypoints, patch_grid
 from imgscale.pipeline.describe.fisher_vector import fisher_vectors

@@ -24,7 +24,7 @@ against it). The upper bound of the 1 → 2 worker speed-up on this machine at t
 same work (``describe_partition`` with ``gist-tiny``) in 1 and then 2 plain processes without
 Dask.
 
-Through ``imgscale.jobs.ingest_images.ingest_images`` into a new store, on a LocalCluster of 1
+Through ``imgscale.jobs.ingest.ingest_images`` into a new store, on a LocalCluster of 1
 and then 2 single-threaded worker processes as ``imgscale.jobs.cluster.connect`` starts them,
 run from a spawned process of its own (the client holds nothing of this benchmark): images/s
 (listing, reading, hashing, decoding, describing and committing; the cluster's start is not
@@ -59,7 +59,7 @@ from imgscale.bench.common import PeakRSS, record
 from imgscale.bench.lmgist import reference_gist
 from imgscale.bench.registry import Context, Skipped, benchmark
 from imgscale.jobs.features import Features, parse_features
-from imgscale.jobs.ingest_images import describe_partition, known_of
+from imgscale.jobs.ingest import describe_partition, known_of
 from imgscale.storage import ImageRequest, decode_image, open_image_source, read_partition
 
 if TYPE_CHECKING:
@@ -297,7 +297,7 @@ def plain_processes_speedup(url: str, features: Features) -> float:
 
 
 def _warm(_: int) -> None:
-    importlib.import_module("imgscale.jobs.ingest_images")
+    importlib.import_module("imgscale.jobs.ingest")
 
 
 def _describe_all(features: Features, partitions: list) -> int:
@@ -345,11 +345,11 @@ def _ingest_in_cluster(
     workers: int, runs: list[tuple[str, str, str]], root: Path, again: bool
 ) -> list[dict]:
     from imgscale.jobs.cluster import connect
-    from imgscale.jobs.ingest_images import ingest_images, plan_ingest
+    from imgscale.jobs.ingest import ingest_images, plan_ingest
 
     out = []
     with connect(quiet=True, n_workers=workers) as client:
-        client.run(importlib.import_module, "imgscale.jobs.ingest_images")
+        client.run(importlib.import_module, "imgscale.jobs.ingest")
         worker_pids = {f"pid {pid}" for pid in client.run(os.getpid).values()}
         client.get_task_stream(start=time.time())  # the scheduler records tasks from now on
         for name, source, features in runs:

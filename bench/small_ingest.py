@@ -114,7 +114,7 @@ def stage_by_stage(source: str, store: str, scheduler: str) -> dict[str, float]:
     import imgscale.jobs.cli  # noqa: F401  (what `imgscale` imports before any command)
 
     imported = time.time()
-    from imgscale.jobs.ingest_images import ingest_images, plan_ingest, starts_a_store
+    from imgscale.jobs.ingest import ingest_images, plan_ingest, starts_a_store
 
     with contextlib.ExitStack() as stack:
         early = None
@@ -148,7 +148,7 @@ def describe_seconds(folder: Path) -> float:
     from threadpoolctl import threadpool_limits
 
     from imgscale.jobs.features import parse_features
-    from imgscale.jobs.ingest_images import describe_partition, known_of
+    from imgscale.jobs.ingest import describe_partition, known_of
     from imgscale.storage import open_image_source
 
     features = parse_features(FEATURES)

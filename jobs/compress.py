@@ -1,7 +1,9 @@
 """``imgscale compress``: a raw store → a product-quantized store, encoded on the cluster.
 
 1. Train: a uniform sample of rows is gathered chunk by chunk (one task per source chunk takes its
-   sampled rows), so only the sample reaches the client; faiss trains the codec there.
+   sampled rows), so only the sample reaches the client; the codec is trained a block of
+   sub-spaces a task (``jobs.ingest.train_pq``, the trainer of ``ingest --pq`` too), on the
+   cluster's workers when there is one.
 2. Encode and write: one task per source chunk reads, encodes and measures its reconstruction
    error on a worker, writes the codes as the same chunk of the PQ store (one writer per chunk)
    and returns only a few sums. The client holds the store's `CopyWriter` (writer lock) meanwhile
@@ -23,8 +25,20 @@ from typing import Any
 import dask
 import numpy as np
 
-from imgscale.pipeline.compute import compute_as_completed, gather_rows
-from imgscale.pipeline.pq import DEFAULT_SAMPLE, PQCodec, check_m, sample_indices
+from imgscale.jobs.ingest import train_pq
+from imgscale.pipeline.compute import (
+    cluster_threads,
+    compute_as_completed,
+    current_executor,
+    gather_rows,
+)
+from imgscale.pipeline.pq import (
+    DEFAULT_SAMPLE,
+    PQCodec,
+    check_m,
+    check_training_rows,
+    sample_indices,
+)
 from imgscale.storage import (
     CopyWriter,
     FeatureStore,
@@ -37,15 +51,23 @@ from imgscale.storage import (
 )
 
 
-def train_codec(
+def _train_codec(
     src: FeatureStore, m: int, *, rotate: bool, sample: int, seed: int, niter: int = 25
 ) -> PQCodec:
-    """Codec trained on ``sample`` rows of ``src`` drawn uniformly (all rows if fewer)."""
+    """Codec trained on ``sample`` rows of ``src`` drawn uniformly (all rows if fewer), the
+    rows sent once to each worker of the current executor."""
     n = src.committed_rows
     _check_m(src, m)
     index = sample_indices(n, sample, seed)
     rows = gather_rows(src.features(), index)
-    return PQCodec.train(rows, m, rotate=rotate, seed=seed, niter=niter)
+    check_training_rows(len(rows), stacklevel=3)
+
+    def run(kernel: Callable, items: list[tuple]) -> Iterator[tuple[int, np.ndarray]]:
+        return enumerate(current_executor().map(kernel, ([rows],), items))
+
+    return train_pq(
+        run, src.dim, m, threads=cluster_threads(), seed=seed, rotate=rotate, niter=niter
+    )
 
 
 def compress(
@@ -76,7 +98,7 @@ def compress(
     _check_m(src, m)
     started = time.perf_counter()
     if codec is None:
-        codec = train_codec(src, m, rotate=rotate, sample=sample, seed=seed, niter=niter)
+        codec = _train_codec(src, m, rotate=rotate, sample=sample, seed=seed, niter=niter)
     elif codec.m != m or codec.dim != src.dim:
         raise StoreError(f"codec for D={codec.dim}, M={codec.m}; expected D={src.dim}, M={m}")
     train_seconds = time.perf_counter() - started

@@ -54,21 +54,10 @@ _PR_SET_PDEATHSIG = 1
 
 def submit_driver(client: Any, run_id: str, ledger_url: str, scheduler: str) -> str:
     """Hand the driver of run ``run_id`` to the cluster of ``client``; returns its task key."""
-    from distributed import fire_and_forget
+    from imgscale.jobs.cluster import submit_detached
 
-    workers = client.scheduler_info(n_workers=-1)["workers"].values()
-    hosted = any((w.get("resources") or {}).get(DRIVER_RESOURCE) for w in workers)
     key = f"imgscale-driver-{run_id}-{uuid.uuid4().hex[:6]}"
-    future = client.submit(
-        drive,
-        run_id,
-        ledger_url,
-        scheduler,
-        key=key,
-        pure=False,
-        resources={DRIVER_RESOURCE: 1} if hosted else None,
-    )
-    fire_and_forget(future)
+    submit_detached(client, drive, run_id, ledger_url, scheduler, key=key, resource=DRIVER_RESOURCE)
     return key
 
 

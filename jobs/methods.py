@@ -326,10 +326,9 @@ def _fit_ssl(data: TrainingData, options: dict) -> BaseEstimator:
 
 def _fit_local(data: TrainingData, options: dict) -> BaseEstimator:
     # Paper 004: the N × K × S offline fits run as tasks on the command's cluster, the training
-    # rows broadcast to each worker once (jobs.fanout); in this process without a cluster.
-    from imgscale.jobs.fanout import cluster_mapper
+    # rows broadcast to each worker once (jobs.cluster); in this process without a cluster.
     from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier
-    from imgscale.pipeline.compute import current_client, run_in_process
+    from imgscale.pipeline.compute import current_executor
 
     try:
         sizes = tuple(int(k) for k in options["sizes"].split(","))
@@ -343,8 +342,7 @@ def _fit_local(data: TrainingData, options: dict) -> BaseEstimator:
         n_neighbourhoods=options["neighbourhoods"], sizes=sizes, n_samples=options["samples"],
         compression=0.15, random_state=0,
     )  # fmt: skip
-    client = current_client()
-    return model.fit(data.X, data.y, run_in_process if client is None else cluster_mapper(client))
+    return model.fit(data.X, data.y, current_executor().map)
 
 
 METHODS: dict[str, Method] = {

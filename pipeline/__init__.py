@@ -6,9 +6,9 @@ Other layers use these, and nothing else of the package:
   ``__init__`` lists (the method modules inside are theirs alone).
 - `imgscale.pipeline.describe`: descriptors of decoded image batches (`Gist`, `ColorHistogram`,
   `OnnxFeatures`) and `DESCRIPTORS`, the named settings.
-- `imgscale.pipeline.compute`: `compute`, `gather_rows`, and the cluster hook `use_compute`
-  through which the jobs layer routes every materialisation (progress on a distributed client);
-  `current_client`, the client (if any) pipeline work runs on.
+- `imgscale.pipeline.compute`: `compute`, `gather_rows`, and `Executor`, what pipeline work
+  needs of a cluster, which the jobs layer installs with `use_executor` (progress, its workers);
+  `current_executor`, the one pipeline work runs on.
 - `imgscale.pipeline.fitted`: the fitted arrays each estimator declares and the check that a
   loaded model's arrays fit together.
 - `imgscale.pipeline.metrics`: per-class rate, top-k error, precision at 100, (Mi)AP.

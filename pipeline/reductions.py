@@ -304,8 +304,8 @@ def _block_graph(arrays: Sequence[Any]) -> tuple[dict, list[List], list[int]]:
 
 def _shared(arg: Any, graph: dict) -> Any:
     """A kernel argument as every task sees it: numpy arrays once in the graph, or on the workers
-    when large (1M int64 labels are 8 MB of graph the scheduler has to hold and forward;
-    distributed warns from 10 MB); dask collections by reference to their graph's result;
+    when large (1M int64 labels are 8 MB of graph the scheduler has to hold and forward; it
+    warns from 10 MB); dask collections by reference to their graph's result;
     anything else as is."""
     if dask.is_dask_collection(arg):
         value = dask.delayed(arg)

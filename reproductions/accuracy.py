@@ -36,7 +36,7 @@ import numpy as np
 import scipy.linalg
 
 from imgscale.bench import Context, benchmark, record
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.classify.ridge import RHO_GRID
 from imgscale.pipeline.compute import Mapper, run_in_process
@@ -219,7 +219,7 @@ def run_dataset(
     """Records (mean and std of the test per-class rate) for every embedding and regime.
 
     The trials of each (embedding, labelled rows per class) run through ``mapper`` (default: one
-    after the other here; ``imgscale.jobs.fanout.cluster_mapper`` runs them as parallel tasks on
+    after the other here; ``imgscale.jobs.cluster.cluster_mapper`` runs them as parallel tasks on
     a Dask cluster with the embedded rows sent to every worker once).
     """
     data = load_dataset(name, mnist_rows, data_dir=data_dir)

@@ -47,7 +47,7 @@ def run_accuracy(
     over `trials` random labelled sets; every other train row is unlabelled.
 
     The trials of each labelled-set size run through ``mapper`` (default: one after the other
-    here; ``imgscale.jobs.fanout.cluster_mapper`` runs them as parallel tasks on the cluster, the
+    here; ``imgscale.jobs.cluster.cluster_mapper`` runs them as parallel tasks on the cluster, the
     shared arrays sent to each worker once).
     """
     records = []

@@ -24,8 +24,7 @@ from distributed import Client
 from sklearn.decomposition import PCA
 
 from imgscale.bench import Context, benchmark, record
-from imgscale.jobs.cluster import connect
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper, connect
 from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier, RidgeClassifier
 from imgscale.pipeline.classify.local import (
     predict_from_confidences,

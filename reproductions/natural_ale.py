@@ -17,7 +17,7 @@ import numpy as np
 from distributed import Client
 
 from imgscale.bench import Context, benchmark, record
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper
 from imgscale.pipeline.embed import ALE, RandomFourierFeatures
 from imgscale_reproductions.accuracy import _trial_rate
 from imgscale_reproductions.ale_accuracy import ALE_COMPONENTS, ALE_DIRECTIONS, METHODS, _ale_trial

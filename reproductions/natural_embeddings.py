@@ -23,7 +23,7 @@ import numpy as np
 from distributed import Client
 
 from imgscale.bench import Context, benchmark, record
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper
 from imgscale.pipeline.classify import RidgeClassifier
 from imgscale.pipeline.embed import AddKPCA, Nystrom, PCALap, RandomFourierFeatures, RPLap
 from imgscale.pipeline.metrics import per_class_rate

@@ -31,7 +31,7 @@ from distributed import Client
 from sklearn.decomposition import PCA
 
 from imgscale.bench import Context, benchmark, record
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper
 from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier, RidgeClassifier
 from imgscale_reproductions.cifar10_gist import TEST_FILE, TRAIN_FILE, gist_arrays
 from imgscale_reproductions.local import TINY_METRIC_ITER, global_balanced, oracle_records

@@ -16,7 +16,7 @@ import math
 from distributed import Client
 
 from imgscale.bench import Context, benchmark, record
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper
 from imgscale_reproductions import ale_accuracy, ncm_accuracy
 
 _FILES = {"usps": "usps.npz", "mnist": "mnist.npz"}

@@ -40,6 +40,8 @@ def test_the_tree_keeps_every_contract():
         ("bench/ridge.py", "import imgscale.storage.layout", "jobs uses storage"),
         ("bench/ridge.py", "import imgscale.pipeline.classify.ridge", "jobs uses estimators"),
         ("storage/layout.py", "import imgscale.storage.store", "no import cycles"),
+        ("pipeline/reductions.py", "import distributed", "do not import distributed"),
+        ("storage/store.py", "from distributed import Client", "do not import distributed"),
     ],
 )
 def test_a_planted_import_breaks_its_contract(tmp_path, module, planted, broken):

@@ -3,7 +3,6 @@ export, compress."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 
@@ -136,7 +135,9 @@ def ingest(
 
     Rows of vectors already committed (same content, from any file) are skipped.
     """
-    if _is_image_source(src, features, store):
+    from imgscale.jobs.ingest import is_image_source
+
+    if is_image_source(src, features, store):
         vector_only = {"--x-key": x_key, "--labels": labels_path, "--unlabelled": unlabelled,
                        "--class-names": class_names_path, "--batch-id": batch_id}  # fmt: skip
         given = [flag for flag, value in vector_only.items() if value]
@@ -195,73 +196,24 @@ def ingest(
     print_summary(summary, as_json, message)
 
 
-def _is_image_source(src: str, features: str | None, store: str) -> bool:
-    """Images when --features says so, when SRC can only be images (a folder, tar shards, a
-    URL), or when STORE is a store of images; else SRC is a file of vectors."""
-    from imgscale.storage import is_url, open_store
-
-    if features or is_url(src) or Path(src).is_dir() or src.endswith(".tar"):
-        return True
-    if any(c in src for c in "*?{"):
-        return True
-    try:
-        return open_store(store).descriptor is not None
-    except Exception:
-        return False
-
-
 def _ingest_images(
     src, store, features, split, scheduler, as_json, commit_rows, refresh, source_options,
     pq_options,
 ) -> None:  # fmt: skip
-    from imgscale.jobs.image_changes import forget_changed, keep_listing
-    from imgscale.jobs.ingest_images import (
-        IMAGES_PER_PARTITION,
-        ingest_images,
-        nothing_to_do,
-        plan_ingest,
-        starts_a_store,
-    )
-    from imgscale.storage import absolute, is_url, location, open_store
+    from imgscale.jobs.ingest import ingest_image_source
+    from imgscale.storage import absolute, is_url, location
 
-    # Absolute paths for the workers; jobs.cluster (distributed, dask.array) is imported only
-    # when there is work, so that an ingest with nothing new stays a quick look.
+    # Absolute paths for the workers.
     if not is_url(src):
         src = str(absolute(location(src)))
     store = absolute(location(store))
-    # Partitions no larger than a commit, so that a commit holds at most --commit-rows rows.
-    per_partition = min(IMAGES_PER_PARTITION, commit_rows or IMAGES_PER_PARTITION)
-    options = {"features": features, "source_options": source_options, "split": split,
-               "images_per_partition": per_partition, **pq_options}  # fmt: skip
-    with contextlib.ExitStack() as stack:
-        early = None
-        if not scheduler and starts_a_store(store):  # every image is new: start the cluster now
-            from imgscale.jobs.cluster import local_cluster_soon
-
-            early = stack.enter_context(local_cluster_soon())
-        plan = plan_ingest(src, store, **options)
-        forgotten = 0
-        if refresh and plan.changes is not None and (plan.changes.changed or plan.changes.deleted):
-            forgotten = forget_changed(open_store(store), plan.changes)
-            plan = plan_ingest(src, store, **options)
-        if not plan.partitions and plan.total == 0:  # every image listed is in the store
-            summary = nothing_to_do(plan)
-        else:
-            from imgscale.jobs.cluster import connect
-
-            local = [Path(src)] if not is_url(src) and Path(src).exists() else []
-            shared = [*local, store.parent]
-            with connect(scheduler, quiet=as_json, shared_paths=shared, cluster=early) as client:
-                summary = ingest_images(
-                    plan,
-                    client,
-                    commit_rows=commit_rows,
-                    progress=images_progress_line(quiet=as_json),
-                    codec_progress=stage_progress_line(quiet=as_json),
-                )
+    summary = ingest_image_source(
+        src, store, features=features, split=split, scheduler=scheduler, quiet=as_json,
+        commit_rows=commit_rows, refresh=refresh, source_options=source_options,
+        progress=images_progress_line(quiet=as_json),
+        codec_progress=stage_progress_line(quiet=as_json), **pq_options,
+    )  # fmt: skip
     end_progress_line()
-    summary["forgotten"] = forgotten
-    keep_listing(store, src, plan.changes)
     if summary["changed"] or summary["deleted"]:
         click.echo(
             f"imgscale: warning: {src}: {summary['changed']} images changed (other bytes under a "
@@ -395,7 +347,7 @@ def fit_features(
     scikit-learn's objective (docs/findings/cifar10-bow-fisher.md).
     """
     from imgscale.jobs.cluster import connect, shared_path
-    from imgscale.jobs.fit_features import AUTO_IMAGE_SIZE, fit_vocabulary, vocabulary_of
+    from imgscale.jobs.fit_vocabulary import AUTO_IMAGE_SIZE, fit_vocabulary, vocabulary_of
     from imgscale.pipeline.describe import watch_passes
     from imgscale.storage import is_url
 

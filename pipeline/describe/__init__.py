@@ -12,7 +12,7 @@ JSON-able, so `get_params()` records the descriptor a store was built with.
 - `BagOfWords`, `FisherVector`: encodings of the local descriptors against a vocabulary they
   learn (k-means; PCA + diagonal GMM), by `fit` on images or `fit_chunks` over local
   descriptors held elsewhere (`InMemoryChunks`, or the cluster's chunks in
-  ``jobs.fit_features``); `watch_passes` shows each pass of such a fit (a `FitPass`).
+  ``jobs.fit_vocabulary``); `watch_passes` shows each pass of such a fit (a `FitPass`).
 - `DESCRIPTORS`: the named settings, ``DESCRIPTORS[name]()`` builds one.
 """
 

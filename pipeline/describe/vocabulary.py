@@ -15,7 +15,7 @@ A vocabulary of a hundred EM passes over millions of descriptors runs for many m
 
 `DescriptorChunks` is the door: ``chunks.map(kernel, *shared)`` returns ``[kernel(chunk,
 *shared) for chunk in chunks]``, where a chunk maps a channel name ("sift", "color") to float32
-local descriptors (m, d). `InMemoryChunks` is that list in this process; ``jobs.fit_features``
+local descriptors (m, d). `InMemoryChunks` is that list in this process; ``jobs.fit_vocabulary``
 keeps the chunks on the cluster.
 """
 

@@ -282,7 +282,7 @@ _search_saved: tuple[int, int] = (0, 0)
 def _one_thread_blas_search() -> Iterator[None]:
     """faiss searches on one thread, by BLAS products (`_blas_search`), restored after.
 
-    One thread: encode tasks run one per single-threaded Dask worker (jobs/cluster.py), and
+    One thread: encode tasks run one per single-threaded Dask worker (jobs/cluster/), and
     OpenMP threads on top of that would oversubscribe the cores (a per-thread setting).
     """
     import faiss

@@ -12,7 +12,7 @@ import dask.config
 import psutil
 import pytest
 
-from imgscale.jobs import cluster as cluster_module
+import imgscale.jobs.cluster.connection as cluster_module
 from imgscale.jobs.cluster import PROBE_SECONDS, TLS_KEYS, ClusterError, connect
 from imgscale.pipeline.compute import compute
 from imgscale.storage import StoreError, open_store

@@ -44,6 +44,26 @@ def test_compressed_store_keeps_rows_ids_labels_splits_and_batches(digits_store,
     assert store.features().chunks == digits_store.features().chunks
 
 
+@pytest.mark.parametrize("rotate", [False, True], ids=["plain", "rotated"])
+def test_the_codec_trained_a_block_of_sub_spaces_a_task_is_pq_trained_on_the_whole_sample(
+    digits_store, tmp_path, rotate
+):
+    """compress trains its codec with ingest --pq's trainer, a block of sub-spaces a task: the
+    codebook (and rotation) is the one faiss learns on all sub-spaces of the sample at once."""
+    summary = _compress(digits_store, tmp_path / "pq.zarr", 16, rotate=rotate, seed=3)
+    X = digits_store.features().compute()  # 1,797 rows: the sample is every row
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = PQCodec.train(X, 16, rotate=rotate, seed=3, niter=10)
+    codec = open_store(tmp_path / "pq.zarr").codec
+    assert summary["rows"] == len(X)
+    np.testing.assert_allclose(codec.codebook, expected.codebook, atol=1e-4)
+    if rotate:
+        np.testing.assert_array_equal(codec.rotation, expected.rotation)
+    else:
+        assert codec.rotation is None
+
+
 def test_compressed_rows_are_the_codec_applied_to_the_raw_rows(digits_store, pq32):
     store, _ = pq32
     X = digits_store.features().compute()

@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 from sklearn.datasets import load_sample_images
 
-from imgscale.jobs.fit_features import describe_sample, sample_partitions, vocabulary_of
+from imgscale.jobs.fit_vocabulary import local_descriptors_of_sample, vocabulary_of
+from imgscale.jobs.ingest import sample_partitions
 from imgscale.jobs.models import load
 from imgscale.pipeline.describe import InMemoryChunks
 from imgscale.storage import open_store
@@ -81,7 +82,9 @@ def test_the_cluster_fit_is_the_in_process_fit_of_the_same_sample(
     assert provenance["sample_images"] == 10
     here = vocabulary_of("fisher", n_gaussians=3, n_components=8, patch_sizes=(16,), step=8,
                          image_size=SIZE, sift_window=2.25, random_state=4)  # fmt: skip
-    chunks = [describe_sample(here, item) for item in sample_partitions(str(photos), 10, 4)]
+    chunks = [
+        local_descriptors_of_sample(here, item) for item in sample_partitions(str(photos), 10, 4)
+    ]
     here.fit_chunks(InMemoryChunks(chunks), sum(len(c["sift"]) for c in chunks))
     for name in ("sift_components_", "sift_means_", "color_variances_", "color_weights_"):
         np.testing.assert_allclose(getattr(on_cluster, name), getattr(here, name), rtol=1e-6)
@@ -221,7 +224,7 @@ def test_a_source_without_listed_keys_gives_its_first_images_of_every_partition(
     assert len(items) == 4 and all(item.keys is None for item in items)
     assert sorted(item.limit for item in items) == [1, 1, 2, 2]
     vocabulary = vocabulary_of("bow", n_words=4, image_size=SIZE)
-    chunks = [describe_sample(vocabulary, item) for item in items]
+    chunks = [local_descriptors_of_sample(vocabulary, item) for item in items]
     assert sorted(int(c["images"][0]) for c in chunks) == [1, 1, 2, 2]
     assert sum(c["sift"].shape[0] for c in chunks) == 6 * 25
 

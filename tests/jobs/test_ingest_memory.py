@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from imgscale.jobs.ingest_images import Described, _named_holders, _Pending, _receive, _Taken
+from imgscale.jobs.ingest.commit import Pending, Taken, named_holders, receive
+from imgscale.jobs.ingest.worker import Described
 from imgscale.storage import FeatureStore, HashRuns, create_store, open_store
 from tests.jobs.test_ingest_images import digit_images, ingest, png_bytes, rejected
 
@@ -29,15 +30,15 @@ def described(start: int, n: int) -> Described:
 
 
 def bytes_held_after(images: int, per_commit: int) -> int:
-    """Bytes still allocated by what `_receive` keeps of ``images`` images taken, committed
+    """Bytes still allocated by what `receive` keeps of ``images`` images taken, committed
     every ``per_commit`` (the pending rows themselves are dropped at each commit, as the
     committer does)."""
     tracemalloc.start()
     try:
-        taken = _Taken()
+        taken = Taken()
         for start in range(0, images, per_commit):
-            pending = _Pending()
-            _receive(pending, described(start, per_commit), taken)
+            pending = Pending()
+            receive(pending, described(start, per_commit), taken)
             taken.next_commit()
             del pending
         held, _ = tracemalloc.get_traced_memory()
@@ -55,16 +56,16 @@ def test_the_client_holds_under_32_bytes_an_image_it_has_committed():
 
 
 def test_repeats_of_committed_ids_and_bytes_are_left_for_the_commit_to_confirm_and_name():
-    taken = _Taken()
-    first = _Pending()
-    _receive(first, described(0, 3), taken)
+    taken = Taken()
+    first = Pending()
+    receive(first, described(0, 3), taken)
     taken.next_commit()  # first is being committed
     taken.next_commit()  # first is in the store; its images are hashes now
     again = described(0, 3)
     again.keys[1] = "another/key"  # the bytes of image 1 under a new id
     again.digests[2] = hashlib.sha256(b"new bytes").digest()  # new bytes under image 2's id
-    pending = _Pending()
-    _receive(pending, again, taken)
+    pending = Pending()
+    receive(pending, again, taken)
     assert pending.same_bytes_as_committed == [("another/key", again.digests[1])]
     assert pending.ids_maybe_committed == {again.keys[0], again.keys[2]}
     assert pending.keys == [again.keys[0], again.keys[2]]  # kept until the store says
@@ -74,8 +75,8 @@ def test_repeats_of_committed_ids_and_bytes_are_left_for_the_commit_to_confirm_a
 def test_a_partition_is_probed_against_the_committed_images_in_one_call_for_ids_one_for_bytes(
     monkeypatch,
 ):
-    taken = _Taken()
-    _receive(_Pending(), described(0, 1_000), taken)
+    taken = Taken()
+    receive(Pending(), described(0, 1_000), taken)
     taken.next_commit()
     taken.next_commit()  # its images are hashes now
     probes, contains = [], HashRuns.contains
@@ -84,8 +85,8 @@ def test_a_partition_is_probed_against_the_committed_images_in_one_call_for_ids_
         "contains",
         lambda self, hashes: probes.append(len(hashes)) or contains(self, hashes),
     )
-    pending = _Pending()
-    _receive(pending, described(1_000, 500), taken)
+    pending = Pending()
+    receive(pending, described(1_000, 500), taken)
     assert probes == [500, 500]
     assert len(pending) == 500 and not pending.ids_maybe_committed
 
@@ -134,6 +135,6 @@ def test_the_holder_of_repeated_bytes_is_named_from_this_ingests_own_batches_alo
         ),
     )
     repeat = hashlib.sha256(b"x").digest()
-    refusals = _named_holders(open_store(store.path), [("copy", repeat)], ["mine-1", "mine-2"])
+    refusals = named_holders(open_store(store.path), [("copy", repeat)], ["mine-1", "mine-2"])
     assert refusals == [("copy", repeat, "same bytes as 'x', in this ingest")]
     assert read == ["mine-2", "mine-1"]  # never the batch committed before this ingest

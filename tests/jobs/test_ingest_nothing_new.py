@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from imgscale.jobs.ingest_images import plan_ingest
+from imgscale.jobs.ingest import plan_ingest
 from imgscale.storage import open_store
 from tests.jobs.test_command_imports import imported_packages
 from tests.jobs.test_ingest_images import digit_images, gist_tiny, ingest, png_bytes, write_folder

@@ -15,8 +15,7 @@ import zarr
 from PIL import Image
 from sklearn.datasets import load_sample_images
 
-from imgscale.jobs.fit_features import sample_partitions
-from imgscale.jobs.ingest_images import DEFAULT_PQ_SAMPLE
+from imgscale.jobs.ingest import DEFAULT_PQ_SAMPLE, sample_partitions
 from imgscale.jobs.models import load
 from imgscale.pipeline.pq import PQCodec
 from imgscale.storage import open_store
@@ -111,7 +110,7 @@ def test_codebook_training_reports_the_sample_then_every_sub_quantizer(
 ):
     from distributed import Client
 
-    from imgscale.jobs.ingest_images import plan_ingest, train_codec
+    from imgscale.jobs.ingest import plan_ingest, train_codec
 
     plan = plan_ingest(str(photos / "train"), tmp_path / "s.zarr",
                        features=f"fisher:{vocabularies[0]}", pq=8)  # fmt: skip

@@ -7,7 +7,7 @@ import dask.array as da
 import numpy as np
 from distributed import Client
 
-from imgscale.jobs.fanout import cluster_mapper
+from imgscale.jobs.cluster import cluster_mapper
 from imgscale.pipeline.classify import PredictedNeighbourhoodClassifier
 
 

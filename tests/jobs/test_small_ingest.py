@@ -16,7 +16,7 @@ import pytest
 
 from imgscale.jobs.cluster import connect, local_cluster_soon
 from imgscale.jobs.features import SECONDS_PER_IMAGE, seconds_per_image
-from imgscale.jobs.ingest_images import partition_size, plan_ingest
+from imgscale.jobs.ingest import partition_size, plan_ingest
 from imgscale.storage import open_store
 from tests.jobs.test_ingest_images import digit_images, gist_tiny, ingest, write_folder
 from tests.storage.test_image_sources import write_shard
@@ -104,7 +104,7 @@ def test_the_client_of_a_small_ingest_builds_no_descriptor_and_imports_no_numba(
     code = textwrap.dedent(f"""
         import json, sys
         from distributed import Client
-        from imgscale.jobs.ingest_images import ingest_images, plan_ingest
+        from imgscale.jobs.ingest import ingest_images, plan_ingest
         plan = plan_ingest({str(photos)!r}, {str(store)!r}, features="gist-tiny")
         with Client({scheduler_address!r}) as client:
             summary = ingest_images(plan, client)

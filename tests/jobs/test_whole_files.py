@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from imgscale.jobs.cli import cli
-from imgscale.jobs.ingest_images import plan_ingest
-from imgscale.jobs.whole_files import find_whole_files
+from imgscale.jobs.ingest import plan_ingest
+from imgscale.jobs.ingest.whole_files import find_whole_files
 from imgscale.storage import StoreError, create_store, open_image_source, open_store
 from imgscale.storage.images.listing import whole_files_file
 from imgscale.storage.images.parquet_images import ParquetPartition

@@ -24,3 +24,14 @@ def data():
 def as_dask(a, rows=57):
     """A row-chunked dask array with several (uneven) chunks."""
     return da.from_array(a, chunks=(rows, *a.shape[1:]))
+
+
+def computing_with(fn):
+    """An in-process executor whose `compute` is ``fn(*collections)`` (for `use_executor`)."""
+    from imgscale.pipeline.compute import InProcess
+
+    class Hooked(InProcess):
+        def compute(self, collections):
+            return fn(*collections)
+
+    return Hooked()

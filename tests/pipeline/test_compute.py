@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from imgscale.pipeline.classify import RidgeClassifier
-from imgscale.pipeline.compute import compute, compute_hook, gather_rows, use_compute
-from tests.pipeline.conftest import as_dask
+from imgscale.pipeline.compute import compute, gather_rows, installed_executor, use_executor
+from tests.pipeline.conftest import as_dask, computing_with
 
 
 def test_compute_returns_numpy_inputs_untouched():
@@ -20,25 +20,25 @@ def test_compute_without_hook_equals_dask_compute():
     assert compute(x.sum(), x.max()) == (45, 9)
 
 
-def test_use_compute_routes_dask_collections_through_the_hook():
+def test_use_executor_routes_dask_collections_through_the_executor():
     calls = []
 
     def hook(*collections):
         calls.append(len(collections))
         return tuple(c.compute(scheduler="sync") for c in collections)
 
-    with use_compute(hook):
+    with use_executor(computing_with(hook)):
         assert compute(da.ones(4, chunks=2).sum()) == (4.0,)
     assert calls == [1]
 
 
-def test_use_compute_restores_the_previous_hook_on_exit():
-    with use_compute(lambda *c: c):
+def test_use_executor_restores_the_previous_executor_on_exit():
+    with use_executor(computing_with(lambda *c: c)):
         pass
-    assert compute_hook.get() is None
+    assert installed_executor.get() is None
 
 
-def test_ridge_fit_on_dask_materialises_through_the_hook(data):
+def test_ridge_fit_on_dask_materialises_through_the_executor(data):
     X, y = data
     calls = []
 
@@ -48,7 +48,7 @@ def test_ridge_fit_on_dask_materialises_through_the_hook(data):
 
         return dask.compute(*collections)
 
-    with use_compute(hook):
+    with use_executor(computing_with(hook)):
         RidgeClassifier().fit(as_dask(X), y)
     assert len(calls) == 1
 
@@ -73,6 +73,7 @@ def test_a_models_large_arrays_reach_the_workers_once_and_answer_as_in_numpy(mon
     import cloudpickle
     from distributed import Client
 
+    from imgscale.jobs.cluster import ClusterExecutor
     from imgscale.pipeline import compute as compute_module
     from imgscale.pipeline.classify import MetricKNeighborsClassifier
     from imgscale.pipeline.embed import RandomFourierFeatures
@@ -85,7 +86,10 @@ def test_a_models_large_arrays_reach_the_workers_once_and_answer_as_in_numpy(mon
     knn.fit(X, y)
     rff = RandomFourierFeatures(n_components=32, gamma=0.5, random_state=0).fit(X)
     X_dask = da.from_array(X, chunks=(128, 6))
-    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None):
+    with (
+        Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as c,
+        use_executor(ClusterExecutor(c)),
+    ):
         sizes = {}
         for limit in (10**9, 100):
             monkeypatch.setattr(compute_module, "SCATTER_BYTES", limit)

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from imgscale.jobs.cluster import ClusterExecutor
 from imgscale.pipeline import gram as gram_module
 from imgscale.pipeline import reductions
-from imgscale.pipeline.compute import compute
+from imgscale.pipeline.compute import compute, use_executor
 from imgscale.pipeline.reductions import RowStats, chunk_row_stats, reduce_rows, row_stats
 from tests.pipeline.conftest import N_CLASSES, as_dask
 
@@ -314,7 +315,10 @@ def test_large_numpy_inputs_go_to_the_workers_not_into_the_graph(monkeypatch):
     X = rng.normal(size=(2000, 4)).astype(np.float32)
     y = rng.integers(-1, N_CLASSES, 2000)
     X_dask = da.from_array(X, chunks=(256, 4))
-    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None):
+    with (
+        Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as c,
+        use_executor(ClusterExecutor(c)),
+    ):
         sizes = {}
         for limit in (10**9, 100):
             monkeypatch.setattr(reductions, "_SCATTER_BYTES", limit)
@@ -336,7 +340,8 @@ def test_repeated_passes_over_scattered_labels_all_complete(monkeypatch):
     expected = chunk_row_stats(X, y, N_CLASSES, False)
     with (
         LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster,
-        Client(cluster),
+        Client(cluster) as client,
+        use_executor(ClusterExecutor(client)),
     ):
         for _ in range(6):
             got = row_stats(da.from_array(X, chunks=(500, 4)), y, N_CLASSES, gram=False)
@@ -354,7 +359,10 @@ def test_large_numpy_kernel_arguments_go_to_the_workers_not_into_the_graph(monke
     def projected_sum(block, w, row_start):
         return (block @ w).sum(axis=0)
 
-    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None):
+    with (
+        Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as c,
+        use_executor(ClusterExecutor(c)),
+    ):
         sizes = {}
         for limit in (10**9, 100):
             monkeypatch.setattr(reductions, "_SCATTER_BYTES", limit)
@@ -376,7 +384,10 @@ def test_a_finished_pass_leaves_nothing_on_the_workers(monkeypatch):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(2000, 4)).astype(np.float32)
     y = rng.integers(0, N_CLASSES, 2000)
-    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c:
+    with (
+        Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c,
+        use_executor(ClusterExecutor(c)),
+    ):
         gc.disable()
         try:
             row_stats(da.from_array(X, chunks=(500, 4)), y, N_CLASSES, gram=False)

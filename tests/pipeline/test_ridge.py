@@ -8,9 +8,9 @@ from sklearn.linear_model import Ridge
 
 from imgscale.pipeline.classify import RidgeClassifier, ridge
 from imgscale.pipeline.classify.ridge import RHO_GRID
-from imgscale.pipeline.compute import use_compute
+from imgscale.pipeline.compute import use_executor
 from imgscale.pipeline.metrics import per_class_rate
-from tests.pipeline.conftest import N_CLASSES, N_FEATURES, as_dask
+from tests.pipeline.conftest import N_CLASSES, N_FEATURES, as_dask, computing_with
 
 
 def reference_weights(X, y, rho):
@@ -161,7 +161,7 @@ def test_an_update_sums_the_changed_rows_of_both_splits_in_one_graph(data):
     def rows(start, stop):
         return as_dask(X[start:stop], rows=13), y[start:stop]
 
-    with use_compute(counted):
+    with use_executor(computing_with(counted)):
         model.update(rows(300, 340), rows(0, 40), rows(340, 420), rows(200, 240))
     assert computations == [4]
     fresh = RidgeClassifier(rho_grid=grid).fit(

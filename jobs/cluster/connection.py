@@ -22,22 +22,21 @@ import os
 import socket
 import sys
 from collections.abc import Iterable, Iterator
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import dask.config
 import psutil
-from distributed import Client, LocalCluster, progress, wait
+from distributed import Client, LocalCluster
 from distributed.client import AllExit
 from distributed.comm import parse_address
 from distributed.comm.addressing import parse_host_port
 from distributed.utils import silence_logging_cmgr
-from threadpoolctl import threadpool_limits
 
-from imgscale.pipeline.compute import use_compute
+from imgscale.jobs.cluster.executor import ClusterError, ClusterExecutor
+from imgscale.pipeline.compute import use_executor
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
-PROGRESS_AFTER_SECONDS = 2.0
 # A refused connection is known at once; a silent host (dropped packets) is given this long.
 PROBE_SECONDS = 2.5
 # Rows of at most this many bytes are read by a threaded LocalCluster in this process (module
@@ -51,10 +50,6 @@ TLS_KEYS = {
     "tls_cert": "distributed.comm.tls.client.cert",
     "tls_key": "distributed.comm.tls.client.key",
 }
-
-
-class ClusterError(RuntimeError):
-    """The cluster cannot be reached, was lost mid-job, or cannot see the job's files."""
 
 
 class _GathersCancelledByUs(logging.Filter):
@@ -133,10 +128,7 @@ def connect(
                     f"(rows of at most {THREADED_MAX_BYTES / 2**30:g} GiB)"
                 )
             print(f"dask: {line}", file=sys.stderr)
-        in_process = address.startswith("inproc://")
-        stack.enter_context(
-            use_compute(lambda *c: _compute_with_progress(client, address, c, quiet, in_process))
-        )
+        stack.enter_context(use_executor(ClusterExecutor(client, quiet=quiet, address=address)))
         yield client
 
 
@@ -343,40 +335,3 @@ def _threaded_cluster(n_threads: int | None) -> LocalCluster:
         scheduler_kwargs={"dashboard": False},
         silence_logs=logging.CRITICAL,
     )
-
-
-def _compute_with_progress(
-    client: Client, address: str, collections: tuple, quiet: bool, in_process: bool
-) -> tuple:
-    if client.status != "running":
-        raise _lost(address)
-    if in_process:
-        # The tasks already occupy every core: one BLAS thread each while they run (2-3x faster
-        # Gram passes than BLAS threads on top of them), all of them again for the solve after.
-        # (numpy's and SciPy's OpenBLAS; an OpenMP build, faiss's, sets threads per thread.)
-        with threadpool_limits(limits=1):
-            return _compute_with_progress(client, address, collections, quiet, False)
-    futures = client.compute(list(collections))
-    try:
-        # A redrawn bar is for people watching a terminal; in a log file it is thousands of lines.
-        if not quiet and sys.stderr.isatty():
-            try:
-                wait(futures, timeout=PROGRESS_AFTER_SECONDS)
-            except TimeoutError:
-                # distributed draws its text bar on stdout; stdout is reserved for --json output.
-                with contextlib.redirect_stdout(sys.stderr):
-                    progress(futures)
-                    print()
-        return tuple(client.gather(futures))
-    except BaseException as exc:
-        if isinstance(exc, CancelledError) and client.status != "running":
-            # The client cancelled every future the moment it lost the scheduler.
-            raise _lost(address) from exc
-        # Ctrl-C, SIGTERM (jobs/runs.py) or a failed task: a shared cluster must not go on
-        # computing what nobody will gather.
-        client.cancel(futures)
-        raise
-
-
-def _lost(address: str) -> ClusterError:
-    return ClusterError(f"lost the scheduler at {address} mid-job; nothing was written")

@@ -5,6 +5,8 @@ fit instances × K × S local classifiers; a protocol's random trials) goes thro
 `imgscale.pipeline.compute.Mapper`. `cluster_mapper` runs each piece as one task: the arguments
 every piece shares (training rows, their labels) are scattered once with ``broadcast=True``, so
 each worker holds one copy for all its tasks rather than receiving them with every task.
+`stream_map` hands out a source's partitions a few at a time (an image ingest); `submit_detached`
+hands the cluster one task that outlives the client submitting it (a detached run's driver).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from distributed import Client, as_completed
+from distributed import Client, as_completed, fire_and_forget
 
 from imgscale.pipeline.compute import Mapper
 
@@ -23,7 +25,8 @@ def cluster_mapper(client: Client) -> Mapper:
     cluster. Not hashed: two runs with equal inputs must not share keys."""
 
     def run(fn: Callable, shared: tuple, items: list) -> list:
-        shared_futures = client.scatter(list(shared), broadcast=True, hash=False)
+        # Nothing to scatter without shared arguments (distributed refuses an empty scatter).
+        shared_futures = client.scatter(list(shared), broadcast=True, hash=False) if shared else []
         futures = [client.submit(fn, *shared_futures, *item, pure=False) for item in items]
         return client.gather(futures)
 
@@ -59,3 +62,22 @@ def stream_map(
     except BaseException:
         client.cancel(list(live))
         raise
+
+
+def worker_threads(client: Client) -> int:
+    """The threads of ``client``'s workers (at least 1)."""
+    return max(1, sum(client.nthreads().values()))
+
+
+def submit_detached(
+    client: Client, fn: Callable, *args: Any, key: str, resource: str | None = None
+) -> None:
+    """``fn(*args)`` as one task under ``key`` that the scheduler keeps although no client holds
+    its future (``fire_and_forget``): on a worker offering one unit of ``resource`` where any
+    worker offers it, else on any worker."""
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    hosted = resource is not None and any((w.get("resources") or {}).get(resource) for w in workers)
+    future = client.submit(
+        fn, *args, key=key, pure=False, resources={resource: 1} if hosted else None
+    )
+    fire_and_forget(future)
