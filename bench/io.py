@@ -43,7 +43,7 @@ from imgscale.pipeline.compute import compute
 from imgscale.pipeline.embed.eigenfunctions import chunk_bin_counts
 from imgscale.pipeline.pq import PQCodec
 from imgscale.pipeline.reductions import reduce_rows, row_stats
-from imgscale.storage import FeatureStore, create_pq_store, create_store, default_rows_per_chunk
+from imgscale.storage import FeatureStore, create_coded_store, create_store, default_rows_per_chunk
 from imgscale.storage.chunk_io import direct_checksum, read_chunk_file
 from imgscale.storage.chunks import ChunkReader
 from imgscale.storage.layout import read_record
@@ -535,7 +535,7 @@ def _pq(X: np.ndarray, labels: np.ndarray, root: Path, m: int, repeats: int) -> 
             continue  # fewer than one chunk per worker: no 1 → 2 worker figure
         path = root / "pq.zarr"
         shutil.rmtree(path, ignore_errors=True)
-        store = create_pq_store(path, codec, rows_per_chunk=rows_per_chunk)
+        store = create_coded_store(path, codec, rows_per_chunk=rows_per_chunk)
         with store.writer("bench") as writer:
             for start in range(0, len(X), rows_per_chunk):
                 stop = start + rows_per_chunk

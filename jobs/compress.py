@@ -43,8 +43,8 @@ from imgscale.storage import (
     CopyWriter,
     FeatureStore,
     StoreError,
+    create_coded_store,
     create_or_open,
-    create_pq_store,
     is_url,
     location,
     write_row_chunk,
@@ -91,7 +91,7 @@ def compress(
     n = src.committed_rows
     if n == 0:
         raise StoreError(f"store {src.path}: no committed rows to compress")
-    if src.encoding != "raw":
+    if src.codec is not None:
         raise StoreError(f"store {src.path}: encoding {src.encoding!r}; expected a raw store")
     if dst.exists() and (is_url(dst) or not dst.is_dir() or any(dst.iterdir())):
         raise StoreError(f"store {dst}: path exists and is not empty; refusing to overwrite it")
@@ -104,7 +104,7 @@ def compress(
     train_seconds = time.perf_counter() - started
 
     create = partial(
-        create_pq_store,
+        create_coded_store,
         codec=codec,
         class_names=src.class_names,
         rows_per_chunk=src.rows_per_chunk,

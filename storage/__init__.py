@@ -15,7 +15,7 @@ Other layers use only the names listed here; zarr and parquet details stay insid
 - Coded stores: a codec is any `RowCodec`, found by its encoding's ``imgscale.codecs`` entry
   point (storage/row_codecs.py; product quantization's is ``pq``); this layer imports no codec.
   `FeatureStore.stored_rows` and `FeatureStore.codec` read rows as kept and decode them
-  whatever the encoding; `create_pq_store` is `create_coded_store`'s former name.
+  whatever the encoding.
 - Saved models: `SavedStep`, `save_model` (``replace=True`` swaps atomically), `load_model`.
 - Where stores and models live: `location` (a local `Path`, or a `UPath` for an ``s3://``,
   ``gs://``... URL), `is_url`, `use_storage_options` (fsspec options for a block of work;
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from imgscale.storage.compact import compact_store as compact_store
     from imgscale.storage.create import create_coded_store as create_coded_store
     from imgscale.storage.create import create_or_open as create_or_open
-    from imgscale.storage.create import create_pq_store as create_pq_store
     from imgscale.storage.create import create_store as create_store
     from imgscale.storage.errors import StoreError as StoreError
     from imgscale.storage.export import export_rows as export_rows

@@ -116,11 +116,6 @@ def create_coded_store(
     return _create(path, codec.dim, rows_per_chunk, arrays, record, provenance, class_names)
 
 
-# The name the ingest and compress jobs call (jobs/ingest_images.py, jobs/compress.py) until they
-# call `create_coded_store`.
-create_pq_store = create_coded_store
-
-
 def _create(
     path: Location,
     dim: int,

@@ -79,7 +79,7 @@ def test_storage_exports_are_the_names_its_init_imports_for_type_checking():
         "changes": ["StoreChange", "rows_changed_since"],
         "classes": ["read_class_names"],
         "compact": ["compact_store"],
-        "create": ["create_coded_store", "create_or_open", "create_pq_store", "create_store"],
+        "create": ["create_coded_store", "create_or_open", "create_store"],
         "errors": ["StoreError"],
         "export": ["export_rows"],
         "forget": ["forget_rows"],

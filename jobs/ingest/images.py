@@ -57,8 +57,8 @@ from imgscale.jobs.ingest.plan import (
 )
 from imgscale.jobs.ingest.worker import describe_and_encode
 from imgscale.storage import (
+    create_coded_store,
     create_or_open,
-    create_pq_store,
     create_store,
     default_rows_per_chunk,
     image_rows_per_chunk,
@@ -160,7 +160,7 @@ def ingest_images(
         )
         source = {"source": str(plan.source), "sample_images": sampled, "seed": plan.pq_seed}
         create = partial(
-            create_pq_store, codec=codec, descriptor=described_by.record,
+            create_coded_store, codec=codec, descriptor=described_by.record,
             provenance=provenance, source=source,
         )  # fmt: skip
     summary = {"images_seen": 0, "rows": 0, "refused": 0, "commits": 0, "partitions": 0,

@@ -194,14 +194,17 @@ def pq_of(
     """(sub-quantizers, the existing store's codec) of an ingest given ``--pq`` (or not)."""
     from imgscale.jobs.features import VOCABULARY_KINDS
 
-    if existing is not None and existing.encoding == "pq":
-        codec = existing.codec
-        if pq is not None and pq != codec.m:
+    codec = None if existing is None else existing.codec
+    if codec is not None:
+        # New rows are coded by the store's own codec; --pq names a PQ codec's sub-quantizers.
+        m = getattr(codec, "m", None)
+        if pq is not None and pq != m:
+            held = f"PQ codes of {m} sub-quantizers" if m else f"{existing.encoding} codes"
             raise StoreError(
-                f"store {store}: holds PQ codes of {codec.m} sub-quantizers; refusing --pq {pq} "
+                f"store {store}: holds {held}; refusing --pq {pq} "
                 "(rows of another codebook; use another store)"
             )
-        return codec.m, codec
+        return m, codec
     if pq is None:
         return None, None
     if existing is not None:
