@@ -8,15 +8,23 @@ figure beside its peer, :class:`Skipped` says why it cannot run here; :func:`mix
 :func:`mixture_blocks` and :class:`PeakRSS` build synthetic stores and sample peak RSS.
 """
 
-from imgscale.bench.common import PeakRSS, mixture_blocks, mixture_store, record
-from imgscale.bench.registry import Context, Skipped, benchmark
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "Context",
-    "PeakRSS",
-    "Skipped",
-    "benchmark",
-    "mixture_blocks",
-    "mixture_store",
-    "record",
-]
+from imgscale.exports import declared_exports, lazy_exports
+
+# Imported from their modules when first used (imgscale.exports): `imgscale --help`, which loads
+# the bench command, does not pay for numpy, pyarrow and the storage layer.
+if TYPE_CHECKING:
+    from imgscale.bench.common import PeakRSS as PeakRSS
+    from imgscale.bench.common import mixture_blocks as mixture_blocks
+    from imgscale.bench.common import mixture_store as mixture_store
+    from imgscale.bench.common import record as record
+    from imgscale.bench.registry import Context as Context
+    from imgscale.bench.registry import Skipped as Skipped
+    from imgscale.bench.registry import benchmark as benchmark
+
+_EXPORTS = declared_exports(__name__, __file__)
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
