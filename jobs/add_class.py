@@ -17,6 +17,7 @@ import numpy as np
 
 from imgscale.jobs import models
 from imgscale.jobs.class_names import model_class_names
+from imgscale.jobs.on_cluster import store_on_cluster
 from imgscale.pipeline.classify import NearestClassMean
 from imgscale.storage import FeatureStore
 
@@ -98,6 +99,23 @@ def add_class(
         "store_changes": changes,
         "seconds": time.perf_counter() - started,
     }
+
+
+def add_class_from_store(
+    model_path: str | os.PathLike,
+    store: str,
+    label: str,
+    *,
+    split: str = "train",
+    out: str | os.PathLike | None = None,
+    replace: bool = False,
+    scheduler: str | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """`imgscale add-class`: open STORE on the cluster, refusing it without rows of ``split``
+    before any cluster starts, and `add_class` from them; returns its summary."""
+    with store_on_cluster(store, scheduler, quiet=quiet, splits=[split]) as feature_store:
+        return add_class(model_path, feature_store, label, split=split, out=out, replace=replace)
 
 
 def _save_replacing(

@@ -26,6 +26,7 @@ import dask
 import numpy as np
 
 from imgscale.jobs.ingest import train_pq
+from imgscale.jobs.on_cluster import store_on_cluster
 from imgscale.pipeline.compute import (
     cluster_threads,
     compute_as_completed,
@@ -68,6 +69,27 @@ def _train_codec(
     return train_pq(
         run, src.dim, m, threads=cluster_threads(), seed=seed, rotate=rotate, niter=niter
     )
+
+
+def compress_on_cluster(
+    src: str,
+    dst: str | Path,
+    m: int,
+    *,
+    rotate: bool = False,
+    sample: int = DEFAULT_SAMPLE,
+    seed: int = 0,
+    scheduler: str | None = None,
+    quiet: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """`imgscale compress`: open SRC on the cluster, whose workers must see ``dst``'s folder
+    too, and `compress` it into the new PQ store ``dst``; returns its summary."""
+    from imgscale.jobs.cluster import shared_path
+
+    dst = shared_path(dst)
+    with store_on_cluster(src, scheduler, quiet=quiet, shared_paths=[dst.parent]) as source:
+        return compress(source, dst, m, rotate=rotate, sample=sample, seed=seed, progress=progress)
 
 
 def compress(

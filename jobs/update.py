@@ -30,7 +30,9 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.pipeline import Pipeline
 
+from imgscale.jobs import models
 from imgscale.jobs.models import check_store_features
+from imgscale.jobs.on_cluster import store_on_cluster
 from imgscale.storage import FeatureStore, StoreError, rows_changed_since
 
 # The classifiers `update` brings up to date (a SemiSupervisedEigenSolver after its embedding).
@@ -135,6 +137,27 @@ def update_model(
         "seconds": time.perf_counter() - started,
     }
     return model, updated, summary
+
+
+def update_saved_model(
+    model_path: str | os.PathLike,
+    store: str,
+    *,
+    out: str | os.PathLike | None = None,
+    refit_embedding: bool = False,
+    scheduler: str | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """`imgscale update`: the model saved at ``model_path`` brought up to date with STORE on the
+    cluster (`update_model`) and saved to ``out`` (default: in place, swapped atomically);
+    returns the summary with the path saved to as ``model``."""
+    model, provenance = models.load(model_path)
+    with store_on_cluster(store, scheduler, quiet=quiet) as feature_store:
+        model, provenance, summary = update_model(
+            model, provenance, feature_store, model_path, refit_embedding=refit_embedding
+        )
+        models.save(model, out or model_path, replace=out is None, **provenance)
+    return {"model": str(out or model_path), **summary}
 
 
 def _follow_neighbours(

@@ -17,7 +17,6 @@ from imgscale.jobs.cli.options import (
     verbose_option,
 )
 from imgscale.jobs.cli.printers import end_progress_line, print_summary, validation_line, warn
-from imgscale.jobs.on_cluster import store_on_cluster
 from imgscale.jobs.runs import RecordedCommand, report, report_progress
 
 # Method options served by a flag `train` declares itself (--n-components: an embedding's
@@ -244,11 +243,13 @@ def add_class(model, store, label, split, out, replace, scheduler, as_json) -> N
     Classes are matched by name, so STORE may number its classes differently from the store
     MODEL was trained on.
     """
-    from imgscale.jobs.add_class import add_class as add_class_job
+    from imgscale.jobs.add_class import add_class_from_store
 
     check_new_path(out, "--out")
-    with store_on_cluster(store, scheduler, quiet=as_json, splits=[split]) as feature_store:
-        summary = add_class_job(model, feature_store, label, split=split, out=out, replace=replace)
+    summary = add_class_from_store(
+        model, store, label, split=split, out=out, replace=replace, scheduler=scheduler,
+        quiet=as_json,
+    )  # fmt: skip
     warn(summary["store_changes"])
     source = "codes" if summary["from_codes"] else "rows"
     message = (
@@ -320,18 +321,14 @@ def update(model, store, out, refit_embedding, scheduler, as_json) -> None:
     their learned W and ssl its embedding's eigenfunctions (said); other methods are refused,
     saying to train again.
     """
-    from imgscale.jobs import models
-    from imgscale.jobs.update import update_model
+    from imgscale.jobs.update import update_saved_model
 
     if out is not None:
         check_new_path(out, "--out")
-    fitted, provenance = models.load(model)
-    with store_on_cluster(store, scheduler, quiet=as_json) as feature_store:
-        fitted, provenance, summary = update_model(
-            fitted, provenance, feature_store, model, refit_embedding=refit_embedding
-        )
-        models.save(fitted, out or model, replace=out is None, **provenance)
-    summary = {"model": str(out or model), **summary}
+    summary = update_saved_model(
+        model, store, out=out, refit_embedding=refit_embedding, scheduler=scheduler,
+        quiet=as_json,
+    )  # fmt: skip
     removed = summary["classes_removed"]
     message = (
         f"{summary['model']}: +{summary['rows_added']} rows, -{summary['rows_removed']} rows"

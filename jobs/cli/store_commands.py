@@ -29,7 +29,6 @@ from imgscale.jobs.descriptors import (
     features_help,
     vocabulary_help,
 )
-from imgscale.jobs.on_cluster import store_on_cluster
 from imgscale.jobs.runs import RecordedCommand
 
 BOW, FISHER = VOCABULARIES["bow"], VOCABULARIES["fisher"]
@@ -508,20 +507,14 @@ def export(store, out, split, as_json) -> None:
 def compress(src, dst, m, rotate, sample, seed, scheduler, as_json) -> None:
     """Product-quantize SRC into a new PQ store DST (M bytes a row), encoded on the cluster."""
     from imgscale.jobs.cluster import shared_path
-    from imgscale.jobs.compress import compress as compress_store
+    from imgscale.jobs.compress import compress_on_cluster
 
     check_new_path(dst, "DST")
-    dst = shared_path(dst)
-    with store_on_cluster(src, scheduler, quiet=as_json, shared_paths=[dst.parent]) as source:
-        summary = compress_store(
-            source,
-            dst,
-            m,
-            rotate=rotate,
-            sample=sample,
-            seed=seed,
-            progress=progress_line("encode", quiet=as_json),
-        )
+    dst = shared_path(dst)  # as the summary names it
+    summary = compress_on_cluster(
+        src, dst, m, rotate=rotate, sample=sample, seed=seed, scheduler=scheduler,
+        quiet=as_json, progress=progress_line("encode", quiet=as_json),
+    )  # fmt: skip
     print_summary(
         summary,
         as_json,
