@@ -27,6 +27,7 @@ second_models_module() { git ls-files '*.py' | grep '/models\.py$' | sed 1d; }
 check "only jobs/cluster/ touches a dask Client" outside_cluster
 check "nothing in pipeline/ names distributed" grep -rlw distributed pipeline --include=*.py
 check "commands are defined in jobs/cli/ alone" commands_outside_cli
+check "the command line opens no cluster: its use cases do" grep -rnE "connect\(|store_on_cluster\(|model_on_cluster\(" jobs/cli --include=*.py
 check "PQ is known only to its package and the codec registry" pq_outside_codec
 check "classifiers take a codec object, not its arrays" grep -rnE "(partial_)?fit_codes|update_codes|add_class_codes" pipeline jobs storage --include=*.py
 check "jobs do not branch on a store's encoding" grep -rnE "encoding (==|!=)" jobs --include=*.py

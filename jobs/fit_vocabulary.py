@@ -18,8 +18,10 @@ vocabulary of 250-pixel photos describes them near their own size rather than at
 from __future__ import annotations
 
 import io
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +31,7 @@ from sklearn.base import BaseEstimator
 from imgscale.jobs.cluster import ClusterChunks, cluster_mapper
 from imgscale.jobs.ingest import SampledPartition, read_and_decode, sample_partitions
 from imgscale.jobs.models import save
-from imgscale.pipeline.describe import BagOfWords, FisherVector
+from imgscale.pipeline.describe import BagOfWords, FisherVector, FitPass, watch_passes
 from imgscale.storage import ImageRequest, read_partition
 
 # The bounds of ``--image-size auto`` (fit-features --help says what they were measured on).
@@ -44,6 +46,41 @@ def vocabulary_of(kind: str, **params: Any) -> BaseEstimator:
     vocabulary = classes[kind](**params)
     vocabulary.check_params()
     return vocabulary
+
+
+def fit_vocabulary_on_cluster(
+    source: str,
+    path: str | os.PathLike,
+    kind: str,
+    *,
+    sample: int,
+    seed: int = 0,
+    scheduler: str | None = None,
+    quiet: bool = False,
+    source_options: dict[str, str] | None = None,
+    auto_size: tuple[int, int] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    on_pass: Callable[[FitPass], None] | None = None,
+    **params: Any,
+) -> dict[str, Any]:
+    """`imgscale fit-features`: the ``kind`` vocabulary (`vocabulary_of` with ``params`` and
+    ``seed``) fitted by `fit_vocabulary` on the cluster, whose workers must see SOURCE, and
+    saved at ``path``; ``on_pass`` watches each k-means or EM pass. Returns the fit's summary."""
+    from imgscale.jobs.cluster import connect, shared_path
+    from imgscale.storage import is_url
+
+    vocabulary = vocabulary_of(kind, **params, random_state=seed)
+    if not is_url(source):
+        source = str(shared_path(source))
+    local = [Path(source)] if not is_url(source) and Path(source).exists() else []
+    with (
+        connect(scheduler, quiet=quiet, shared_paths=local) as client,
+        watch_passes(on_pass or (lambda _: None)),
+    ):
+        return fit_vocabulary(
+            source, shared_path(path), vocabulary, client, sample=sample, seed=seed,
+            source_options=source_options, progress=progress, auto_size=auto_size,
+        )  # fmt: skip
 
 
 def shorter_sides(item: SampledPartition) -> list[int]:

@@ -345,10 +345,8 @@ def fit_features(
     variance; EM: a mean log-likelihood gain under 1e-3): on CIFAR-10's dense SIFT both reach
     scikit-learn's objective (docs/findings/cifar10-bow-fisher.md).
     """
-    from imgscale.jobs.cluster import connect, shared_path
-    from imgscale.jobs.fit_vocabulary import AUTO_IMAGE_SIZE, fit_vocabulary, vocabulary_of
-    from imgscale.pipeline.describe import watch_passes
-    from imgscale.storage import is_url
+    from imgscale.jobs.cluster import shared_path
+    from imgscale.jobs.fit_vocabulary import AUTO_IMAGE_SIZE, fit_vocabulary_on_cluster
 
     given = {"--words": words, "--pyramid-levels": pyramid_levels, "--gaussians": gaussians,
              "--components": components}  # fmt: skip
@@ -384,20 +382,13 @@ def fit_features(
     grid = {"patch_sizes": patch_sizes, "step": step, "image_size": int(image_size),
             "sift_window": sift_window}  # fmt: skip
     params = {o.param: given[o.flag] or o.default for o in options}
-    model = vocabulary_of(kind, **grid, **params, random_state=seed)
-    if not is_url(src):
-        src = str(shared_path(src))
-    vocabulary = shared_path(vocabulary)
-    local = [Path(src)] if not is_url(src) and Path(src).exists() else []
-    with (
-        connect(scheduler, quiet=as_json, shared_paths=local) as client,
-        watch_passes(fit_pass_line("fit-features", quiet=as_json)),
-    ):
-        summary = fit_vocabulary(
-            src, vocabulary, model, client, sample=sample, seed=seed,
-            source_options={"image_column": image_column, "path_column": path_column},
-            progress=progress_line("describe", quiet=as_json, unit="images"), auto_size=auto_size,
-        )  # fmt: skip
+    vocabulary = shared_path(vocabulary)  # as the summary names it
+    summary = fit_vocabulary_on_cluster(
+        src, vocabulary, kind, **grid, **params, sample=sample, seed=seed, scheduler=scheduler,
+        quiet=as_json, source_options={"image_column": image_column, "path_column": path_column},
+        auto_size=auto_size, progress=progress_line("describe", quiet=as_json, unit="images"),
+        on_pass=fit_pass_line("fit-features", quiet=as_json),
+    )  # fmt: skip
     end_progress_line()  # EM stops before its last iteration, leaving its line unfinished
     print_summary(
         summary,
