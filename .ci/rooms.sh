@@ -35,4 +35,5 @@ check "the papers' reproductions are not in the shipped bench package" paper_ben
 check "the product imports no reproduction" grep -rlE "(import|from) imgscale_reproductions" bench jobs pipeline storage imgscale --include=*.py
 check "one LMgist reference" second_lmgist
 check "one models.py" second_models_module
+check "storage defines no ingest use case: jobs/ingest/ does" grep -rnE "(def|class) [Ii]ngest" storage --include=*.py
 exit $failed

@@ -4,10 +4,10 @@ and prints.
 
 Use cases (each saves its own output):
 
-- Images and vectors in: `ingest_images` (``imgscale ingest`` of images: plan, describe on the
-  workers, commit; vectors are `imgscale.storage.ingest_file`), `image_changes` (files changed
-  since they were ingested), `whole_files` (files committed whole, skipped while unchanged),
-  `fit_features` (the vocabulary of bag-of-words and Fisher-vector descriptors).
+- Images and vectors in: `ingest` (``imgscale ingest``: images planned, described on the
+  workers and committed, `ingest_image_source`; a file of vectors streamed into one batch,
+  `ingest_file`; the files changed since they were ingested and those committed whole),
+  `fit_vocabulary` (the vocabulary of bag-of-words and Fisher-vector descriptors).
 - What describes images: `descriptors` (the table of descriptors ``--features`` names),
   `features` (building them and the record a store keeps of them), `feature_records` (that
   record compared and named without building anything).
@@ -16,9 +16,9 @@ Use cases (each saves its own output):
   `add_class`, `update` (a model brought up to date with its store), `compress` (a store
   product-quantized), `models` (saving and loading a model, and its record of its store),
   `class_names` (a model's classes matched to a store's by name), `demo`.
-- The cluster: `cluster` (connect, or start a local cluster sized to the machine), `fanout`
-  (independent tasks fanned out), `on_cluster` (a use case's preamble: a store, or a model and
-  a store, opened on the cluster).
+- The cluster: `cluster`, the only code holding a Dask client (connect, or start a local
+  cluster sized to the machine; independent tasks fanned out, `cluster.fanout`), `on_cluster`
+  (a use case's preamble: a store, or a model and a store, opened on the cluster).
 - Runs: `runs` (every computing command recorded in the run ledger), `spec` (job specs),
   `schedule` (a command on a timer), `detached` and `driver` (runs that live on the cluster).
 """

@@ -14,8 +14,9 @@ from sklearn.datasets import load_digits
 from imgscale.jobs import models
 from imgscale.jobs.cluster import connect
 from imgscale.jobs.evaluate import evaluate
+from imgscale.jobs.ingest import ingest_file
 from imgscale.jobs.train import train
-from imgscale.storage import ingest_file, open_store
+from imgscale.storage import open_store
 
 # Paper 000 §4.1: a random 60% / 20% / 20% train / validation / test split.
 SPLIT_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}

@@ -4,7 +4,10 @@ Other layers use only the names listed here; zarr and parquet details stay insid
 
 - Stores: `create_store`, `create_coded_store`, `create_or_open` (atomic, removed again if the
   first write fails), `open_store`, `FeatureStore` (read rows, labels, codes; append through
-  `FeatureStore.writer`; `FeatureStore.record_pq_statistics`), `ingest_file`.
+  `FeatureStore.writer`; `FeatureStore.record_pq_statistics`).
+- Files of vectors read in row blocks (.npy, .npz, parquet, idx, .fvecs, .bvecs; `FORMATS`):
+  `open_source`, a `Source`; a row's content digest as rows carry it: `row_digest`,
+  `as_digests`.
 - Forgetting single rows by id or image digest in one commit (a row-level tombstone):
   `forget_rows` (`FeatureStore.forget`).
 - Rewriting a store without its removed and forgotten rows, crash-safely: `compact_store`.
@@ -44,6 +47,9 @@ if TYPE_CHECKING:
     from imgscale.storage.errors import StoreError as StoreError
     from imgscale.storage.export import export_rows as export_rows
     from imgscale.storage.forget import forget_rows as forget_rows
+    from imgscale.storage.formats import FORMATS as FORMATS
+    from imgscale.storage.formats import Source as Source
+    from imgscale.storage.formats import open_source as open_source
     from imgscale.storage.fs import absolute as absolute
     from imgscale.storage.fs import current_storage_options as current_storage_options
     from imgscale.storage.fs import is_url as is_url
@@ -69,9 +75,6 @@ if TYPE_CHECKING:
     from imgscale.storage.images.source_types import ImageSource as ImageSource
     from imgscale.storage.images.sources import open_image_source as open_image_source
     from imgscale.storage.images.sources import read_partition as read_partition
-    from imgscale.storage.ingest import FORMATS as FORMATS
-    from imgscale.storage.ingest import Ingested as Ingested
-    from imgscale.storage.ingest import ingest_file as ingest_file
     from imgscale.storage.layout import ROW_DIGEST_BYTES as ROW_DIGEST_BYTES
     from imgscale.storage.layout import default_rows_per_chunk as default_rows_per_chunk
     from imgscale.storage.layout import image_rows_per_chunk as image_rows_per_chunk
@@ -86,6 +89,7 @@ if TYPE_CHECKING:
     from imgscale.storage.store import SCHEMA_VERSION as SCHEMA_VERSION
     from imgscale.storage.store import FeatureStore as FeatureStore
     from imgscale.storage.store import open_store as open_store
+    from imgscale.storage.validate import as_digests as as_digests
     from imgscale.storage.writer import CopyWriter as CopyWriter
     from imgscale.storage.writer import write_row_chunk as write_row_chunk
 

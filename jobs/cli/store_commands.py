@@ -154,7 +154,8 @@ def ingest(
         raise click.UsageError(f"{flag}: for images; a file of vectors is one commit")
     if pq or pq_sample:
         raise click.UsageError("--pq: for images; `imgscale compress` codes a store of vectors")
-    from imgscale.storage import ingest_file, read_class_names
+    from imgscale.jobs.ingest import ingest_file
+    from imgscale.storage import read_class_names
 
     if not Path(src).is_file():
         raise click.BadParameter(f"{src}: no such file", param_hint="'SRC'")

@@ -1,8 +1,9 @@
 """``imgscale ingest``: images or vectors into a store, and what ingests share with the fits
 that sample a source (``fit-features``, a PQ codebook).
 
-- `is_image_source`: whether an ingest reads images (else a file of vectors,
-  ``imgscale.storage.ingest_file``).
+- `is_image_source`: whether an ingest reads images (else a file of vectors).
+- `ingest_file` (`vectors`): ``imgscale ingest`` of a file of vectors, streamed in row blocks
+  and committed as one batch (`Ingested` says what it did).
 - `plan_ingest` (`plan`): the images a store lacks, cut into tasks, found on the client before
   any cluster is needed; `nothing_to_do` summarises a plan with no new image.
 - `ingest_image_source` (`images`): ``imgscale ingest`` of images, from the plan to the listing
@@ -14,8 +15,9 @@ that sample a source (``fit-features``, a PQ codebook).
 - `codec`: the one PQ trainer (`train_pq`), a block of sub-spaces a task, and a new PQ store's
   codebook trained on a sample of its source (`train_codec`).
 - `sample`: a sample of a source's images (`sample_partitions`).
-- `known`, `changes`, `whole_files`: what the store holds, the files that changed since their
-  last ingest (`forget_changed`, `keep_listing`), and the files committed whole.
+- `known`, `changes`, `whole_files`: what the store holds (the committed rows holding given
+  content, `known.committed_holders`, for images and vectors alike), the files that changed
+  since their last ingest (`forget_changed`, `keep_listing`), and the files committed whole.
 
 Nothing here imports scikit-learn, numba, dask or distributed until there is work: an ingest
 that finds nothing new stays a quick look at the listing and the store.
@@ -36,6 +38,7 @@ from imgscale.jobs.ingest.plan import (
     starts_a_store,
 )
 from imgscale.jobs.ingest.sample import SampledPartition, sample_partitions
+from imgscale.jobs.ingest.vectors import Ingested, ingest_file
 from imgscale.jobs.ingest.worker import describe_partition, read_and_decode
 
 __all__ = [
@@ -43,9 +46,11 @@ __all__ = [
     "IMAGES_PER_PARTITION",
     "TASKS_PER_THREAD_AT_LEAST",
     "IngestPlan",
+    "Ingested",
     "SampledPartition",
     "describe_partition",
     "forget_changed",
+    "ingest_file",
     "ingest_image_source",
     "ingest_images",
     "is_image_source",

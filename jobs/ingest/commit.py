@@ -18,10 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from imgscale.jobs.ingest.known import EMPTY_SHA256, key_hash
+from imgscale.jobs.ingest.known import EMPTY_SHA256, committed_holders, key_hash
 from imgscale.jobs.ingest.worker import Described
 from imgscale.storage import ROW_DIGEST_BYTES, FeatureStore, HashRuns, row_digest
 
@@ -206,11 +204,9 @@ def named_holders(
     wanted = {row_digest(digest) for _, digest in repeats}
     holders: dict[bytes, str] = {}
     for batch_id in reversed(batch_ids):
-        content = store.content_hashes([batch_id])
-        column = content.column("sha256")
-        held = content.filter(pc.is_in(column, value_set=pa.array(list(wanted), column.type)))
-        digests, ids = held.column("sha256").to_pylist(), held.column("id").to_pylist()
-        holders.update(zip(digests, ids, strict=True))
+        probe = sorted(wanted)
+        held = committed_holders(store.content_hashes([batch_id]), probe).column("id").to_pylist()
+        holders.update((d, i) for d, i in zip(probe, held, strict=True) if i is not None)
         wanted -= holders.keys()
         if not wanted:
             break

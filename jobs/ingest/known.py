@@ -1,6 +1,7 @@
-"""What a store already holds, as an image ingest names and finds it: each image's id
-(`image_id`), the 64-bit hash of an id (`key_hash`), and `Known`, the committed ids' hashes and
-images' digests that every worker is sent once so that it reads no image twice."""
+"""What a store already holds, as an ingest names and finds it: each image's id (`image_id`),
+the 64-bit hash of an id (`key_hash`), `Known`, the committed ids' hashes and images' digests
+that every worker is sent once so that it reads no image twice, and `committed_holders`, the
+committed rows holding given content, which images and vectors alike look up on the client."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from imgscale.storage import FeatureStore, row_digest
+from imgscale.storage import FeatureStore, as_digests, row_digest
 
 # The digest a refusal carries for an image whose bytes could not be read.
 EMPTY_SHA256 = hashlib.sha256(b"").digest()
@@ -100,6 +102,14 @@ def known_of(
         content.column("id").combine_chunks().take(order),
         split,
     )
+
+
+def committed_holders(content: pa.Table, digests: Sequence[bytes] | np.ndarray) -> pa.Table:
+    """The row of ``content`` (``id``, ``split``, ``sha256``: `FeatureStore.content_hashes`)
+    holding each of the sha256 ``digests`` (whole, as (n, 32) uint8 or ``bytes``, or as rows
+    carry them), in their order: a row of nulls for a digest no committed row holds."""
+    probe = as_digests(digests, len(digests), "content digests")
+    return content.take(pc.index_in(probe, value_set=content.column("sha256")))
 
 
 def _sorted_key_hashes(ids: Sequence[pa.Array]) -> np.ndarray:

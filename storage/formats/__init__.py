@@ -1,4 +1,5 @@
-"""Readers for the file formats ``ingest_file`` accepts, chosen by file name ending."""
+"""Readers of the files of vectors a store is given, a block of rows at a time, chosen by file
+name ending."""
 
 from __future__ import annotations
 

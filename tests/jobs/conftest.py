@@ -14,7 +14,8 @@ from distributed import Client
 from sklearn.datasets import load_digits
 
 from imgscale.jobs.cli import cli
-from imgscale.storage import create_store, ingest_file, open_store
+from imgscale.jobs.ingest import ingest_file
+from imgscale.storage import create_store, open_store
 from tests.processes import start_logged, stop, wait_for_workers, wait_until
 
 # The `dask` console script installed beside this interpreter, as a user would run it.

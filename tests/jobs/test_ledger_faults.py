@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import imgscale.storage
+import imgscale.jobs.ingest
 from imgscale.jobs.cli import cli
 from imgscale.storage import Ledger, open_store
 
@@ -48,14 +48,14 @@ def test_a_ledger_failing_after_the_work_is_done_warns_and_the_job_succeeds(
 ) -> None:
     np.savez(tmp_path / "rows.npz", X=np.ones((8, 3), np.float32), y=np.arange(8) % 2)
     ledger = tmp_path / "ledger"
-    ingest_file = imgscale.storage.ingest_file
+    ingest_file = imgscale.jobs.ingest.ingest_file
 
     def ingest_then_lose_the_ledger(*args, **kwargs):
         done = ingest_file(*args, **kwargs)
         make_read_only(ledger)
         return done
 
-    monkeypatch.setattr(imgscale.storage, "ingest_file", ingest_then_lose_the_ledger)
+    monkeypatch.setattr(imgscale.jobs.ingest, "ingest_file", ingest_then_lose_the_ledger)
     store = tmp_path / "s.zarr"
     result = CliRunner().invoke(
         cli, ["ingest", str(tmp_path / "rows.npz"), str(store), "--ledger", str(ledger)]

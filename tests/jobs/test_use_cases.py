@@ -8,10 +8,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from imgscale.jobs.evaluate import evaluate_saved_model
+from imgscale.jobs.ingest import ingest_file
 from imgscale.jobs.models import load
 from imgscale.jobs.predict import predict_saved_model
 from imgscale.jobs.train import train_and_save
-from imgscale.storage import create_store, ingest_file, open_store
+from imgscale.storage import create_store, open_store
 
 
 def dense_ncm(digits_splits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

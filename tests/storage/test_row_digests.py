@@ -23,12 +23,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from imgscale.jobs.ingest import ingest_file
 from imgscale.pipeline.pq import PQCodec
 from imgscale.storage import (
     StoreError,
     compact_store,
     create_coded_store,
-    ingest_file,
     open_store,
 )
 from imgscale.storage.writer import CopyWriter, write_row_chunk

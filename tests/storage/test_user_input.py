@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from imgscale.storage import StoreError, create_store, ingest_file, open_store, read_class_names
+from imgscale.jobs.ingest import ingest_file
+from imgscale.storage import StoreError, create_store, open_store, read_class_names
 from imgscale.storage import writer as writer_module
 from tests.storage.conftest import random_rows, snapshot
 

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from imgscale.storage import FORMATS, StoreError, create_store, ingest_file, open_store
+from imgscale.jobs.ingest import ingest_file
+from imgscale.storage import FORMATS, StoreError, create_store, open_store
 from tests.storage.conftest import random_rows, snapshot
 
 N, D = 53, 5

@@ -6,7 +6,7 @@ import hashlib
 
 import numpy as np
 
-from imgscale.storage import ingest_file
+from imgscale.jobs.ingest import ingest_file
 
 
 def _rows(n: int = 40, dim: int = 6, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,19 @@
-"""Load a feature file into a store, streamed in row blocks and committed as one batch."""
+"""``imgscale ingest FILE STORE``: a file of vectors into a store, streamed in row blocks and
+committed as one batch.
+
+What this shares with the image ingest (`images`, `commit`) is shared code: both commit
+through the store's one batch commit (`FeatureStore.writer`: the lock, the check that the batch
+is not committed already, the atomic commit), and both find the rows a store already holds with
+the same content by `known.committed_holders`. What differs is kept apart, because the two
+differ in kind: a file of vectors is read by this process alone, a block at a time, and is one
+batch that commits whole or not at all, so a repeated row is committed and counted (the user
+decides, `remove-batch` undoes it); images arrive from the workers a partition at a time and
+commit in many batches from a thread while the workers go on describing, and an image repeating
+another's bytes or id is refused into the store's rejects. The batch ids differ too, and must
+stay as they are: a stored id is what makes a second ingest of the same content a no-op, so
+a vector file's is a hash of its values, labels and ids as read (`content_batch_id`), known
+before the first row is written, and an image commit's a hash of the keys and digests it holds.
+"""
 
 from __future__ import annotations
 
@@ -13,19 +28,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from imgscale.storage.create import create_or_open, create_store
-from imgscale.storage.errors import StoreError
-from imgscale.storage.formats import FORMATS, open_source
-from imgscale.storage.formats.base import Source
-from imgscale.storage.fs import location
-from imgscale.storage.layout import default_rows_per_chunk
-from imgscale.storage.store import FeatureStore
-from imgscale.storage.validate import as_digests
+from imgscale.jobs.ingest.known import committed_holders
+from imgscale.storage import (
+    FeatureStore,
+    Source,
+    StoreError,
+    create_or_open,
+    create_store,
+    default_rows_per_chunk,
+    location,
+    open_source,
+)
 
 # A small first file gets chunks of its size rounded up to this many rows.
 SMALL_CHUNK_STEP = 4096
-
-__all__ = ["FORMATS", "Ingested", "ingest_file"]
 
 
 @dataclass(frozen=True)
@@ -160,16 +176,6 @@ def row_digests(X: np.ndarray) -> np.ndarray:
     return out
 
 
-def _committed_splits_of(committed: pa.Table, digests: np.ndarray) -> Counter[str]:
-    """How many of ``digests`` (a block's) are digests of ``committed`` rows (`content_hashes`),
-    by the split each was committed under."""
-    if committed.num_rows == 0:
-        return Counter()
-    block = as_digests(digests, len(digests), "row digests")  # as rows carry them
-    where = pc.index_in(block, value_set=committed.column("sha256")).drop_null()
-    return Counter(committed.column("split").take(where).to_pylist())
-
-
 def _committed_rows_of(store: FeatureStore, batch_id: str, split: str) -> int | None:
     """Rows of ``batch_id`` if already committed under ``split`` (None if not committed); a
     StoreError if it was committed under other splits."""
@@ -215,7 +221,8 @@ def _stream(
                 rows = f"rows {done}–{done + len(block.X) - 1}"
                 raise StoreError(f"{source.path} {rows}: {e}") from e
             if committed is not None:
-                repeated += _committed_splits_of(committed, digests)
+                held = committed_holders(committed, digests).column("split")
+                repeated.update(held.drop_null().to_pylist())
             done += len(block.X)
             if progress is not None:
                 progress(done, total)
