@@ -5,7 +5,9 @@ A benchmark module, this package's own or another distribution's (registered und
 ``imgscale.benchmarks`` entry point group, as the papers' reproductions are), uses the names
 below: :func:`benchmark` registers ``suite(ctx: Context) -> records``, :func:`record` makes each
 figure beside its peer, :class:`Skipped` says why it cannot run here; :func:`mixture_store`,
-:func:`mixture_blocks` and :class:`PeakRSS` build synthetic stores and sample peak RSS.
+:func:`mixture_blocks` and :class:`PeakRSS` build synthetic stores and sample peak RSS;
+:func:`ingest_runs` times image ingests on a fresh cluster in a process of their own, and
+:func:`cifar_table` gives the first CIFAR-10 images (digits drawn as images at tiny scale).
 """
 
 from typing import TYPE_CHECKING
@@ -19,6 +21,8 @@ if TYPE_CHECKING:
     from imgscale.bench.common import mixture_blocks as mixture_blocks
     from imgscale.bench.common import mixture_store as mixture_store
     from imgscale.bench.common import record as record
+    from imgscale.bench.images import cifar_table as cifar_table
+    from imgscale.bench.images import ingest_runs as ingest_runs
     from imgscale.bench.registry import Context as Context
     from imgscale.bench.registry import Skipped as Skipped
     from imgscale.bench.registry import benchmark as benchmark

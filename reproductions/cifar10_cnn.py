@@ -309,7 +309,7 @@ def tiny_network(path: Path) -> Path:
     needs=(f"{TRAIN_FILE}, {MODEL_FILE} (small and up; tiny uses a tiny network)",),
 )
 def speed_suite(ctx: Context) -> list[dict]:
-    from imgscale.bench.images import cifar_table, ingest_runs
+    from imgscale.bench import cifar_table, ingest_runs
 
     n = ctx.pick(tiny=256, small=768, medium=4096, large=4096)
     scratch = ctx.scratch("cnn-speed")

@@ -47,7 +47,7 @@ from sklearn.neighbors import NearestCentroid
 
 from imgscale.bench import Context, benchmark, record
 from imgscale.jobs import models
-from imgscale.pipeline.classify.zero_shot import prior_means
+from imgscale.pipeline.classify import prior_means
 from imgscale.pipeline.metrics import evaluate_top_k
 from imgscale.storage import open_store
 from imgscale_reproductions.cifar10_gist import (

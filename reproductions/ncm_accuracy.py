@@ -137,7 +137,7 @@ def _digit_tree():
 
 def _zero_shot(Xtr, ytr, Xv, yv, Xt, yt, repeats, tree, max_iter: int) -> dict:
     """Error on held-out classes vs n images per new class, with and without the prior (Fig. 2)."""
-    from imgscale.pipeline.classify.zero_shot import prior_means
+    from imgscale.pipeline.classify import prior_means
 
     classes = np.unique(ytr)
     children, parents = tree if tree is not None else _synthetic_tree()

@@ -1,5 +1,6 @@
 """The import contracts of pyproject.toml (run by .ci/lint_imports.py in CI) hold on this tree and
-fail on a planted back edge, private-module import or cycle."""
+fail on a planted back edge, private-module import, cycle, or reproduction reaching past an
+interface."""
 
 from __future__ import annotations
 
@@ -42,10 +43,15 @@ def test_the_tree_keeps_every_contract():
         ("storage/layout.py", "import imgscale.storage.store", "no import cycles"),
         ("pipeline/reductions.py", "import distributed", "do not import distributed"),
         ("storage/store.py", "from distributed import Client", "do not import distributed"),
+        ("reproductions/hope.py", "import imgscale.bench.images", "reproductions import"),
+        ("reproductions/hope.py", "import imgscale.jobs.cluster.fanout", "reproductions import"),
+        ("reproductions/hope.py", "import imgscale.jobs.ingest.commit", "reproductions import"),
+        ("reproductions/hope.py", "import imgscale.storage.layout", "jobs uses storage"),
+        ("reproductions/ncm_accuracy.py", "import imgscale.pipeline.classify.ncm", "estimators"),
     ],
 )
 def test_a_planted_import_breaks_its_contract(tmp_path, module, planted, broken):
-    for name in ("imgscale", "storage", "pipeline", "jobs", "bench"):
+    for name in ("imgscale", "storage", "pipeline", "jobs", "bench", "reproductions"):
         shutil.copytree(
             ROOT / name,
             tmp_path / name,

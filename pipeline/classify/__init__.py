@@ -19,6 +19,7 @@ _EXPORTS = {
     "RidgeClassifier": "ridge",
     "EigenvalueRidgeClassifier": "ssl",
     "SemiSupervisedEigenSolver": "ssl",
+    "prior_means": "zero_shot",
 }
 
 __all__ = sorted(_EXPORTS)
