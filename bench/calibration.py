@@ -8,7 +8,9 @@ by a background thread. The benchmark is **noisy** when a probe moved by more th
 :data:`DRIFT_LIMIT` between the calibration before and the one after it (something else took the
 cores, the memory bus or the disk meanwhile), or when the load passed the machine's cores. The
 load counts every runnable process, the benchmark's own included: a benchmark that keeps more
-processes busy than there are cores marks itself noisy, which is what its figures then are.
+processes busy than there are cores marks itself noisy, which is what its timings then are. Its
+times and rates are then noisy; its accuracies, sizes and counts, which a busy machine does not
+change, are not.
 
 The calibration after one benchmark is the calibration before the next, so a run of n benchmarks
 makes n + 1. The run's limits (:func:`imgscale.bench.machine.limits`, the peers of the speed
@@ -24,7 +26,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from imgscale.bench import machine
+from imgscale.bench import machine, units
 
 DRIFT_LIMIT = 0.10
 """The largest relative change of a probe between before and after a quiet benchmark."""
@@ -82,10 +84,12 @@ class Conditions:
     def noisy(self) -> bool:
         return self.drift > DRIFT_LIMIT or self.load_max > self.cores
 
-    def columns(self) -> dict[str, object]:
-        """The results table's columns for every figure of the benchmark."""
+    def columns(self, unit: str) -> dict[str, object]:
+        """The results table's columns for a figure of the benchmark in ``unit``: a time or a
+        rate is noisy when the benchmark is; a busy machine does not move an accuracy, a size
+        or a count (:func:`imgscale.bench.units.timed`)."""
         return {
-            "noisy": self.noisy,
+            "noisy": self.noisy and units.timed(unit),
             "load_max": round(self.load_max, 2),
             "calibration_drift": round(self.drift, 4),
         }

@@ -4,18 +4,19 @@
 Figures are matched by benchmark, name, scale and unit (a name recorded in two units is two
 figures). A figure measured several times stands for the interval of its repetitions,
 [``value_min``, ``value_max``]: when the old and the new interval do not overlap the figure
-changed, better or worse as its unit says (:func:`direction`); when they overlap the change is
-within noise. A figure measured once (an accuracy, a count, any figure of a table written before
-figures had repetitions) has no interval of its own: where either side was measured once, the
-intervals must stand apart by more than :data:`TOLERANCE` of the old value, so two single
-figures differ when they are more than 10% apart. A figure whose run in either table was noisy
-(:mod:`imgscale.bench.calibration`) is said to be noisy instead of compared, and a figure of one
-table only is added or removed.
-"""
+changed, better or worse as its unit says (:func:`imgscale.bench.units.direction`); when they
+overlap the change is within noise. A figure measured once (an accuracy, a count, any figure of
+a table written before figures had repetitions) has no interval of its own: where either side
+was measured once, the intervals must stand apart by more than :data:`TOLERANCE` of the old
+value, so two single figures differ when they are more than 10% apart. A figure whose run in
+either table was noisy (:mod:`imgscale.bench.calibration`) is said to be noisy instead of
+compared, and a figure of one table only is added or removed."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from imgscale.bench.units import direction
 
 TOLERANCE = 0.10
 """The gap, relative to the old value, a figure measured once must move by: the calibration's
@@ -25,34 +26,6 @@ the machine may between two calibrations."""
 VERDICTS = ("worse", "better", "changed", "noisy", "within noise", "added", "removed")
 """Every verdict, in the order they are listed; "changed": beyond the noise in a unit whose
 better direction is not known."""
-
-LOWER_IS_BETTER = frozenset(
-    {"s", "ms", "s per 1M rows", "s/GiB", "GiB", "bytes", "error", "sq. distance", "relative"}
-)
-"""Units of times, memory, sizes, errors and differences from a reference."""
-HIGHER_IS_BETTER = frozenset(
-    {
-        "GB/s", "GFLOP/s", "images/s", "rows/s", "descriptors/s", "vectors/s", "codes/s",
-        "batches/s", "iterations/s", "it/s", "x", "rate", "per-class rate", "validation rate",
-        "MiAP", "accuracy",
-    }
-)  # fmt: skip
-"""Units of rates, speed-ups and accuracies."""
-
-
-def direction(unit: str, name: str) -> int:
-    """1 when a larger figure is better, -1 when a smaller one is, 0 when not known: by the unit,
-    else (a fraction, a percentage) by whether the name says error or accuracy."""
-    if unit in LOWER_IS_BETTER:
-        return -1
-    if unit in HIGHER_IS_BETTER:
-        return 1
-    words = name.lower()
-    if "error" in words:
-        return -1
-    if "accuracy" in words or "rate" in words:
-        return 1
-    return 0
 
 
 @dataclass(frozen=True)
@@ -78,8 +51,7 @@ class Difference:
 def compare(old: list[dict], new: list[dict], tolerance: float = TOLERANCE) -> list[Difference]:
     """Every figure of ``old`` and ``new`` (results-table rows) with its verdict, in ``new``'s
     order, then the removed ones in ``old``'s."""
-    before = {_key(r): r for r in old}
-    after = {_key(r): r for r in new}
+    before, after = _by_figure(old), _by_figure(new)
     out = [Difference(*key, _verdict(before.get(key), row, tolerance), before.get(key), row)
            for key, row in after.items()]  # fmt: skip
     out += [
@@ -114,5 +86,16 @@ def _verdict(old: dict | None, new: dict, tolerance: float) -> str:
     return "better" if (new_low > old_high) == (sign > 0) else "worse"
 
 
-def _key(row: dict) -> tuple[str, str, str, str]:
-    return row["benchmark"], row["name"], row["scale"], row["unit"]
+def _by_figure(rows: list[dict]) -> dict[tuple[str, str, str, str], dict]:
+    """Each figure's row; of a figure measured in several runs (a documents' table keeps a quiet
+    run beside a newer noisy one), the newest quiet one."""
+    out: dict[tuple[str, str, str, str], dict] = {}
+    for row in rows:
+        key = (row["benchmark"], row["name"], row["scale"], row["unit"])
+        if key not in out or _preference(row) >= _preference(out[key]):
+            out[key] = row
+    return out
+
+
+def _preference(row: dict) -> tuple[bool, str]:
+    return not row.get("noisy"), row["time"] or ""

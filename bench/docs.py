@@ -162,10 +162,11 @@ def _section(
             when = f", {first['time']}" if first["time"] else ""
             change = stale.get(staleness.key(first))
             note = f" {summary.STALE} **Stale:** {change.describe()}." if change else ""
-            if first.get("noisy"):
+            if any(r.get("noisy") for r in run):
                 note += (
                     f" **Noisy:** load up to {first['load_max']:.2f}, calibration moved "
-                    f"{first['calibration_drift']:.0%} from before to after the benchmark."
+                    f"{first['calibration_drift']:.0%} from before to after the benchmark: its "
+                    "times and rates are not a quiet machine's."
                 )
             lines += [
                 f"**Scale {scale}.** Machine: {first['machine']}. Commit "

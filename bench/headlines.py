@@ -14,9 +14,9 @@ The figure shown is the newest run of that figure at the largest scale it ran at
 not marked noisy (:mod:`imgscale.bench.calibration`): a figure taken on a busy machine is never a
 headline, and one measured only on a busy machine has none; when the expression matches several
 figures of that run (``ridge, rho validated, \\d+ rows``), the last one recorded (the benchmarks
-record sizes in increasing order). Its peer is, in order: another
-figure of the same run (``peer_figure``), a paper's figure (``paper``), or the peer or limit the
-benchmark recorded beside it.
+record sizes in increasing order). Its peer is, in order: another figure of the same run
+(``peer_figure``), a paper's figure (``paper``), or the peer or limit the benchmark recorded
+beside it.
 """
 
 from __future__ import annotations

@@ -137,7 +137,18 @@ def read(path: Path) -> list[dict]:
 
 
 def merge(old: list[dict], new: list[dict]) -> list[dict]:
-    """``old`` with every (benchmark, name, scale) that ``new`` measured replaced by ``new``'s."""
-    fresh = {(r["benchmark"], r["name"], r["scale"]) for r in new}
-    kept = [r for r in old if (r["benchmark"], r["name"], r["scale"]) not in fresh]
+    """``old`` with every (benchmark, name, scale) that ``new`` measured replaced by ``new``'s;
+    where ``new`` measured it only in a noisy run, ``old``'s quiet figure is kept beside it, so
+    the documents still have a quiet figure to show."""
+    measured = {_figure(r) for r in new}
+    quietly = {_figure(r) for r in new if not r.get("noisy")}
+    kept = [
+        r
+        for r in old
+        if _figure(r) not in measured or (_figure(r) not in quietly and not r.get("noisy"))
+    ]
     return kept + new
+
+
+def _figure(row: dict) -> tuple[str, str, str]:
+    return row["benchmark"], row["name"], row["scale"]

@@ -138,13 +138,12 @@ def run_suite(
                 after = calibrator.measure()
                 conditions = calibration.Conditions(before, after, load.peak, calibration.cores())
                 before = after
-                bench_rows = results.rows(
-                    records,
-                    benchmark=bench.name,
-                    **columns,
-                    **conditions.columns(),
-                    code_hash=measured,
-                )
+                bench_rows = [
+                    {**row, **conditions.columns(row["unit"])}
+                    for row in results.rows(
+                        records, benchmark=bench.name, **columns, code_hash=measured
+                    )
+                ]
                 plots = sorted(out.glob(f"{bench.name}-*.png"))
                 ratios = out / f"{bench.name}-ratios.png"
                 if ratios not in plots and report.ratio_plot(bench_rows, ratios, bench.name):

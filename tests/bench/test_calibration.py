@@ -28,11 +28,20 @@ def test_a_benchmark_is_noisy_when_its_calibration_moved_past_the_limit_or_the_l
     assert not Conditions(BEFORE, steady, load_max=2.0, cores=2).noisy
     assert Conditions(BEFORE, moved, load_max=0.5, cores=2).noisy
     assert Conditions(BEFORE, steady, load_max=2.01, cores=2).noisy
-    columns = Conditions(BEFORE, moved, load_max=1.234, cores=2).columns()
+    columns = Conditions(BEFORE, moved, load_max=1.234, cores=2).columns("images/s")
     assert columns == {"noisy": True, "load_max": 1.23, "calibration_drift": 0.15}
     said = Conditions(BEFORE, moved, load_max=1.234, cores=2).describe()
     assert said.startswith("**Noisy**: load up to 1.23 on 2 cores; calibration moved 15%")
     assert Conditions(BEFORE, steady, load_max=1.0, cores=2).describe().startswith("Quiet: ")
+
+
+def test_a_busy_machine_leaves_times_and_rates_noisy_not_accuracies_or_sizes():
+    busy = Conditions(BEFORE, Calibration(40.0, 20.0, 0.5), load_max=9.0, cores=2)
+    for unit in ("s", "ms", "rows/s", "GB/s", "x"):
+        assert busy.columns(unit)["noisy"] is True, unit
+    for unit in ("per-class rate", "error", "GiB", "bytes", "fraction", ""):
+        assert busy.columns(unit)["noisy"] is False, unit
+    assert busy.columns("error")["load_max"] == 9.0  # the machine is still said
 
 
 def test_the_calibrator_measures_this_machine_and_removes_its_file(tmp_path):

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from imgscale.bench import compare, docs, headlines, results
+from imgscale.bench import compare, docs, headlines, results, units
 from imgscale.bench.cli import bench
 
 OLD_COLUMNS = ["benchmark", "name", "value", "unit", "peer_value", "ratio", "scale", "machine",
@@ -94,6 +94,13 @@ def test_a_figure_in_one_table_only_is_added_or_removed_and_a_noisy_one_is_said_
     }  # fmt: skip
 
 
+def test_of_a_figure_kept_from_a_quiet_run_beside_a_noisy_one_the_quiet_one_is_compared():
+    quiet = _row("fit", 10.0, "s", low=9.5, high=10.5)
+    noisy = {**_row("fit", 30.0, "s", noisy=True), "time": "t9"}
+    new = [_row("fit", 13.0, "s", low=12.5, high=13.5)]
+    assert _verdicts([quiet, noisy], new) == {("ridge", "fit"): "worse"}
+
+
 def test_a_unit_without_a_known_direction_is_changed_not_better_or_worse():
     old = [_row("directions used", 10.0, "directions", repeats=1)]
     new = [_row("directions used", 20.0, "directions", repeats=1)]
@@ -109,7 +116,7 @@ def test_the_direction_agrees_with_every_headline_that_says_which_way_is_better(
         if figure.share_of or figure.peer_figure:
             continue  # a share of a budget, a flatness: the ratio's direction, not the figure's
         row = headlines.resolve(figure, rows)
-        sign = compare.direction(row["unit"], row["name"]) if row else 0
+        sign = units.direction(row["unit"], row["name"]) if row else 0
         if sign:
             checked += 1
             assert (sign < 0) == figure.lower_is_better, (figure.label, row["unit"])

@@ -46,6 +46,19 @@ def test_merge_replaces_a_figure_measured_again_at_the_same_scale_only():
     ]  # fmt: skip
 
 
+def test_a_figure_measured_again_on_a_busy_machine_keeps_its_quiet_figure_beside_it():
+    def run(time, value, noisy):
+        return results.rows([record("fit", value, "s")], benchmark="ridge", scale="small",
+                            time=time, noisy=noisy, **COLUMNS)  # fmt: skip
+
+    merged = results.merge(run("t1", 2.0, False), run("t2", 3.0, True))
+    assert [(r["time"], r["noisy"]) for r in merged] == [("t1", False), ("t2", True)]
+    merged = results.merge(merged, run("t3", 4.0, True))  # the older noisy one goes
+    assert [(r["time"], r["noisy"]) for r in merged] == [("t1", False), ("t3", True)]
+    merged = results.merge(merged, run("t4", 2.1, False))  # a quiet one replaces both
+    assert [(r["time"], r["noisy"]) for r in merged] == [("t4", False)]
+
+
 def test_documents_show_each_figure_beside_its_peer_and_the_plots(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

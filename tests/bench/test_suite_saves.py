@@ -18,7 +18,10 @@ def test_results_and_report_are_written_after_each_benchmark(tmp_path):
     seen_by_second = {}
 
     def first(ctx):
-        return [record("first figure", 1.5, "s", repeats_asked=ctx.repeats)]
+        return [
+            record("first figure", 1.5, "s", repeats_asked=ctx.repeats),
+            record("first accuracy", 0.75, "per-class rate"),
+        ]
 
     def second(ctx):
         seen_by_second["names"] = pq.read_table(out / RESULTS_FILE).column("name").to_pylist()
@@ -32,7 +35,7 @@ def test_results_and_report_are_written_after_each_benchmark(tmp_path):
         )  # fmt: skip
     assert "first figure" in seen_by_second["names"]
     table = pq.read_table(out / RESULTS_FILE).to_pylist()
-    (row,) = [r for r in table if r["benchmark"] == "first"]
+    row, accuracy = [r for r in table if r["benchmark"] == "first"]
     assert row["value"] == 1.5 and '"repeats_asked": 3' in row["detail"] and REPEATS["tiny"] == 3
     report = (out / REPORT_FILE).read_text()
     assert "first figure" in report
@@ -41,6 +44,7 @@ def test_results_and_report_are_written_after_each_benchmark(tmp_path):
     assert row["load_max"] >= 0 and row["calibration_drift"] >= 0
     noisy = row["calibration_drift"] > DRIFT_LIMIT or row["load_max"] > os.cpu_count()
     assert row["noisy"] is noisy
+    assert accuracy["noisy"] is False  # a busy machine does not move an accuracy
     assert ("**Noisy**: load up to" if noisy else "Quiet: load up to") in report
     assert row["code_hash"] == staleness.code_hash(staleness.measured_files(chosen[0]))
     limits = [r for r in table if r["benchmark"] == "machine"]
