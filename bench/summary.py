@@ -161,7 +161,8 @@ def _pyplot():
 
 
 def _speed_plot(found: list[dict], path: Path) -> bool:
-    """One bar a workload: how many times better than the peer, log scale."""
+    """One bar a workload: how many times better than the peer, log scale, with the spread of
+    the repetitions' ratios where the figure was measured several times."""
     found = [h for h in found if h["ratio"] and h["ratio"] > 0 and h["reading"]]
     if not found:
         return False
@@ -171,6 +172,11 @@ def _speed_plot(found: list[dict], path: Path) -> bool:
     colours = ["tab:green" if a >= 1 else "tab:orange" for a in advantage]
     # Each bar spans from parity to the advantage, so a worse figure reads as a bar to the left.
     ax.barh(range(len(found)), [a - 1 for a in advantage], left=1, color=colours)
+    for i, (a, h) in enumerate(zip(advantage, found, strict=True)):
+        spread = _advantage_spread(h)
+        if spread:  # the repetitions' ratios, as a whisker on the bar's end
+            ax.errorbar(a, i, xerr=[[a - spread[0]], [spread[1] - a]], fmt="none",
+                        ecolor="black", elinewidth=1, capsize=3)  # fmt: skip
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", linewidth=1)
     names = [f"{h['label']}\nvs {_short(h['peer'])}" for h in found]
@@ -187,6 +193,14 @@ def _speed_plot(found: list[dict], path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def _advantage_spread(h: dict) -> tuple[float, float] | None:
+    """The lowest and highest advantage of a headline measured several times; None otherwise."""
+    low, high = h.get("ratio_min"), h.get("ratio_max")
+    if (h.get("repeats") or 1) <= 1 or not low or not high or low <= 0:
+        return None
+    return (1 / high, 1 / low) if h["lower_is_better"] else (low, high)
 
 
 def _short(peer: str) -> str:

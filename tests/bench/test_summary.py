@@ -154,3 +154,12 @@ def test_without_git_nothing_is_marked_stale(monkeypatch):
     monkeypatch.setenv("PATH", "")
     rows = _rows("ridge", "small", "t", record("fit", 1.0, "s"), commit="abc")
     assert staleness.changes(rows, {"ridge": object()}) == {}
+
+
+def test_the_speed_plot_whiskers_span_the_repetitions_ratios_as_advantages():
+    faster = {"ratio": 0.25, "ratio_min": 0.2, "ratio_max": 0.4, "repeats": 3,
+              "lower_is_better": True}  # fmt: skip
+    assert summary._advantage_spread(faster) == pytest.approx((2.5, 5.0))
+    assert summary._advantage_spread({**faster, "lower_is_better": False}) == (0.2, 0.4)
+    assert summary._advantage_spread({**faster, "repeats": 1}) is None
+    assert summary._advantage_spread({**faster, "ratio_min": None}) is None
