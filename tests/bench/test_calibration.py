@@ -46,7 +46,7 @@ def test_a_busy_machine_leaves_times_and_rates_noisy_not_accuracies_or_sizes():
 
 def test_the_calibrator_measures_this_machine_and_removes_its_file(tmp_path):
     with Calibrator(tmp_path, "tiny") as calibrator:
-        assert calibrator.probe.stat().st_size == 32 * 2**20
+        assert calibrator.probe.stat().st_size == 16 * 2**20
         found = calibrator.measure()
     for rate in (found.gemm, found.memory, found.disk):
         assert math.isfinite(rate) and rate > 0
