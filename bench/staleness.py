@@ -9,10 +9,11 @@ A suite run records the hash of that code as it ran (:func:`code_hash`, the ``co
 the figure is stale when the same files hash differently now. The hash is of each file's syntax
 without its comments and docstrings, so a run made with uncommitted code is dated by what it
 ran, not by the commit it found, and a change to comments, docstrings or documents never marks a
-figure stale. A figure recorded before runs had a hash, measured at commit C, is stale when
-``git rev-list C..HEAD`` lists a commit touching one of those files; without git, outside a
-checkout (an installed sdist) or for a commit git does not know, such a figure is not marked:
-staleness is unknown, not an error.
+figure stale (the tree is printed by the Python that reads it, so one of another minor version
+reads every hash as changed code). A figure recorded before runs had a hash, measured at commit
+C, is stale when ``git rev-list C..HEAD`` lists a commit touching one of those files; without
+git, outside a checkout (an installed sdist) or for a commit git does not know, such a figure is
+not marked: staleness is unknown, not an error.
 """
 
 from __future__ import annotations
