@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from imgscale.bench.compare import TOLERANCE
 from imgscale.bench.registry import SCALES
 from imgscale.jobs.cli.options import json_option, scheduler_option, verbose, verbose_option
 from imgscale.jobs.runs import ledger_option
@@ -87,7 +88,7 @@ def _require_bench_extra() -> None:
 @click.option(
     "--tolerance",
     type=click.FloatRange(0, min_open=True),
-    default=0.10,
+    default=TOLERANCE,
     show_default=True,
     help="With --compare: how far, relative to the old value, a figure measured once (it has no "
     "spread) must move to be called a change.",
@@ -119,8 +120,15 @@ def bench(
     from imgscale.bench.suite import run_suite, select
 
     if tables_to_compare:
+        others = {"--docs": docs, "--add": tables, "--list": list_only, "--out": out,
+                  "--submit": submit}  # fmt: skip
+        given = [flag for flag, value in others.items() if value]
+        if given:
+            raise click.UsageError(f"--compare runs nothing: drop {', '.join(given)}")
         _compare(*map(Path, tables_to_compare), names, tolerance, as_json)
         return None
+    if click.get_current_context().get_parameter_source("tolerance").name != "DEFAULT":
+        raise click.UsageError("--tolerance needs --compare OLD NEW")
     if docs:
         _require_bench_extra()
         _write_docs(Path(docs), tables, as_json)

@@ -156,3 +156,12 @@ def test_a_noisy_figure_names_the_table_whose_run_was_noisy(tmp_path):
     new = _table(tmp_path / "new.parquet", [_row("fit", 30.0, "s", repeats=1, noisy=True)])
     done = CliRunner().invoke(bench, ["--compare", str(old), str(new)])
     assert "noisy:\n  ridge: fit (small, s): 10 → 30, +200% (noisy in new)\n" in done.output
+
+
+def test_compare_refuses_the_options_of_a_run_and_tolerance_needs_it(tmp_path):
+    table = _table(tmp_path / "t.parquet", [_row("fit", 10.0, "s")])
+    runner = CliRunner()
+    done = runner.invoke(bench, ["--compare", str(table), str(table), "--out", str(tmp_path)])
+    assert done.exit_code == 2 and "--compare runs nothing: drop --out" in done.output
+    done = runner.invoke(bench, ["--list", "--tolerance", "0.2"])
+    assert done.exit_code == 2 and "--tolerance needs --compare OLD NEW" in done.output
