@@ -34,6 +34,11 @@ from imgscale.bench.staleness import Change
 TABLE_FILE = "results.parquet"
 IMAGES = "images"
 FINDINGS = "findings"
+_LIMITS_ABOUT = (
+    "Measured at the start of every suite run. Each benchmark of the run is then bracketed by a "
+    "shorter calibration of the same probes, compared only with the one on its other side: it "
+    "says whether the machine stayed quiet (the run's report.md gives both) and is never a limit."
+)
 DOCUMENTS = {
     "speed": ("benchmarks.md", "Benchmarks: speed, memory and scale"),
     "accuracy": ("results.md", "Results: accuracy on real data and the papers' protocols"),
@@ -145,7 +150,7 @@ def _section(
     if not mine:
         return ""
     if name == "machine":
-        heading, about = "Machine limits", "Measured at the start of every suite run."
+        heading, about = "Machine limits", _LIMITS_ABOUT
     else:
         heading = f"{name}: {bench.summary}" if bench else name
         about = _about(bench)
