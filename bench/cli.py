@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from imgscale.bench.compare import TOLERANCE
 from imgscale.bench.registry import SCALES
 from imgscale.jobs.cli.options import json_option, scheduler_option, verbose, verbose_option
 from imgscale.jobs.runs import ledger_option
@@ -76,6 +77,23 @@ def _require_bench_extra() -> None:
     help="With --docs: a run's results.parquet to merge in (its plots beside it are copied).",
 )
 @click.option(
+    "--compare",
+    "tables_to_compare",
+    nargs=2,
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="OLD NEW",
+    help="Instead of running: list the figures of results table NEW that got better or worse "
+    "than in OLD beyond their spread (NAMES: only those benchmarks' figures).",
+)
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(0, min_open=True),
+    default=TOLERANCE,
+    show_default=True,
+    help="With --compare: how far, relative to the old value, a figure measured once (it has no "
+    "spread) must move to be called a change.",
+)
+@click.option(
     "--submit",
     is_flag=True,
     help="Run the suite detached on the cluster at --scheduler, as `imgscale submit` runs a "
@@ -86,8 +104,8 @@ def _require_bench_extra() -> None:
 @json_option
 @verbose_option
 def bench(
-    names, list_only, scale, out, data_dir, workdir, docs, tables, submit, scheduler, ledger,
-    as_json,
+    names, list_only, scale, out, data_dir, workdir, docs, tables, tables_to_compare, tolerance,
+    submit, scheduler, ledger, as_json,
 ) -> list[str] | None:  # fmt: skip
     """Run benchmarks NAMES (default: all) at one scale; each figure beside a peer or a machine
     limit measured in the same run. Returns the files it wrote (a submitted run lists them).
@@ -96,10 +114,21 @@ def bench(
     imgscale bench --list
     imgscale bench ridge pq --scale tiny --out bench-out
     imgscale bench --docs docs --add bench-out/results.parquet
+    imgscale bench --compare docs/results.parquet bench-out/results.parquet
     """
     from imgscale.bench.registry import data_dir as resolve_data_dir
     from imgscale.bench.suite import run_suite, select
 
+    if tables_to_compare:
+        others = {"--docs": docs, "--add": tables, "--list": list_only, "--out": out,
+                  "--submit": submit}  # fmt: skip
+        given = [flag for flag, value in others.items() if value]
+        if given:
+            raise click.UsageError(f"--compare runs nothing: drop {', '.join(given)}")
+        _compare(*map(Path, tables_to_compare), names, tolerance, as_json)
+        return None
+    if click.get_current_context().get_parameter_source("tolerance").name != "DEFAULT":
+        raise click.UsageError("--tolerance needs --compare OLD NEW")
     if docs:
         _require_bench_extra()
         _write_docs(Path(docs), tables, as_json)
@@ -252,6 +281,61 @@ def _write_docs(docs: Path, tables: tuple[str, ...], as_json: bool) -> None:
         click.echo(json.dumps({"rows_added": added, "written": ",".join(map(str, written))}))
     else:
         click.echo(f"{added} figures added; wrote {', '.join(map(str, written))}")
+
+
+def _compare(old: Path, new: Path, names: tuple[str, ...], tolerance: float, as_json: bool) -> None:
+    """Print what :func:`imgscale.bench.compare.compare` finds between two results tables."""
+    from imgscale.bench import compare, report, results
+
+    old_rows, new_rows = results.read(old), results.read(new)
+    if names:
+        unknown = sorted(set(names) - {r["benchmark"] for r in old_rows + new_rows})
+        if unknown:
+            raise click.UsageError(f"neither table has a figure of {', '.join(unknown)}")
+        old_rows = [r for r in old_rows if r["benchmark"] in names]
+        new_rows = [r for r in new_rows if r["benchmark"] in names]
+    found = compare.compare(old_rows, new_rows, tolerance)
+    by_verdict = {
+        verdict: [d for d in found if d.verdict == verdict] for verdict in compare.VERDICTS
+    }
+    compared = len(found) - len(by_verdict["added"]) - len(by_verdict["removed"])
+    if as_json:
+        summary = {"old": str(old), "new": str(new), "tolerance": tolerance, "compared": compared}
+        for verdict, differences in by_verdict.items():
+            key = verdict.replace(" ", "_")
+            summary[key] = len(differences)
+            if verdict != "within noise":  # the rest: most figures of two quiet runs
+                summary[f"{key}_figures"] = "; ".join(_figure(d) for d in differences)
+        click.echo(json.dumps(summary))
+        return
+    counts = ", ".join(f"{len(by_verdict[v])} {v}" for v in compare.VERDICTS[:5])
+    click.echo(
+        f"{compared} figures in both tables: {counts}; {len(by_verdict['added'])} added, "
+        f"{len(by_verdict['removed'])} removed (where a side was measured once: beyond "
+        f"{tolerance:.0%})"
+    )
+    for verdict in ("worse", "better", "changed", "noisy", "added", "removed"):
+        if by_verdict[verdict]:
+            click.echo(f"{verdict}:")
+        for d in by_verdict[verdict]:
+            sides = [report.spread(row) if row else "—" for row in (d.old, d.new)]
+            change = f", {d.change:+.0%}" if d.change is not None else ""
+            click.echo(f"  {_figure(d)}: {sides[0]} → {sides[1]}{change}{_noisy_in(d)}")
+
+
+def _figure(difference) -> str:
+    unit = f", {difference.unit}" if difference.unit else ""
+    return f"{difference.benchmark}: {difference.name} ({difference.scale}{unit})"
+
+
+def _noisy_in(difference) -> str:
+    """Which table's run of the figure was noisy, for a figure said to be noisy."""
+    if difference.verdict != "noisy":
+        return ""
+    sides = [
+        side for side, row in (("old", difference.old), ("new", difference.new)) if row["noisy"]
+    ]
+    return f" (noisy in {' and '.join(sides)})"
 
 
 def _command(names: tuple[str, ...], scale: str, data: bool, scheduler: bool) -> str:

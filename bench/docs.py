@@ -11,9 +11,11 @@ accuracy ones to results.md.
 
 Each document opens with a summary: per benchmark, the figures that answer its question
 (:mod:`imgscale.bench.headlines`) beside their peers, newest run at the largest scale. A run
-measured before the code it measures last changed is marked stale (:mod:`imgscale.bench.staleness`;
-no marks without git). ``DOCS/README.md``, the page of headline figures and its plots, is written
-with them (:mod:`imgscale.bench.summary`).
+measured before the code it measures last changed is marked stale
+(:mod:`imgscale.bench.staleness`); a run on a machine that was not quiet is marked noisy
+(:mod:`imgscale.bench.calibration`) and gives no summary figure. A figure measured several times
+reads ``median (min–max)``. ``DOCS/README.md``, the page of headline figures and its plots, is
+written with them (:mod:`imgscale.bench.summary`).
 
 What a person concludes from the figures (where a method helps and where it does not) is kept in
 ``DOCS/findings/NAME.md`` and printed under the benchmark's heading, above its tables.
@@ -32,6 +34,11 @@ from imgscale.bench.staleness import Change
 TABLE_FILE = "results.parquet"
 IMAGES = "images"
 FINDINGS = "findings"
+_LIMITS_ABOUT = (
+    "Measured at the start of every suite run. Each benchmark of the run is then bracketed by a "
+    "shorter calibration of the same probes, compared only with the one on its other side: it "
+    "says whether the machine stayed quiet (the run's report.md gives both) and is never a limit."
+)
 DOCUMENTS = {
     "speed": ("benchmarks.md", "Benchmarks: speed, memory and scale"),
     "accuracy": ("results.md", "Results: accuracy on real data and the papers' protocols"),
@@ -89,7 +96,10 @@ def write(docs: Path) -> list[Path]:
                 "gives the machine, the commit and the command that regenerates it; a command "
                 "without `--scale` is the per-benchmark command that measured the figure before "
                 "the suite existed (`imgscale bench NAME --scale medium` measures those sizes "
-                "now). The [summary page](README.md) has the headline figures and plots.",
+                "now). The [summary page](README.md) has the headline figures and plots. A figure "
+                "measured several times reads median (min–max) over its repetitions, its ratio "
+                "the median (min–max) of each repetition's ratio; a run marked noisy had a busy "
+                "machine (its calibration moved or the load passed the cores).",
                 "",
                 _summary([n for n in names if n != "machine"], rows, stale),
                 *[s for s in sections if s],
@@ -103,33 +113,30 @@ def write(docs: Path) -> list[Path]:
     return written
 
 
-def _summary(names: list[str], rows: list[dict], stale: dict[tuple[str, str], Change]) -> str:
+def _summary(names: list[str], rows: list[dict], stale: dict[tuple[str, str, str], Change]) -> str:
     """The figures that answer each benchmark's question, beside their peers, with links."""
     lines = [
         "## Summary",
         "",
         "Per benchmark, the figures that answer its question: the newest run of each at the "
-        "largest scale it ran at, beside its peer, paper or limit; the full tables follow. "
-        f"{summary.STALE} marks a run measured before the code it measures last changed.",
+        "largest scale it ran at (never a noisy run), beside its peer, paper or limit; the full "
+        f"tables follow. {summary.STALE} marks a run measured before the code it measures last "
+        "changed.",
         "",
         "| benchmark: figure | ours | against | theirs | ratio | reads | scale |",
         "|---|---:|---|---:|---:|---|---|",
     ]
     for name in names:
         for h in headlines.summary(name, rows):
-            mark = f" {summary.STALE}" if (name, h["commit"]) in stale else ""
+            mark = f" {summary.STALE}" if staleness.key(h) in stale else ""
             lines.append(
                 f"| [{name}](#{summary.anchor(name)}): {h['label']} "
-                f"| {report.number(h['value'])} {h['unit']} "
+                f"| {report.spread(h)} {h['unit']} "
                 f"| {h['peer'] or 'not named by the benchmark'} "
-                f"| {report.number(h['peer_value'])} | {_ratio(h['ratio'])} | {h['reading']} "
-                f"| {h['scale']}{mark} |"
+                f"| {report.number(h['peer_value'])} | {report.spread(h, 'ratio', '.3g')} "
+                f"| {h['reading']} | {h['scale']}{mark} |"
             )
     return "\n".join(lines) + "\n"
-
-
-def _ratio(ratio: float | None) -> str:
-    return "" if ratio is None else f"{ratio:.3g}"
 
 
 def _section(
@@ -137,13 +144,13 @@ def _section(
     bench: Benchmark | None,
     rows: list[dict],
     docs: Path,
-    stale: dict[tuple[str, str], Change],
+    stale: dict[tuple[str, str, str], Change],
 ) -> str:
     mine = [r for r in rows if r["benchmark"] == name]
     if not mine:
         return ""
     if name == "machine":
-        heading, about = "Machine limits", "Measured at the start of every suite run."
+        heading, about = "Machine limits", _LIMITS_ABOUT
     else:
         heading = f"{name}: {bench.summary}" if bench else name
         about = _about(bench)
@@ -158,13 +165,14 @@ def _section(
         for run in _runs(at_scale):
             first = run[0]
             when = f", {first['time']}" if first["time"] else ""
-            change = stale.get((name, first["commit"]))
-            note = (
-                f" {summary.STALE} **Stale:** {change.commits} later commit(s) changed the code it "
-                f"measures (newest {change.newest})."
-                if change
-                else ""
-            )
+            change = stale.get(staleness.key(first))
+            note = f" {summary.STALE} **Stale:** {change.describe()}." if change else ""
+            if any(r.get("noisy") for r in run):
+                note += (
+                    f" **Noisy:** load up to {first['load_max']:.2f}, calibration moved "
+                    f"{first['calibration_drift']:.0%} from before to after the benchmark: its "
+                    "times and rates are not a quiet machine's."
+                )
             lines += [
                 f"**Scale {scale}.** Machine: {first['machine']}. Commit "
                 f"{first['commit'] or 'unknown'}{when}. Command: `{first['command']}`{note}",

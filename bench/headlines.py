@@ -10,11 +10,13 @@ opens its benchmark's section in the summary at the top of ``docs/benchmarks.md`
 ``docs/results.md``. A benchmark not named here is summarised by its first few figures that have
 a peer, so a new benchmark needs no entry until one of its figures should be a headline.
 
-The figure shown is the newest run of that figure at the largest scale it ran at; when the
-expression matches several figures of that run (``ridge, rho validated, \\d+ rows``), the last
-one recorded (the benchmarks record sizes in increasing order). Its peer is, in order: another
-figure of the same run (``peer_figure``), a paper's figure (``paper``), or the peer or limit the
-benchmark recorded beside it.
+The figure shown is the newest run of that figure at the largest scale it ran at, among the runs
+not marked noisy (:mod:`imgscale.bench.calibration`): a figure taken on a busy machine is never a
+headline, and one measured only on a busy machine has none; when the expression matches several
+figures of that run (``ridge, rho validated, \\d+ rows``), the last one recorded (the benchmarks
+record sizes in increasing order). Its peer is, in order: another figure of the same run
+(``peer_figure``), a paper's figure (``paper``), or the peer or limit the benchmark recorded
+beside it.
 """
 
 from __future__ import annotations
@@ -82,9 +84,12 @@ FALLBACK_FIGURES = 3
 
 
 def newest(rows: list[dict]) -> list[dict]:
-    """Each figure (benchmark, name, unit) once: its newest run at the largest scale it ran at."""
+    """Each figure (benchmark, name, unit) once: its newest run at the largest scale it ran at,
+    of the runs not marked noisy."""
     best: dict[tuple[str, str], tuple[tuple, dict]] = {}
     for position, r in enumerate(rows):
+        if r.get("noisy"):
+            continue
         key = (_scale_rank(r["scale"]), r["time"] or "", position)
         figure = (r["benchmark"], r["name"], r["unit"])
         if figure not in best or key > best[figure][0]:
@@ -114,14 +119,21 @@ def resolve(figure: Figure, rows: list[dict]) -> dict | None:
         peer_value = peers[-1]["value"] if peers else None
     elif figure.paper:
         peer_value, peer = figure.paper[0], figure.peer_label or figure.paper[1]
-    ratio = row["ratio"]
+    ratio, ratio_min, ratio_max = row["ratio"], row.get("ratio_min"), row.get("ratio_max")
     if figure.peer_figure or figure.paper:
         ratio = row["value"] / peer_value if peer_value else None
+        # Against a paper's one figure the ratio spreads as ours does; against another figure of
+        # the run there are no pairs to take ratios of, so no spread is given.
+        ratio_min = ratio_max = None
+        if figure.paper and ratio is not None:
+            ratio_min, ratio_max = row["value_min"] / peer_value, row["value_max"] / peer_value
     return {
         **row,
         "peer": peer,
         "peer_value": peer_value,
         "ratio": ratio,
+        "ratio_min": ratio_min,
+        "ratio_max": ratio_max,
         "label": figure.label,
         "question": figure.question,
         "reading": reading(ratio, figure),

@@ -41,6 +41,11 @@ from pathlib import Path
 
 SCALES = ("tiny", "small", "medium", "large")
 KINDS = ("speed", "accuracy")
+# How many times a benchmark measures each speed figure, by scale: the figure is the median,
+# recorded with its extremes (imgscale.bench.common.record), so one load spike moves neither.
+# Tiny, CI's toy run of every benchmark, takes two: three took it past its guard on a loaded
+# machine, and its figures are never published.
+REPEATS = {"tiny": 2, "small": 3, "medium": 3, "large": 3}
 
 # This package's modules that define benchmarks, in the order the suite runs them.
 MODULES = (
@@ -82,6 +87,8 @@ class Context:
     limits: dict[str, float] = field(default_factory=dict)
     log: Callable[[str], None] = print
     benchmark: str = ""
+    repeats: int = 3
+    """How many times to measure each speed figure (:data:`REPEATS` of the scale, in a suite)."""
 
     def pick(self, **by_scale):
         """The value given for this run's scale (every scale must be given)."""

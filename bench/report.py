@@ -12,18 +12,31 @@ def number(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+def spread(row: dict, key: str = "value", digits: str = ".4g") -> str:
+    """``row[key]`` (the value or the ratio) as ``median (min–max)`` when the figure was measured
+    more than once, else alone; blank when absent."""
+    middle = row.get(key)
+    if middle is None or middle != middle:
+        return ""
+    text = f"{middle:{digits}}"
+    low, high = row.get(f"{key}_min"), row.get(f"{key}_max")
+    if (row.get("repeats") or 1) > 1 and low is not None and high is not None:
+        text += f" ({low:{digits}}–{high:{digits}})"
+    return text
+
+
 def table(table_rows: list[dict]) -> str:
-    """figure | value | unit | peer | peer value | ratio, one line per row; a row without a peer
-    says in the peer column what it is for (its ``purpose``, :mod:`imgscale.bench.peers`)."""
+    """figure | value | unit | peer | peer value | ratio, one line per row, a figure measured
+    several times as ``median (min–max)``; a row without a peer says in the peer column what it
+    is for (its ``purpose``, :mod:`imgscale.bench.peers`)."""
     lines = [
         "| figure | value | unit | peer | peer value | ratio |",
         "|---|---:|---|---|---:|---:|",
     ]
     for r in table_rows:
-        ratio = f"{r['ratio']:.3f}" if r.get("ratio") is not None else ""
         lines.append(
-            f"| {r['name']} | {number(r['value'])} | {r['unit']} | {_peer(r)} "
-            f"| {number(r.get('peer_value'))} | {ratio} |"
+            f"| {r['name']} | {spread(r)} | {r['unit']} | {_peer(r)} "
+            f"| {number(r.get('peer_value'))} | {spread(r, 'ratio', '.3f')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -70,7 +83,11 @@ def markdown(runs: list[dict], limits: list[dict], header: dict[str, str], out: 
         f"{header['commit'] or 'unknown'}, {header['time']}.",
         f"Command: `{header['command']}`",
         "",
-        "Every ratio is ours over a peer or a machine limit measured in the same run.",
+        "Every ratio is ours over a peer or a machine limit measured in the same run. A figure "
+        "measured several times reads median (min–max), its ratio the median (min–max) of the "
+        "ratios of each repetition. Under each benchmark, the machine around it: a benchmark is "
+        "noisy when its short calibration moved from before to after it by more than the limit "
+        "or the load passed the cores.",
         "",
         "## Machine limits",
         "",
@@ -81,7 +98,7 @@ def markdown(runs: list[dict], limits: list[dict], header: dict[str, str], out: 
         if run["status"] != "ok":
             lines += [f"**{run['status']}**: {run['reason']}", ""]
             continue
-        lines += [table(run["rows"])]
+        lines += [table(run["rows"]), run["conditions"], ""]
         for plot in run["plots"]:
             lines += [f"![{plot.stem}]({plot.relative_to(out)})", ""]
         if run.get("html"):

@@ -4,6 +4,14 @@ Columns: ``benchmark``, ``name``, ``value``, ``unit``, ``peer_value``, ``ratio``
 peer or limit), ``scale``, ``machine``, ``imgscale_version``, ``commit``, ``time`` (UTC, ISO 8601),
 then ``peer`` (what the peer or limit is), ``command`` (what regenerates the row) and ``detail``
 (the record's other keys as JSON: sizes, spreads, settings).
+
+A figure measured several times is the median of its ``repeats`` repetitions, with ``value_min``
+and ``value_max`` its extremes and ``ratio_min`` and ``ratio_max`` those of its per-repetition
+ratios; a figure measured once has ``repeats`` 1 and extremes equal to its value. The suite adds
+what it knows of the run of the benchmark: ``noisy`` (its calibration moved or the load passed the
+cores, :mod:`imgscale.bench.calibration`), ``load_max``, ``calibration_drift`` and ``code_hash``
+(the measured code's hash, :mod:`imgscale.bench.staleness`). A table written before these columns
+existed reads with each figure measured once and the run's conditions unknown (None).
 """
 
 from __future__ import annotations
@@ -32,9 +40,21 @@ SCHEMA = pa.schema(
         ("peer", pa.string()),
         ("command", pa.string()),
         ("detail", pa.string()),
+        ("value_min", pa.float64()),
+        ("value_max", pa.float64()),
+        ("repeats", pa.int64()),
+        ("ratio_min", pa.float64()),
+        ("ratio_max", pa.float64()),
+        ("noisy", pa.bool_()),
+        ("load_max", pa.float64()),
+        ("calibration_drift", pa.float64()),
+        ("code_hash", pa.string()),
     ]
 )
-_OWN_KEYS = {"name", "value", "unit", "peer_value", "ratio", "peer"}
+# The columns a table written before figures had repetitions lacks; read() fills them.
+ADDED_COLUMNS = SCHEMA.names[SCHEMA.get_field_index("value_min") :]
+_SPREAD_KEYS = {"value_min", "value_max", "repeats", "ratio_min", "ratio_max"}
+_OWN_KEYS = {"name", "value", "unit", "peer_value", "ratio", "peer", *_SPREAD_KEYS}
 
 
 def provenance() -> tuple[str, str]:
@@ -56,24 +76,39 @@ def provenance() -> tuple[str, str]:
     return installed, commit
 
 
-def rows(records: list[dict], **columns: str) -> list[dict]:
-    """Benchmark records as table rows; ``columns`` fills benchmark, scale, machine, …, command."""
+def rows(records: list[dict], **columns: object) -> list[dict]:
+    """Benchmark records as table rows; ``columns`` fills benchmark, scale, machine, …, command
+    and the run's conditions (noisy, load_max, calibration_drift, code_hash). A record without
+    repetitions is a figure measured once."""
     out = []
     for r in records:
         detail = {k: v for k, v in r.items() if k not in _OWN_KEYS}
-        out.append(
-            {
-                **columns,
-                "name": r["name"],
-                "value": float(r["value"]),
-                "unit": r["unit"],
-                "peer_value": r.get("peer_value"),
-                "ratio": r.get("ratio"),
-                "peer": r.get("peer", ""),
-                "detail": json.dumps(detail, default=str, sort_keys=True),
-            }
-        )
+        row = {
+            **columns,
+            "name": r["name"],
+            "value": float(r["value"]),
+            "unit": r["unit"],
+            "peer_value": r.get("peer_value"),
+            "ratio": r.get("ratio"),
+            "peer": r.get("peer", ""),
+            "detail": json.dumps(detail, default=str, sort_keys=True),
+            **{key: r[key] for key in _SPREAD_KEYS if r.get(key) is not None},
+        }
+        out.append(_measured_once_unless_said(row))
     return out
+
+
+def _measured_once_unless_said(row: dict) -> dict:
+    """``row`` with the spread of a figure measured once where it gives none."""
+    if row.get("repeats") is None:
+        row["repeats"] = 1
+    for low, high, middle in (
+        ("value_min", "value_max", "value"),
+        ("ratio_min", "ratio_max", "ratio"),
+    ):
+        if row.get(low) is None or row.get(high) is None:
+            row[low] = row[high] = row.get(middle)
+    return row
 
 
 def write(path: Path, table_rows: list[dict]) -> None:
@@ -87,16 +122,33 @@ def write(path: Path, table_rows: list[dict]) -> None:
 
 
 def read(path: Path) -> list[dict]:
-    """The rows of a results table; a file without the table's columns is refused."""
+    """The rows of a results table; a file without the table's columns is refused. A table
+    written before :data:`ADDED_COLUMNS` existed reads as figures measured once, in runs whose
+    conditions are unknown."""
     table = pq.read_table(path)
     missing = [name for name in SCHEMA.names if name not in table.column_names]
-    if missing:
+    if [name for name in missing if name not in ADDED_COLUMNS]:
         raise ValueError(f"{path}: not a results table (missing columns {', '.join(missing)})")
-    return table.select(SCHEMA.names).to_pylist()
+    present = [name for name in SCHEMA.names if name in table.column_names]
+    return [
+        _measured_once_unless_said({name: row.get(name) for name in SCHEMA.names})
+        for row in table.select(present).to_pylist()
+    ]
 
 
 def merge(old: list[dict], new: list[dict]) -> list[dict]:
-    """``old`` with every (benchmark, name, scale) that ``new`` measured replaced by ``new``'s."""
-    fresh = {(r["benchmark"], r["name"], r["scale"]) for r in new}
-    kept = [r for r in old if (r["benchmark"], r["name"], r["scale"]) not in fresh]
+    """``old`` with every (benchmark, name, scale) that ``new`` measured replaced by ``new``'s;
+    where ``new`` measured it only in a noisy run, ``old``'s quiet figure is kept beside it, so
+    the documents still have a quiet figure to show."""
+    measured = {_figure(r) for r in new}
+    quietly = {_figure(r) for r in new if not r.get("noisy")}
+    kept = [
+        r
+        for r in old
+        if _figure(r) not in measured or (_figure(r) not in quietly and not r.get("noisy"))
+    ]
     return kept + new
+
+
+def _figure(row: dict) -> tuple[str, str, str]:
+    return row["benchmark"], row["name"], row["scale"]

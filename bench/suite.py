@@ -1,6 +1,8 @@
 """Run registered benchmarks at one scale: machine limits first, then each benchmark on one
-cluster with a Dask performance report. The results table and the report are rewritten after
-every benchmark, so a long run that is stopped keeps what it finished."""
+cluster with a Dask performance report, bracketed by short calibrations of the machine and its
+load sampled throughout (:mod:`imgscale.bench.calibration`), and dated by the hash of the code it
+measures (:func:`imgscale.bench.staleness.code_hash`). The results table and the report are
+rewritten after every benchmark, so a long run that is stopped keeps what it finished."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from pathlib import Path
 
 from distributed import performance_report
 
-from imgscale.bench import machine, report, results
-from imgscale.bench.registry import Benchmark, Context, Skipped, benchmarks
+from imgscale.bench import calibration, machine, report, results, staleness
+from imgscale.bench.registry import REPEATS, Benchmark, Context, Skipped, benchmarks
 from imgscale.jobs.cluster import connect
 
 RESULTS_FILE = "results.parquet"
@@ -91,8 +93,13 @@ def run_suite(
         outcome.rows = len(table_rows)
 
     save()
-    with connect(scheduler, quiet=True) as client:
+    with (
+        connect(scheduler, quiet=True) as client,
+        calibration.Calibrator(workdir, scale) as calibrator,
+    ):
         address = client.scheduler.address
+        log("calibrating the machine")
+        before = calibrator.measure()
         for bench in chosen:
             ctx = Context(
                 scale=scale,
@@ -104,14 +111,16 @@ def run_suite(
                 limits={r["name"]: r["value"] for r in limit_records},
                 log=log,
                 benchmark=bench.name,
+                repeats=REPEATS[scale],
             )
             entry = {"name": bench.name, "summary": bench.summary, "status": "ok"}
             runs.append(entry)
             html = out / f"{bench.name}-dask.html"
             log(f"{bench.name}: running")
             started = time.perf_counter()
+            measured = staleness.code_hash(staleness.measured_files(bench))
             try:
-                with performance_report(filename=str(html)):
+                with performance_report(filename=str(html)), calibration.LoadSampler() as load:
                     records = bench.run(ctx)
             except Skipped as exc:
                 entry.update(status="skipped", reason=str(exc))
@@ -125,15 +134,29 @@ def run_suite(
                 if traceback_log:
                     traceback_log(traceback.format_exc())
             else:
-                bench_rows = results.rows(records, benchmark=bench.name, **columns)
+                seconds = time.perf_counter() - started
+                after = calibrator.measure()
+                conditions = calibration.Conditions(before, after, load.peak, calibration.cores())
+                before = after
+                bench_rows = [
+                    {**row, **conditions.columns(row["unit"])}
+                    for row in results.rows(
+                        records, benchmark=bench.name, **columns, code_hash=measured
+                    )
+                ]
                 plots = sorted(out.glob(f"{bench.name}-*.png"))
                 ratios = out / f"{bench.name}-ratios.png"
                 if ratios not in plots and report.ratio_plot(bench_rows, ratios, bench.name):
                     plots.append(ratios)
-                entry.update(rows=bench_rows, plots=plots, html=html if html.exists() else None)
+                entry.update(
+                    rows=bench_rows,
+                    plots=plots,
+                    html=html if html.exists() else None,
+                    conditions=conditions.describe(),
+                )
                 table_rows += bench_rows
                 outcome.ran.append(bench.name)
-                seconds = time.perf_counter() - started
-                log(f"{bench.name}: {len(records)} figures in {seconds:.0f} s")
+                noisy = ", noisy" if conditions.noisy else ""
+                log(f"{bench.name}: {len(records)} figures in {seconds:.0f} s{noisy}")
             save()
     return outcome

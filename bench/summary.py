@@ -14,7 +14,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from imgscale.bench import headlines, report
+from imgscale.bench import headlines, report, staleness
 from imgscale.bench.registry import SCALES
 from imgscale.bench.staleness import Change
 
@@ -31,7 +31,7 @@ def write(
     docs: Path,
     rows: list[dict],
     kinds: dict[str, str],
-    stale: dict[tuple[str, str], Change],
+    stale: dict[tuple[str, str, str], Change],
     documents: dict[str, str],
 ) -> Path:
     """Write ``docs/README.md`` and its plots; ``kinds`` maps a benchmark to "speed" or
@@ -64,21 +64,23 @@ def write(
         "peer measured in the same run, the paper's figure or the machine's limit; the ratio is "
         "ours over that. The last column links the full table, which gives the command that "
         f"regenerates it. {STALE} marks a figure measured before the code it measures last "
-        "changed.",
+        "changed. A figure measured several times reads median (min–max) over its repetitions; "
+        "a run on a busy machine (marked noisy) gives no headline.",
         "",
         "| question | figure | ours | against | theirs | ratio | reads | machine, scale | table |",
         "|---|---|---:|---|---:|---:|---|---|---|",
     ]
     stale_notes = {}
     for h in heads:
-        change = stale.get((h["benchmark"], h["commit"]))
+        change = stale.get(staleness.key(h))
         mark = f" {STALE}" if change else ""
         if change:
             stale_notes[h["benchmark"], h["commit"]] = change
         document = documents.get(kinds.get(h["benchmark"], "accuracy"), "results.md")
         lines.append(
-            f"| {h['question']} | {h['label']} | {_with_unit(h['value'], h['unit'])} "
-            f"| {h['peer']} | {_with_unit(h['peer_value'], h['unit'])} | {_ratio(h['ratio'])} "
+            f"| {h['question']} | {h['label']} | {_with_unit(report.spread(h), h['unit'])} "
+            f"| {h['peer']} | {_with_unit(report.number(h['peer_value']), h['unit'])} "
+            f"| {report.spread(h, 'ratio', '.3g')} "
             f"| {h['reading']} | {h['machine']}; {h['scale']}; {h['commit'] or '?'}{mark} "
             f"| [{h['benchmark']}]({document}#{anchor(h['benchmark'])}) |"
         )
@@ -86,10 +88,13 @@ def write(
     if stale_notes:
         lines += [f"{STALE} Measured before the code it measures changed:", ""]
         for (benchmark, commit), change in sorted(stale_notes.items()):
-            lines.append(
-                f"- {benchmark} at {commit}: {change.commits} later commit(s) touch what it "
-                f"measures, the newest {change.newest}."
+            said = (
+                f"{change.commits} later commit(s) touch what it measures, the newest "
+                f"{change.newest}"
+                if change.commits
+                else change.describe()
             )
+            lines.append(f"- {benchmark} at {commit}: {said}.")
         lines.append("")
     for title, image, about in plots:
         lines += [f"## {title}", "", about, "", f"![{title}](images/{image})", ""]
@@ -142,12 +147,7 @@ def _unique(found: list[dict]) -> list[dict]:
     return out
 
 
-def _ratio(ratio: float | None) -> str:
-    return "" if ratio is None else f"{ratio:.3g}"
-
-
-def _with_unit(value: float | None, unit: str) -> str:
-    text = report.number(value)
+def _with_unit(text: str, unit: str) -> str:
     return f"{text} {unit}" if text and unit not in ("fraction", "x") else text
 
 
@@ -161,7 +161,8 @@ def _pyplot():
 
 
 def _speed_plot(found: list[dict], path: Path) -> bool:
-    """One bar a workload: how many times better than the peer, log scale."""
+    """One bar a workload: how many times better than the peer, log scale, with the spread of
+    the repetitions' ratios where the figure was measured several times."""
     found = [h for h in found if h["ratio"] and h["ratio"] > 0 and h["reading"]]
     if not found:
         return False
@@ -171,6 +172,11 @@ def _speed_plot(found: list[dict], path: Path) -> bool:
     colours = ["tab:green" if a >= 1 else "tab:orange" for a in advantage]
     # Each bar spans from parity to the advantage, so a worse figure reads as a bar to the left.
     ax.barh(range(len(found)), [a - 1 for a in advantage], left=1, color=colours)
+    for i, (a, h) in enumerate(zip(advantage, found, strict=True)):
+        spread = _advantage_spread(h)
+        if spread:  # the repetitions' ratios, as a whisker on the bar's end
+            ax.errorbar(a, i, xerr=[[a - spread[0]], [spread[1] - a]], fmt="none",
+                        ecolor="black", elinewidth=1, capsize=3)  # fmt: skip
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", linewidth=1)
     names = [f"{h['label']}\nvs {_short(h['peer'])}" for h in found]
@@ -187,6 +193,14 @@ def _speed_plot(found: list[dict], path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def _advantage_spread(h: dict) -> tuple[float, float] | None:
+    """The lowest and highest advantage of a headline measured several times; None otherwise."""
+    low, high = h.get("ratio_min"), h.get("ratio_max")
+    if (h.get("repeats") or 1) <= 1 or not low or not high or low <= 0:
+        return None
+    return (1 / high, 1 / low) if h["lower_is_better"] else (low, high)
 
 
 def _short(peer: str) -> str:

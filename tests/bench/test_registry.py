@@ -6,6 +6,7 @@ import pytest
 
 from imgscale.bench.registry import (
     MODULES,
+    REPEATS,
     SCALES,
     Context,
     Skipped,
@@ -78,3 +79,8 @@ def test_select_refuses_an_unknown_name_naming_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown benchmark nope; known: .*ridge"):
         select(("ridge", "nope"))
     assert [b.name for b in select(("pq", "ridge"))] == ["pq", "ridge"]
+
+
+def test_every_scale_says_how_many_repetitions_a_speed_figure_takes(tmp_path):
+    assert set(REPEATS) == set(SCALES) and min(REPEATS.values()) >= 2
+    assert _context(tmp_path).repeats == 3

@@ -33,8 +33,13 @@ def test_results_table_has_the_columns_and_rows_of_every_benchmark(tiny_run):
     assert {r["command"] for r in rows} == {"imgscale bench --scale tiny --out DIR"}
     for r in rows:
         assert r["value"] == r["value"], r  # no NaN figure
-        if r["peer_value"]:
+        assert r["value_min"] <= r["value"] <= r["value_max"], r
+        if r["peer_value"] and r["repeats"] == 1:
             assert r["ratio"] == pytest.approx(r["value"] / r["peer_value"])
+        elif r["peer_value"]:  # the median of the repetitions' ratios
+            assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"], r
+        if r["benchmark"] != "machine":  # the machine around the benchmark, the code it ran
+            assert isinstance(r["noisy"], bool) and r["load_max"] >= 0 and r["code_hash"], r
     limits = {r["name"] for r in rows if r["benchmark"] == "machine"}
     assert {"float32 GEMM, 1 core", "memory bandwidth (copy)", "disk sequential read, cold",
             "page-cache sequential read"} <= limits  # fmt: skip

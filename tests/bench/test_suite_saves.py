@@ -1,10 +1,15 @@
-"""A suite that is stopped part-way keeps the results and report of the benchmarks it finished."""
+"""A suite that is stopped part-way keeps the results and report of the benchmarks it finished;
+each benchmark's rows say how quiet the machine was around it and which code they measured."""
+
+import os
 
 import pyarrow.parquet as pq
 import pytest
 
+from imgscale.bench import staleness
+from imgscale.bench.calibration import DRIFT_LIMIT
 from imgscale.bench.common import record
-from imgscale.bench.registry import Benchmark
+from imgscale.bench.registry import REPEATS, Benchmark
 from imgscale.bench.suite import REPORT_FILE, RESULTS_FILE, run_suite
 
 
@@ -13,7 +18,10 @@ def test_results_and_report_are_written_after_each_benchmark(tmp_path):
     seen_by_second = {}
 
     def first(ctx):
-        return [record("first figure", 1.5, "s")]
+        return [
+            record("first figure", 1.5, "s", repeats_asked=ctx.repeats),
+            record("first accuracy", 0.75, "per-class rate"),
+        ]
 
     def second(ctx):
         seen_by_second["names"] = pq.read_table(out / RESULTS_FILE).column("name").to_pylist()
@@ -27,5 +35,18 @@ def test_results_and_report_are_written_after_each_benchmark(tmp_path):
         )  # fmt: skip
     assert "first figure" in seen_by_second["names"]
     table = pq.read_table(out / RESULTS_FILE).to_pylist()
-    assert [r["value"] for r in table if r["benchmark"] == "first"] == [1.5]
-    assert "first figure" in (out / REPORT_FILE).read_text()
+    row, accuracy = [r for r in table if r["benchmark"] == "first"]
+    assert row["value"] == 1.5 and f'"repeats_asked": {REPEATS["tiny"]}' in row["detail"]
+    report = (out / REPORT_FILE).read_text()
+    assert "first figure" in report
+
+    # The machine around the benchmark, and the code it ran.
+    assert row["load_max"] >= 0 and row["calibration_drift"] >= 0
+    noisy = row["calibration_drift"] > DRIFT_LIMIT or row["load_max"] > os.cpu_count()
+    assert row["noisy"] is noisy
+    assert accuracy["noisy"] is False  # a busy machine does not move an accuracy
+    assert ("**Noisy**: load up to" if noisy else "Quiet: load up to") in report
+    assert row["code_hash"] == staleness.code_hash(staleness.measured_files(chosen[0]))
+    limits = [r for r in table if r["benchmark"] == "machine"]
+    assert limits and all(r["noisy"] is None and r["code_hash"] is None for r in limits)
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == []  # the probe file is gone

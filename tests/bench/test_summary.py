@@ -40,7 +40,10 @@ def test_every_headline_row_has_a_peer_or_limit_and_a_ratio():
         assert h["peer"], f"{h['label']}: no peer or limit named"
         assert h["peer_value"] is not None, f"{h['label']}: no peer value"
         assert h["ratio"] is not None and math.isfinite(h["ratio"]), f"{h['label']}: no ratio"
-        assert h["ratio"] == pytest.approx(h["value"] / h["peer_value"])
+        if h["repeats"] == 1 or h["ratio_min"] is None:
+            assert h["ratio"] == pytest.approx(h["value"] / h["peer_value"])
+        else:  # the median of the repetitions' ratios
+            assert h["ratio_min"] <= h["ratio"] <= h["ratio_max"]
 
 
 def test_every_plot_the_pages_name_exists_and_the_page_is_short(site):
@@ -142,8 +145,8 @@ def test_a_figure_measured_before_its_code_changed_is_marked_stale(tmp_path, mon
     known = {"ridge": object()}
     found = staleness.changes(rows, known)
     assert found == {
-        ("ridge", first): staleness.Change(1, third),
-        ("ridge", second): staleness.Change(1, third),
+        ("ridge", first, ""): staleness.Change(1, third),
+        ("ridge", second, ""): staleness.Change(1, third),
     }
 
 
@@ -151,3 +154,12 @@ def test_without_git_nothing_is_marked_stale(monkeypatch):
     monkeypatch.setenv("PATH", "")
     rows = _rows("ridge", "small", "t", record("fit", 1.0, "s"), commit="abc")
     assert staleness.changes(rows, {"ridge": object()}) == {}
+
+
+def test_the_speed_plot_whiskers_span_the_repetitions_ratios_as_advantages():
+    faster = {"ratio": 0.25, "ratio_min": 0.2, "ratio_max": 0.4, "repeats": 3,
+              "lower_is_better": True}  # fmt: skip
+    assert summary._advantage_spread(faster) == pytest.approx((2.5, 5.0))
+    assert summary._advantage_spread({**faster, "lower_is_better": False}) == (0.2, 0.4)
+    assert summary._advantage_spread({**faster, "repeats": 1}) is None
+    assert summary._advantage_spread({**faster, "ratio_min": None}) is None

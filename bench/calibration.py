@@ -1,0 +1,159 @@
+"""How quiet the machine was around each benchmark of a suite run, so a figure taken on a busy
+machine is said to be one.
+
+Each benchmark is bracketed by a short calibration, the probes of :mod:`imgscale.bench.machine`
+at sizes that take a second or two (float32 GEMM on all cores, a memory copy, a cold sequential
+read of a file written once for the run), and the 1-minute load average is sampled throughout it
+by a background thread. The benchmark is **noisy** when a probe moved by more than
+:data:`DRIFT_LIMIT` between the calibration before and the one after it (something else took the
+cores, the memory bus or the disk meanwhile), or when the load passed the machine's cores. The
+load counts every runnable process, the benchmark's own included: a benchmark that keeps more
+processes busy than there are cores marks itself noisy, which is what its timings then are. Its
+times and rates are then noisy; its accuracies, sizes and counts, which a busy machine does not
+change, are not.
+
+The calibration after one benchmark is the calibration before the next, so a run of n benchmarks
+makes n + 1. The run's limits (:func:`imgscale.bench.machine.limits`, the peers of the speed
+figures) are measured once before them at full size; a calibration is compared only with its
+neighbours, never used as a limit: its sizes are too small for an anchor but enough to see the
+machine change.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from imgscale.bench import machine, units
+
+DRIFT_LIMIT = 0.10
+"""The largest relative change of a probe between before and after a quiet benchmark."""
+LOAD_INTERVAL = 2.0
+"""Seconds between two samples of the load average."""
+
+MIB = 2**20
+# (GEMM rows, memory-copy bytes, disk-read bytes) by scale: from small up, 1–2 s a calibration on
+# a quiet machine; at tiny (CI's toy run) a fraction of a second, its copy fitting in cache.
+_SIZES = {
+    "tiny": (512, 16 * MIB, 16 * MIB),
+    "small": (2048, 128 * MIB, 128 * MIB),
+    "medium": (2048, 256 * MIB, 256 * MIB),
+    "large": (2048, 256 * MIB, 256 * MIB),
+}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One short measurement of the machine."""
+
+    gemm: float
+    """float32 GEMM on all cores, GFLOP/s."""
+    memory: float
+    """Memory copy, GB/s (read + written)."""
+    disk: float
+    """Cold sequential read, GB/s."""
+
+    def describe(self) -> str:
+        return (
+            f"GEMM {self.gemm:.3g} GFLOP/s, copy {self.memory:.3g} GB/s, disk {self.disk:.3g} GB/s"
+        )
+
+
+def drift(before: Calibration, after: Calibration) -> float:
+    """The largest relative change of a probe from ``before`` to ``after``."""
+    pairs = [(before.gemm, after.gemm), (before.memory, after.memory), (before.disk, after.disk)]
+    return max(abs(b - a) / a for a, b in pairs)
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """The machine around one benchmark: its calibrations before and after and the highest load."""
+
+    before: Calibration
+    after: Calibration
+    load_max: float
+    cores: int
+
+    @property
+    def drift(self) -> float:
+        return drift(self.before, self.after)
+
+    @property
+    def noisy(self) -> bool:
+        return self.drift > DRIFT_LIMIT or self.load_max > self.cores
+
+    def columns(self, unit: str) -> dict[str, object]:
+        """The results table's columns for a figure of the benchmark in ``unit``: a time or a
+        rate is noisy when the benchmark is; a busy machine does not move an accuracy, a size
+        or a count (:func:`imgscale.bench.units.timed`)."""
+        return {
+            "noisy": self.noisy and units.timed(unit),
+            "load_max": round(self.load_max, 2),
+            "calibration_drift": round(self.drift, 4),
+        }
+
+    def describe(self) -> str:
+        """One sentence for the run's report."""
+        verdict = "**Noisy**" if self.noisy else "Quiet"
+        return (
+            f"{verdict}: load up to {self.load_max:.2f} on {self.cores} cores; calibration "
+            f"moved {self.drift:.0%} (limit {DRIFT_LIMIT:.0%}): before {self.before.describe()}; "
+            f"after {self.after.describe()}."
+        )
+
+
+class Calibrator:
+    """Short calibrations of this machine at ``scale``; the disk probe's file is written once,
+    in ``workdir``, and removed when the calibrator is closed."""
+
+    def __init__(self, workdir: Path, scale: str):
+        self.rows, self.memory_bytes, disk_bytes = _SIZES[scale]
+        self.probe = workdir / "calibration-read.bin"
+        machine.write_file(self.probe, disk_bytes)
+
+    def __enter__(self) -> Calibrator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.probe.unlink(missing_ok=True)
+
+    def measure(self) -> Calibration:
+        gemm = machine.gemm_gflops(rows=self.rows, dim=512, out=1024, repeats=3)
+        memory = machine.memory_bandwidth(self.memory_bytes, repeats=3)
+        disk = max(machine.sequential_read_rate(self.probe, cold=True) for _ in range(2))
+        return Calibration(gemm, memory, disk)
+
+
+class LoadSampler:
+    """The highest 1-minute load average seen while the block runs, sampled every
+    :data:`LOAD_INTERVAL` seconds, at its start and at its end."""
+
+    def __init__(self, interval: float = LOAD_INTERVAL):
+        self.interval = interval
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LoadSampler:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _sample(self) -> None:
+        self.peak = max(self.peak, os.getloadavg()[0])
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+
+def cores() -> int:
+    """The cores the load average is compared with."""
+    return os.cpu_count() or 1

@@ -1,0 +1,101 @@
+"""Which figures of two results tables got better or worse beyond their noise
+(``imgscale bench --compare OLD NEW``).
+
+Figures are matched by benchmark, name, scale and unit (a name recorded in two units is two
+figures). A figure measured several times stands for the interval of its repetitions,
+[``value_min``, ``value_max``]: when the old and the new interval do not overlap the figure
+changed, better or worse as its unit says (:func:`imgscale.bench.units.direction`); when they
+overlap the change is within noise. A figure measured once (an accuracy, a count, any figure of
+a table written before figures had repetitions) has no interval of its own: where either side
+was measured once, the intervals must stand apart by more than :data:`TOLERANCE` of the old
+value, so two single figures differ when they are more than 10% apart. A figure whose run in
+either table was noisy (:mod:`imgscale.bench.calibration`) is said to be noisy instead of
+compared, and a figure of one table only is added or removed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from imgscale.bench.units import direction
+
+TOLERANCE = 0.10
+"""The gap, relative to the old value, a figure measured once must move by: the calibration's
+limit of a quiet machine's drift, so a single timing is not called a change for moving less than
+the machine may between two calibrations."""
+
+VERDICTS = ("worse", "better", "changed", "noisy", "within noise", "added", "removed")
+"""Every verdict, in the order they are listed; "changed": beyond the noise in a unit whose
+better direction is not known."""
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One figure of either table and what became of it."""
+
+    benchmark: str
+    name: str
+    scale: str
+    unit: str
+    verdict: str
+    old: dict | None
+    new: dict | None
+
+    @property
+    def change(self) -> float | None:
+        """The new median over the old, less 1; None without both or from zero."""
+        if self.old is None or self.new is None or not self.old["value"]:
+            return None
+        return self.new["value"] / self.old["value"] - 1
+
+
+def compare(old: list[dict], new: list[dict], tolerance: float = TOLERANCE) -> list[Difference]:
+    """Every figure of ``old`` and ``new`` (results-table rows) with its verdict, in ``new``'s
+    order, then the removed ones in ``old``'s."""
+    before, after = _by_figure(old), _by_figure(new)
+    out = [Difference(*key, _verdict(before.get(key), row, tolerance), before.get(key), row)
+           for key, row in after.items()]  # fmt: skip
+    out += [
+        Difference(*key, "removed", row, None) for key, row in before.items() if key not in after
+    ]
+    return out
+
+
+def interval(row: dict) -> tuple[float, float]:
+    """The values the figure stands for: its repetitions' extremes, or its one value."""
+    if _repeated(row) and row.get("value_min") is not None:
+        return row["value_min"], row["value_max"]
+    return row["value"], row["value"]
+
+
+def _repeated(row: dict) -> bool:
+    return (row.get("repeats") or 1) > 1
+
+
+def _verdict(old: dict | None, new: dict, tolerance: float) -> str:
+    if old is None:
+        return "added"
+    if old.get("noisy") or new.get("noisy"):
+        return "noisy"
+    (old_low, old_high), (new_low, new_high) = interval(old), interval(new)
+    gap = 0.0 if _repeated(old) and _repeated(new) else tolerance * abs(old["value"])
+    if new_low <= old_high + gap and old_low - gap <= new_high:
+        return "within noise"
+    sign = direction(new["unit"], new["name"])
+    if sign == 0:
+        return "changed"
+    return "better" if (new_low > old_high) == (sign > 0) else "worse"
+
+
+def _by_figure(rows: list[dict]) -> dict[tuple[str, str, str, str], dict]:
+    """Each figure's row; of a figure measured in several runs (a documents' table keeps a quiet
+    run beside a newer noisy one), the newest quiet one."""
+    out: dict[tuple[str, str, str, str], dict] = {}
+    for row in rows:
+        key = (row["benchmark"], row["name"], row["scale"], row["unit"])
+        if key not in out or _preference(row) >= _preference(out[key]):
+            out[key] = row
+    return out
+
+
+def _preference(row: dict) -> tuple[bool, str]:
+    return not row.get("noisy"), row["time"] or ""
