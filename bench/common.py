@@ -26,6 +26,9 @@ BLOCK_ROWS = 65_536
 VAL_FRACTION = 0.2
 CENTRE_SCALE = 0.15
 T = TypeVar("T")
+# A record's ``why_once`` for the seconds a benchmark's store took to build: it is built once and
+# every repetition of the measured passes reuses it.
+STORE_BUILT_ONCE = "the store is built once; every repetition reuses it"
 
 
 def record(
