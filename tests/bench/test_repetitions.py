@@ -50,6 +50,19 @@ HEADLINES = {
         r"imgscale --help, wall",
     ],
     "ale": [r"fit_plus_embed_seconds", r"incremental_embed_rows_per_second"],
+    "update": [r"ncm update, .*", r"ridge update, .*"],
+    "describe-speed": [
+        r"dense SIFT, \d worker\(s\) vs OpenCV loop",
+        r"EM iteration, \d worker\(s\) vs scikit-learn",
+        r"GIST-512 \(128×128\) vs its FFTs alone .*",
+        r"Fisher vector encoding vs skimage fisher_vector \(1 process\)",
+    ],
+    "ledger": [r"ledger event \(local folder\)", r"imgscale runs at .*", r"spec run detached .*"],
+    "small-ingest": [
+        r"ingest --features gist of \d+ photos, no cluster: .*",
+        r".* new photos on a running cluster of 2 workers: seconds beyond describing them",
+    ],
+    "local": [r".* latency median ours", r".* recovery seconds correlation"],
     "images": [
         r"folder: imgscale ingest --features gist, 2 worker\(s\)",
         r"folder: imgscale ingest --features gist-tiny, 1 worker\(s\)",
@@ -59,8 +72,8 @@ HEADLINES = {
 }
 # Units of a time, a rate or a throughput: a figure in one of these is repeated or says why not.
 SPEED_UNITS = {
-    "s", "s per 1M rows", "rows/s", "GB/s", "GFLOP/s", "images/s", "vectors/s", "codes/s",
-    "it/s", "batches/s", "µs",
+    "s", "ms", "µs", "s per 1M rows", "rows/s", "GB/s", "GFLOP/s", "images/s", "vectors/s",
+    "codes/s", "it/s", "iterations/s", "descriptors/s", "batches/s",
 }  # fmt: skip
 
 
