@@ -542,22 +542,6 @@ def run(ctx: Context, n: int, n_few: int, n_peer_tiny: int, n_peer: int) -> list
     def plain_loop() -> dict[str, float]:
         return {name: measure(work) for name, (measure, work) in plain_work.items()}
 
-    # The plain loop's first round, before the stages in one process, which stand beside the
-    # median of its rounds; its other rounds run in turn with the ingests, below.
-    peer_rounds = [plain_loop()]
-    with threadpool_limits(limits=1):  # first calls (imports, filter banks) are not timed
-        first = open_image_source(few["parquet"]).partitions()[0]
-        for one_features in features.values():
-            _describer(one_features)(first)
-    stage, stage_records = {}, []
-    peers = {name: statistics.median(r[name] for r in peer_rounds) for name in peer_rounds[0]}
-    for kind in KINDS:
-        ctx.log(f"images: {kind}: stages in one process")
-        rows = stage_rates(kind, full[kind], few[kind], features, peers, repeats)
-        stage[kind] = {"color": rows[3]["value"]}
-        stage_records += rows
-    stage_records += large_stage_rates(large, features[GIST[0]], peers, repeats)
-
     runs_one, runs_two = [], []
     for kind in KINDS:
         runs_one += [
@@ -580,10 +564,21 @@ def run(ctx: Context, n: int, n_few: int, n_peer_tiny: int, n_peer: int) -> list
         two = {r["name"]: r for r in ingest_runs(2, runs_two + large_runs, stores)}
         return one, two, plain_processes_speedup(full["folder"], features[GIST_TINY[0]])
 
-    rounds = [ingest_round()]
-    more_peers, more_rounds = interleaved(plain_loop, ingest_round, repeats=repeats - 1)
-    peer_rounds += more_peers
-    rounds += more_rounds
+    # The plain loop and the ingests in turn, round after round; then the stages in one process,
+    # beside the median of the plain loop's rounds.
+    peer_rounds, rounds = interleaved(plain_loop, ingest_round, repeats=repeats)
+    with threadpool_limits(limits=1):  # first calls (imports, filter banks) are not timed
+        first = open_image_source(few["parquet"]).partitions()[0]
+        for one_features in features.values():
+            _describer(one_features)(first)
+    stage, stage_records = {}, []
+    peers = {name: statistics.median(r[name] for r in peer_rounds) for name in peer_rounds[0]}
+    for kind in KINDS:
+        ctx.log(f"images: {kind}: stages in one process")
+        rows = stage_rates(kind, full[kind], few[kind], features, peers, repeats)
+        stage[kind] = {"color": rows[3]["value"]}
+        stage_records += rows
+    stage_records += large_stage_rates(large, features[GIST[0]], peers, repeats)
     records = [
         record(
             f"plain loop: Pillow decode + dense float64 numpy {name}",
