@@ -29,7 +29,6 @@ from imgscale.bench.common import (
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
 from imgscale.pipeline.classify import RidgeClassifier
-from imgscale.pipeline.classify.ridge import RHO_GRID
 
 PEER_MEMORY_CAP = 20 * 2**30
 
@@ -64,10 +63,10 @@ def run(
                 seconds = time.perf_counter() - started
             return seconds, rss.peak, model
 
+        rho_grid = list(RidgeClassifier().rho_grid)  # ours' grid, the default
+
         def theirs() -> dict:
-            return run_peer(
-                _peer_fit, rows, dim, classes, list(RHO_GRID), memory_cap=PEER_MEMORY_CAP
-            )
+            return run_peer(_peer_fit, rows, dim, classes, rho_grid, memory_cap=PEER_MEMORY_CAP)
 
         ours_runs, *peer_runs = interleaved(*((ours, theirs) if peer else (ours,)), repeats=repeats)
     ours_seconds = [seconds for seconds, _, _ in ours_runs]
