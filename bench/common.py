@@ -6,29 +6,96 @@ import multiprocessing
 import os
 import queue as queue_module
 import resource
+import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import psutil
 
 from imgscale.storage import FeatureStore, create_store, open_store
 
+if TYPE_CHECKING:
+    from imgscale.bench.registry import Context
+
 BLOCK_ROWS = 65_536
 VAL_FRACTION = 0.2
 CENTRE_SCALE = 0.15
+T = TypeVar("T")
+# A record's ``why_once`` for the seconds a benchmark's store took to build: it is built once and
+# every repetition of the measured passes reuses it.
+STORE_BUILT_ONCE = "the store is built once; every repetition reuses it"
 
 
-def record(name: str, value: float, unit: str, peer_value: float | None = None, **extra) -> dict:
-    """One measured figure; ``ratio`` is ours over the peer's when a peer was measured."""
-    out = {"name": name, "value": float(value), "unit": unit, **extra}
+def record(
+    name: str,
+    value: float | Sequence[float],
+    unit: str,
+    peer_value: float | Sequence[float] | None = None,
+    **extra,
+) -> dict:
+    """One measured figure, from one measurement or from a sequence of repetitions.
+
+    ``value`` is the median of the repetitions, ``value_min`` and ``value_max`` their extremes,
+    ``repeats`` their count. With a peer, ``peer_value`` is the median of the peer's repetitions
+    and ``ratio`` the median of the per-pair ratios ours_i / peer_i (the i-th repetitions of
+    both, measured in turn as :func:`interleaved` does, so a load spike hits both), with
+    ``ratio_min`` and ``ratio_max``. A single measurement on either side stands against every
+    repetition of the other (a machine limit measured once, a figure measured once). A figure
+    measured once carries ``repeats = 1`` and its extremes equal to its value.
+    """
+    ours = _repetitions(value, "value")
+    out = {"name": name, "unit": unit, **_spread(ours, "value"), "repeats": len(ours), **extra}
     if peer_value is not None:
-        out["peer_value"] = float(peer_value)
-        out["ratio"] = float(value) / float(peer_value) if peer_value else float("inf")
+        theirs = _repetitions(peer_value, "peer_value")
+        if len(ours) != len(theirs) and 1 not in (len(ours), len(theirs)):
+            raise ValueError(
+                f"{name}: {len(ours)} repetitions of ours against {len(theirs)} of the peer's; "
+                "repetitions pair one to one"
+            )
+        pairs = max(len(ours), len(theirs))
+        ours_paired, theirs_paired = ours * (pairs // len(ours)), theirs * (pairs // len(theirs))
+        ratios = [
+            o / t if t else float("inf") for o, t in zip(ours_paired, theirs_paired, strict=True)
+        ]
+        out["peer_value"] = statistics.median(theirs)
+        out |= _spread(ratios, "ratio")
     return out
+
+
+def _repetitions(value: float | Sequence[float], what: str) -> list[float]:
+    values = [float(value)] if np.ndim(value) == 0 else [float(v) for v in value]
+    if not values:
+        raise ValueError(f"no repetitions of {what}")
+    return values
+
+
+def _spread(values: list[float], key: str) -> dict[str, float]:
+    """``key``: the median of ``values``; ``key_min``, ``key_max``: their extremes."""
+    return {key: statistics.median(values), f"{key}_min": min(values), f"{key}_max": max(values)}
+
+
+def repetitions(ctx: Context) -> int:
+    """How many times a benchmark repeats each speed measurement at the run's scale: the
+    context's ``repeats`` (3; 2 at tiny, the toy run CI makes of every benchmark)."""
+    return getattr(ctx, "repeats", 2 if ctx.scale == "tiny" else 3)
+
+
+def interleaved(*measures: Callable[[], T], repeats: int) -> list[list[T]]:
+    """Run ``measures[0]``, ``measures[1]``, … in turn, ``repeats`` rounds; one list per measure.
+
+    Ours and its peer measured in the same round see the same load, so the ratio of the i-th
+    results (:func:`record` with both lists) is fair even when the machine is not quiet.
+    """
+    results: list[list[T]] = [[] for _ in measures]
+    for _ in range(repeats):
+        for out, measure in zip(results, measures, strict=True):
+            out.append(measure())
+    return results
 
 
 def mixture_blocks(

@@ -31,7 +31,10 @@ The images are 64×64 crops of scikit-learn's two sample photos (no data folder)
   `fisher_vectors` (32 images a call, as ``FisherVector.transform``) vs ``fisher_vector``
   called per image, both in this process; images a second. Target: ≥ 2×.
 
-Every timed record carries the 1-minute load average as it started: on the shared 2-core
+Each measurement runs as many times as the scale's repetitions, in turn with its peers (the
+OpenCV loops and scikit-learn's EM steps in the rounds of each cluster arm); each figure is the
+median of its rounds, each ratio the median of the rounds' ratios. Every timed record carries
+the 1-minute load average as it started: on the shared 2-core
 machine a figure taken above 2.5 includes others' work. Tiny is a toy for CI: a few seconds, the
 cluster arms on the suite's cluster only.
 """
@@ -39,6 +42,7 @@ cluster arms on the suite's cluster only.
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,7 +53,7 @@ from distributed import Client
 from threadpoolctl import threadpool_limits
 
 from imgscale.bench import opencv_peer
-from imgscale.bench.common import record
+from imgscale.bench.common import interleaved, record, repetitions
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import ClusterChunks, connect
 from imgscale.jobs.ingest import TASKS_PER_THREAD_AT_LEAST
@@ -87,18 +91,19 @@ def suite(ctx: Context) -> list[dict]:
         large=(65_536, 256, 5, 4_096, 2_048),
     )
     images = crops(n_images)
+    repeats = repetitions(ctx)
     config = {"images": n_images, "image_size": SIZE, "patch": PATCH, "step": STEP}
-    loop_rate, loop_seconds = _timed(lambda: opencv_loop(images))
-    single_rate, single_seconds = _timed(lambda: opencv_loop(images, threads=1))
-    limit_rate, limit_seconds = opencv_processes(images, 2)
+    loops = _opencv_loops(images)
+    load = _load()
+    loop_rate, single_rate, limit_rate = interleaved(*loops, repeats=repeats)
     out = [
         record("dense SIFT, OpenCV loop (1 process)", loop_rate, "descriptors/s",
-               seconds=loop_seconds, opencv_threads=_opencv_threads(), **config, **_load()),
+               opencv_threads=_opencv_threads(), **config, **load),
         record("dense SIFT, OpenCV loop on 1 thread (1 process)", single_rate, "descriptors/s",
-               seconds=single_seconds, opencv_threads=1, **config, **_load()),
+               opencv_threads=1, **config, **load),
         record("dense SIFT, OpenCV loop on 1 thread in 2 processes vs 1 process", limit_rate,
                "descriptors/s", loop_rate, peer="cv2 SIFT compute in a loop, 1 process",
-               seconds=limit_seconds, processes=2, opencv_threads=1, **config, **_load()),
+               processes=2, opencv_threads=1, **config, **load),
     ]  # fmt: skip
 
     descriptors = DenseSift((PATCH,), STEP, root=True).fit().transform(images).reshape(-1, 128)
@@ -112,12 +117,15 @@ def suite(ctx: Context) -> list[dict]:
     initial = fit_gmm(InMemoryChunks(chunks), "sift", projection, start, max_iter=0, tol=0.0)
     em_config = {"descriptors": len(X), "dim": COMPONENTS, "gaussians": gaussians,
                  "iterations": iterations}  # fmt: skip
-    sk_seconds, sk_likelihood = sklearn_em(X, initial, iterations)
+    load = _load()
+    sk_runs = [sklearn_em(X, initial, iterations) for _ in range(repeats)]
+    sk_likelihood = sk_runs[-1][1]
     out.append(
-        record("EM iteration, scikit-learn GaussianMixture (1 process)", sk_seconds, "s",
-               log_likelihood=sk_likelihood, blas_threads=_blas_threads(), **em_config,
-               **_load()),
+        record("EM iteration, scikit-learn GaussianMixture (1 process)",
+               [seconds for seconds, _ in sk_runs], "s", log_likelihood=sk_likelihood,
+               blas_threads=_blas_threads(), **em_config, **load),
     )  # fmt: skip
+    peers = (*loops, lambda: sklearn_em(X, initial, iterations)[0])
 
     if ctx.external_cluster:
         ctx.log("describe-speed: the cluster arms start LocalClusters of their own; left out")
@@ -127,8 +135,7 @@ def suite(ctx: Context) -> list[dict]:
         with Client(ctx.scheduler) as client:
             workers = len(client.scheduler_info(n_workers=-1)["workers"])
             out += _on_workers(client, workers, images, chunks, projection, start, iterations,
-                               (loop_rate, single_rate, limit_rate), sk_seconds, sk_likelihood,
-                               config, em_config)  # fmt: skip
+                               peers, sk_likelihood, repeats, config, em_config)  # fmt: skip
     else:
         # One LocalCluster, grown from 1 worker to 2 (one start less at tiny scale).
         with connect(quiet=True, n_workers=1) as client:
@@ -136,13 +143,13 @@ def suite(ctx: Context) -> list[dict]:
                 client.cluster.scale(workers)
                 client.wait_for_workers(workers)
                 out += _on_workers(client, workers, images, chunks, projection, start,
-                                   iterations, (loop_rate, single_rate, limit_rate), sk_seconds,
-                                   sk_likelihood, config, em_config)  # fmt: skip
+                                   iterations, peers, sk_likelihood, repeats, config,
+                                   em_config)  # fmt: skip
 
-    out += gist_against_its_ffts(crops(gist_images, size=GIST_SIZE))
+    out += gist_against_its_ffts(crops(gist_images, size=GIST_SIZE), repeats)
 
     local = project(descriptors, projection).reshape(n_images, -1, COMPONENTS)[:fv_images]
-    ours, theirs = fv_rates(local, initial)
+    ours, theirs = fv_rates(local, initial, repeats)
     out.append(
         record("Fisher vector encoding vs skimage fisher_vector (1 process)", ours,
                "images/s", theirs, peer="skimage.feature.fisher_vector, per image",
@@ -152,26 +159,30 @@ def suite(ctx: Context) -> list[dict]:
     return out
 
 
-def gist_against_its_ffts(images: np.ndarray) -> list[dict]:
+def gist_against_its_ffts(images: np.ndarray, repeats: int) -> list[dict]:
     """``gist`` (`DESCRIPTORS`: 32 filters at 128×128, padded to 192) in this process on one
     thread, beside the floor: the same FFTs alone in the same run — one forward 2-D transform of
     each padded image, then per filter the inverse along its 192 rows and along the 128 columns
-    kept — on complex64 slices of the descriptor's size, with nothing else computed."""
+    kept — on complex64 slices of the descriptor's size, with nothing else computed; the two in
+    turn, ``repeats`` rounds."""
     from imgscale.pipeline.describe import DESCRIPTORS
 
     gist = DESCRIPTORS["gist"]().fit()
     bank = gist._bank()
     with threadpool_limits(limits=1):
         gist.transform(images[:2])  # the filter bank is built once, before the clock
-        ours, ours_seconds = _timed(lambda: len(gist.transform(images)))
-        floor, floor_seconds = _timed(
-            lambda: _ffts_only(images, bank.n_filters, bank.boundary_extension, bank.slice_rows)
-        )
+        load = _load()
+        ours, floor = interleaved(
+            lambda: _timed(lambda: len(gist.transform(images)))[0],
+            lambda: _timed(lambda: _ffts_only(images, bank.n_filters, bank.boundary_extension,
+                                              bank.slice_rows))[0],
+            repeats=repeats,
+        )  # fmt: skip
     return [
         record("GIST-512 (128×128) vs its FFTs alone (1 process, 1 thread)", ours, "images/s",
                floor, peer="the same transforms alone, complex64, scipy.fft, same run (target "
-               "ratio ≥ 0.5)", seconds=ours_seconds, floor_seconds=floor_seconds,
-               images=len(images), floor_gflops=floor * _fft_flops(bank) / 1e9, **_load()),
+               "ratio ≥ 0.5)", images=len(images),
+               floor_gflops=statistics.median(floor) * _fft_flops(bank) / 1e9, **load),
     ]  # fmt: skip
 
 
@@ -217,6 +228,16 @@ def opencv_loop(images: np.ndarray, threads: int | None = None) -> int:
     return opencv_peer.opencv_loop(images, _grid_keypoints(), threads)
 
 
+def _opencv_loops(images: np.ndarray) -> tuple[Callable[[], float], ...]:
+    """The dense-SIFT peers, each a measure of its descriptors a second: the OpenCV loop as
+    OpenCV sets its threads, on one thread, and on one thread in 2 processes at once."""
+    return (
+        lambda: _timed(lambda: opencv_loop(images))[0],
+        lambda: _timed(lambda: opencv_loop(images, threads=1))[0],
+        lambda: opencv_processes(images, 2)[0],
+    )
+
+
 def opencv_processes(images: np.ndarray, processes: int) -> tuple[float, float]:
     """(descriptors a second, seconds) of ``processes`` plain processes running the one-thread
     OpenCV loop at once, each over its share of ``images``: the cores' limit for this call."""
@@ -242,13 +263,15 @@ def _on_workers(
     projection: tuple[np.ndarray, np.ndarray],
     start: Any,
     iterations: int,
-    loop_rates: tuple[float, float, float],
-    sk_seconds: float,
+    peers: tuple[Callable[[], float], ...],
     sk_likelihood: float,
+    repeats: int,
     config: dict,
     em_config: dict,
 ) -> list[dict]:
-    """Dense SIFT and the EM iterations on ``client``'s ``workers`` workers."""
+    """Dense SIFT and the EM iterations on ``client``'s ``workers`` workers, in turn with their
+    peers (``peers``: the three OpenCV loops' descriptors a second, scikit-learn's seconds an
+    EM iteration), ``repeats`` rounds."""
     from distributed import wait
 
     targets = {"sift": {}, "sift-limit": {}, "em": {}}
@@ -269,33 +292,39 @@ def _on_workers(
                 future.result()  # raises the task's error
         return len(images) * len(_grid_keypoints())
 
-    sift_load = _load()
-    rate, seconds = _timed(sift)
     held = ClusterChunks(client, client.scatter(chunks))
     fit_gmm(held, "sift", projection, start, max_iter=1, tol=-np.inf)  # untimed warm-up
+    fitted = {}
+
+    def em() -> float:
+        began = time.perf_counter()
+        fitted["gmm"] = fit_gmm(held, "sift", projection, start, max_iter=iterations, tol=-np.inf)
+        # `iterations` E+M passes and the final pass that scores the last parameters.
+        return (time.perf_counter() - began) / (iterations + 1)
+
     load = _load()
-    began = time.perf_counter()
-    gmm = fit_gmm(held, "sift", projection, start, max_iter=iterations, tol=-np.inf)
-    # `iterations` E+M passes and the final pass that scores the last parameters.
-    per_iteration = (time.perf_counter() - began) / (iterations + 1)
+    *loop_rates, sk_seconds, rate, per_iteration = interleaved(
+        *peers, lambda: _timed(sift)[0], em, repeats=repeats
+    )
+    gmm = fitted["gmm"]
     return [
         record(f"dense SIFT, {workers} worker(s) vs OpenCV loop", rate, "descriptors/s",
-               loop_rates[0], peer="cv2 SIFT compute in a loop, 1 process", seconds=seconds,
-               workers=workers, **targets["sift"], **config, **sift_load),
+               loop_rates[0], peer="cv2 SIFT compute in a loop, 1 process", workers=workers,
+               **targets["sift"], **config, **load),
         record(f"dense SIFT, {workers} worker(s) vs OpenCV loop on 1 thread", rate,
                "descriptors/s", loop_rates[1],
-               peer="cv2 SIFT compute in a loop, 1 process, 1 OpenCV thread", seconds=seconds,
-               workers=workers, **config, **sift_load),
+               peer="cv2 SIFT compute in a loop, 1 process, 1 OpenCV thread", workers=workers,
+               **config, **load),
         record(f"dense SIFT, {workers} worker(s) vs OpenCV loop in 2 processes", rate,
                "descriptors/s", loop_rates[2],
                peer="cv2 SIFT compute in a loop on 1 thread, 2 processes at once (the cores' "
-               "limit)", seconds=seconds, workers=workers, **targets["sift-limit"], **config,
-               **sift_load),
-        record(f"EM iteration, {workers} worker(s) vs scikit-learn", 1 / per_iteration,
-               "iterations/s", 1 / sk_seconds, peer="sklearn GaussianMixture E+M step",
-               seconds_per_iteration=per_iteration, log_likelihood=float(gmm.log_likelihood),
-               peer_log_likelihood=sk_likelihood, workers=workers, **targets["em"],
-               **em_config, **load),
+               "limit)", workers=workers, **targets["sift-limit"], **config, **load),
+        record(f"EM iteration, {workers} worker(s) vs scikit-learn",
+               [1 / seconds for seconds in per_iteration], "iterations/s",
+               [1 / seconds for seconds in sk_seconds], peer="sklearn GaussianMixture E+M step",
+               seconds_per_iteration=statistics.median(per_iteration),
+               log_likelihood=float(gmm.log_likelihood), peer_log_likelihood=sk_likelihood,
+               workers=workers, **targets["em"], **em_config, **load),
     ]  # fmt: skip
 
 
@@ -318,9 +347,10 @@ def sklearn_em(X: np.ndarray, initial: Any, iterations: int) -> tuple[float, flo
     return seconds, float(gm.score(X))
 
 
-def fv_rates(local: np.ndarray, gmm: Any) -> tuple[float, float]:
+def fv_rates(local: np.ndarray, gmm: Any, repeats: int) -> tuple[list[float], list[float]]:
     """Images a second of `fisher_vectors` (FV_SLICE images a call) and of skimage's
-    ``fisher_vector`` (one image a call), improved Fisher vectors of the same descriptors."""
+    ``fisher_vector`` (one image a call), improved Fisher vectors of the same descriptors; the
+    two in turn, ``repeats`` rounds."""
     from skimage.feature import fisher_vector
     from sklearn.mixture import GaussianMixture
 
@@ -340,7 +370,7 @@ def fv_rates(local: np.ndarray, gmm: Any) -> tuple[float, float]:
 
     fisher_vectors(local[:FV_SLICE], gmm.weights, gmm.means, gmm.variances)  # compiles (numba)
     fisher_vector(local[0], sk, improved=True)
-    return _timed(ours)[0], _timed(theirs)[0]
+    return interleaved(lambda: _timed(ours)[0], lambda: _timed(theirs)[0], repeats=repeats)
 
 
 def _timed(run: Callable[[], int]) -> tuple[float, float]:

@@ -30,7 +30,10 @@ run from a spawned process of its own (the client holds nothing of this benchmar
 (listing, reading, hashing, decoding, describing and committing; the cluster's start is not
 counted), the 1 → 2 speed-up, and peak RSS of the client (which also runs the scheduler) and of
 the largest worker, sampled every 50 ms, for ``gist-tiny`` on the smaller and the full source.
-Every ingest record carries the 1-minute load average of the machine when it started.
+Every ingest record carries the highest 1-minute load average of the machine when its runs
+started. The stages in one process run as many times as the scale's repetitions; the ingests on
+1 and 2 workers, the plain loop and the plain processes' speed-up run in turn, as many rounds,
+so each ratio is the median of its rounds'. The front end at scale is measured once.
 """
 
 from __future__ import annotations
@@ -43,9 +46,11 @@ import multiprocessing
 import os
 import queue as queue_module
 import shutil
+import statistics
 import tarfile
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,7 +60,7 @@ import pyarrow.parquet as pq
 from PIL import Image
 from threadpoolctl import threadpool_limits
 
-from imgscale.bench.common import PeakRSS, record
+from imgscale.bench.common import PeakRSS, interleaved, record, repetitions
 from imgscale.bench.lmgist import reference_gist
 from imgscale.bench.registry import Context, Skipped, benchmark
 from imgscale.jobs.features import Features, parse_features
@@ -78,6 +83,11 @@ LARGE_QUALITY = 90
 GIST_TINY = ("gist-tiny", (8, 8, 4), 32)
 GIST = ("gist", (8, 8, 8, 8), 128)
 GIST_BLOCKS = 4
+# Why the front end's figures are one measurement each (a record's ``why_once``).
+FRONT_END_ONCE = (
+    "each size's first ingest into a new store, then its re-ingest finding nothing new, of up "
+    "to 10^6 images: one run of each"
+)
 # A spawned child running the ingests of one cluster size must report within this long.
 CHILD_SECONDS = 4 * 3600
 
@@ -193,25 +203,34 @@ def _add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def stage_rates(
-    kind: str, url: str, few_url: str, features: dict[str, Features], peers: dict[str, float]
+    kind: str,
+    url: str,
+    few_url: str,
+    features: dict[str, Features],
+    peers: dict[str, float],
+    repeats: int,
 ) -> list[dict]:
     """Listing, reading, decoding and each descriptor through ``kind``'s source in this process
-    (one BLAS thread), beside the plain loop's rates in ``peers``."""
+    (one BLAS thread), each ``repeats`` times, beside the plain loop's rates in ``peers``."""
+    listing, read_rate, decode_rate, colour_rate, tiny_rate, gist_rate = ([] for _ in range(6))
     with threadpool_limits(limits=1):
-        started = time.perf_counter()
-        partitions = open_image_source(url).partitions()
-        listing = time.perf_counter() - started
-        read_rate, n = _rate(partitions, _read_only)
-        decode_rate, _ = _rate(partitions, _read_decode)
-        colour_rate, _ = _rate(partitions, _describer(features["color"]))
-        tiny_rate, _ = _rate(partitions, _describer(features[GIST_TINY[0]]))
-        gist_rate, n_few = _rate(
-            open_image_source(few_url).partitions(), _describer(features["gist"])
-        )
+        for _ in range(repeats):
+            started = time.perf_counter()
+            partitions = open_image_source(url).partitions()
+            listing.append(time.perf_counter() - started)
+            rate, n = _rate(partitions, _read_only)
+            read_rate.append(rate)
+            decode_rate.append(_rate(partitions, _read_decode)[0])
+            colour_rate.append(_rate(partitions, _describer(features["color"]))[0])
+            tiny_rate.append(_rate(partitions, _describer(features[GIST_TINY[0]]))[0])
+            rate, n_few = _rate(
+                open_image_source(few_url).partitions(), _describer(features["gist"])
+            )
+            gist_rate.append(rate)
     where = {"source": kind, "images": n}
     tiny, gist = GIST_TINY[0], GIST[0]
     return [
-        record(f"{kind}: listing", n / listing, "images/s", **where),
+        record(f"{kind}: listing", [n / seconds for seconds in listing], "images/s", **where),
         record(f"{kind}: read only", read_rate, "images/s", **where),
         record(
             f"{kind}: read + decode (RGB as stored)",
@@ -426,23 +445,25 @@ def partition_seconds(stream: list[dict]) -> tuple[float, float]:
 
 def ingest_records(
     kind: str,
-    one: dict[str, dict],
-    two: dict[str, dict],
-    peers: dict[str, float],
+    one: list[dict[str, dict]],
+    two: list[dict[str, dict]],
+    peers: list[dict[str, float]],
     stage: dict[str, float],
-    plain_speedup: float,
+    plain_speedup: list[float],
 ) -> list[dict]:
-    """Records of ``kind``'s ingest runs on 1 and 2 workers (by run name)."""
+    """Records of ``kind``'s ingest runs on 1 and 2 workers (by run name), one dict of runs per
+    round, beside the peers measured in the same rounds."""
     out = []
+    plain = "plain loop: Pillow + dense float64 numpy GIST"
     for feature, peer_rate, peer in (
         ("color", stage["color"], "the same work in 1 process, no Dask"),
-        (GIST_TINY[0], peers[GIST_TINY[0]], "plain loop: Pillow + dense float64 numpy GIST"),
-        (GIST[0], peers[GIST[0]], "plain loop: Pillow + dense float64 numpy GIST"),
+        (GIST_TINY[0], [round_[GIST_TINY[0]] for round_ in peers], plain),
+        (GIST[0], [round_[GIST[0]] for round_ in peers], plain),
     ):
         rates = {}
-        for workers, runs in ((1, one), (2, two)):
-            run = runs[feature]
-            rates[workers] = run["images"] / run["seconds"]
+        for workers, rounds in ((1, one), (2, two)):
+            run = rounds[-1][feature]
+            rates[workers] = [r[feature]["images"] / r[feature]["seconds"] for r in rounds]
             out.append(
                 record(
                     f"{kind}: imgscale ingest --features {feature}, {workers} worker(s)",
@@ -453,7 +474,7 @@ def ingest_records(
                     source=kind,
                     images=run["images"],
                     workers=workers,
-                    load_1min=run["load"],
+                    load_1min=max(r[feature]["load"] for r in rounds),
                     first_partition_s=run["first_partition_s"],
                     median_partition_s=run["median_partition_s"],
                 )
@@ -461,7 +482,7 @@ def ingest_records(
         out.append(
             record(
                 f"{kind}: ingest --features {feature}, speed-up 1 → 2 workers",
-                rates[2] / rates[1],
+                [two / one for one, two in zip(rates[1], rates[2], strict=True)],
                 "x",
                 plain_speedup,
                 peer="gist-tiny in 1 → 2 plain processes, no Dask (target ≥ 1.8)",
@@ -471,16 +492,17 @@ def ingest_records(
     return out
 
 
-def rss_records(kind: str, few: dict, full: dict) -> list[dict]:
-    """Peak RSS of the client and the largest worker at the full size beside the smaller one."""
+def rss_records(kind: str, few: list[dict], full: list[dict]) -> list[dict]:
+    """Peak RSS of the client and the largest worker at the full size beside the smaller one,
+    the runs of each round paired."""
     return [
         record(
             f"{kind}: ingest {GIST_TINY[0]}, 2 workers, peak RSS of the {who} at "
-            f"{full['images']:,} images",
-            full[key] / 2**30,
+            f"{full[0]['images']:,} images",
+            [run[key] / 2**30 for run in full],
             "GiB",
-            few[key] / 2**30,
-            peer=f"the same at {few['images']:,} images (target: flat, ratio ≈ 1)",
+            [run[key] / 2**30 for run in few],
+            peer=f"the same at {few[0]['images']:,} images (target: flat, ratio ≈ 1)",
             source=kind,
         )
         for who, key in (("client", "client_rss"), ("largest worker", "worker_rss"))
@@ -506,35 +528,19 @@ def run(ctx: Context, n: int, n_few: int, n_peer_tiny: int, n_peer: int) -> list
 
     images = table.column("image").to_pylist()
     large_images = large_table.column("image").to_pylist()
-    peers = {
-        "decode": plain_decode_rate(images[: n_peer_tiny * 10]),
-        GIST_TINY[0]: plain_gist_rate(images[:n_peer_tiny], GIST_TINY),
-        GIST[0]: plain_gist_rate(images[:n_peer], GIST),
-        "large": plain_gist_rate(large_images[:n_peer], GIST),
-        "large decode": plain_decode_rate(large_images[: n_peer * 10]),
+    # The images of each of the plain loop's measurements: (its measure, its images).
+    plain_work = {
+        "decode": (plain_decode_rate, images[: n_peer_tiny * 10]),
+        GIST_TINY[0]: (partial(plain_gist_rate, setting=GIST_TINY), images[:n_peer_tiny]),
+        GIST[0]: (partial(plain_gist_rate, setting=GIST), images[:n_peer]),
+        "large": (partial(plain_gist_rate, setting=GIST), large_images[:n_peer]),
+        "large decode": (plain_decode_rate, large_images[: n_peer * 10]),
     }
     del images, large_images, table, few_table, large_table
-    records = [
-        record(
-            f"plain loop: Pillow decode + dense float64 numpy {name}",
-            peers[name],
-            "images/s",
-            images=count,
-        )
-        for name, count in ((GIST_TINY[0], n_peer_tiny), (GIST[0], n_peer))
-    ]
-    with threadpool_limits(limits=1):  # first calls (imports, filter banks) are not timed
-        first = open_image_source(few["parquet"]).partitions()[0]
-        for one_features in features.values():
-            _describer(one_features)(first)
-    stage = {}
-    for kind in KINDS:
-        ctx.log(f"images: {kind}: stages in one process")
-        rows = stage_rates(kind, full[kind], few[kind], features, peers)
-        stage[kind] = {"color": rows[3]["value"]}
-        records += rows
-    records += large_stage_rates(large, features[GIST[0]], peers)
-    plain_speedup = plain_processes_speedup(full["folder"], features[GIST_TINY[0]])
+    repeats = repetitions(ctx)
+
+    def plain_loop() -> dict[str, float]:
+        return {name: measure(work) for name, (measure, work) in plain_work.items()}
 
     runs_one, runs_two = [], []
     for kind in KINDS:
@@ -551,35 +557,81 @@ def run(ctx: Context, n: int, n_few: int, n_peer_tiny: int, n_peer: int) -> list
         ]
     large_runs = [("large gist", large, GIST[0])]
     stores = str(scratch / "stores")
-    ctx.log("images: ingest on 1 worker")
-    one = {r["name"]: r for r in ingest_runs(1, runs_one + large_runs, stores)}
-    ctx.log("images: ingest on 2 workers")
-    two = {r["name"]: r for r in ingest_runs(2, runs_two + large_runs, stores)}
 
+    def ingest_round() -> tuple[dict[str, dict], dict[str, dict], float]:
+        ctx.log("images: ingest on 1 worker, then on 2")
+        one = {r["name"]: r for r in ingest_runs(1, runs_one + large_runs, stores)}
+        two = {r["name"]: r for r in ingest_runs(2, runs_two + large_runs, stores)}
+        return one, two, plain_processes_speedup(full["folder"], features[GIST_TINY[0]])
+
+    # The plain loop and the ingests in turn, round after round; then the stages in one process,
+    # beside the median of the plain loop's rounds.
+    peer_rounds, rounds = interleaved(plain_loop, ingest_round, repeats=repeats)
+    with threadpool_limits(limits=1):  # first calls (imports, filter banks) are not timed
+        first = open_image_source(few["parquet"]).partitions()[0]
+        for one_features in features.values():
+            _describer(one_features)(first)
+    stage, stage_records = {}, []
+    peers = {name: statistics.median(r[name] for r in peer_rounds) for name in peer_rounds[0]}
+    for kind in KINDS:
+        ctx.log(f"images: {kind}: stages in one process")
+        rows = stage_rates(kind, full[kind], few[kind], features, peers, repeats)
+        stage[kind] = {"color": rows[3]["value"]}
+        stage_records += rows
+    stage_records += large_stage_rates(large, features[GIST[0]], peers, repeats)
+    records = [
+        record(
+            f"plain loop: Pillow decode + dense float64 numpy {name}",
+            [r[name] for r in peer_rounds],
+            "images/s",
+            images=count,
+        )
+        for name, count in ((GIST_TINY[0], n_peer_tiny), (GIST[0], n_peer))
+    ]
+    records += stage_records
+    plain_speedup = [speedup for _, _, speedup in rounds]
     for kind in KINDS:
         mine = len(kind) + 1
+
+        def of_kind(runs: dict[str, dict], kind: str = kind, mine: int = mine) -> dict:
+            return {k[mine:]: v for k, v in runs.items() if k.startswith(f"{kind} ")}
+
         records += ingest_records(
             kind,
-            {k[mine:]: v for k, v in one.items() if k.startswith(f"{kind} ")},
-            {k[mine:]: v for k, v in two.items() if k.startswith(f"{kind} ")},
-            peers,
+            [of_kind(one) for one, _, _ in rounds],
+            [of_kind(two) for _, two, _ in rounds],
+            peer_rounds,
             stage[kind],
             plain_speedup,
         )
-        records += rss_records(kind, two[f"{kind} gist-tiny few"], two[f"{kind} gist-tiny"])
-    records += large_ingest_records(one["large gist"], two["large gist"], peers, plain_speedup)
+        records += rss_records(
+            kind,
+            [two[f"{kind} gist-tiny few"] for _, two, _ in rounds],
+            [two[f"{kind} gist-tiny"] for _, two, _ in rounds],
+        )
+    records += large_ingest_records(
+        [one["large gist"] for one, _, _ in rounds],
+        [two["large gist"] for _, two, _ in rounds],
+        peer_rounds,
+        plain_speedup,
+    )
     return records
 
 
-def large_stage_rates(url: str, gist: Features, peers: dict[str, float]) -> list[dict]:
+def large_stage_rates(
+    url: str, gist: Features, peers: dict[str, float], repeats: int
+) -> list[dict]:
     """The 256×256 parquet in one process: decode as stored, decode for GIST (reduced-size),
-    and decode + GIST, beside the plain loop."""
+    and decode + GIST, each ``repeats`` times, beside the plain loop."""
     kind = f"parquet {LARGE_SIDE}×{LARGE_SIDE}"
+    decode_rate, reduced_rate, gist_rate = [], [], []
     with threadpool_limits(limits=1):
         partitions = open_image_source(url).partitions()
-        decode_rate, n = _rate(partitions, _read_decode)
-        reduced_rate, _ = _rate(partitions, _decoder(gist.requests))
-        gist_rate, _ = _rate(partitions, _describer(gist))
+        for _ in range(repeats):
+            rate, n = _rate(partitions, _read_decode)
+            decode_rate.append(rate)
+            reduced_rate.append(_rate(partitions, _decoder(gist.requests))[0])
+            gist_rate.append(_rate(partitions, _describer(gist))[0])
     peer = "plain loop: Pillow + dense float64 numpy GIST"
     return [
         record(
@@ -626,29 +678,34 @@ def _decoder(requests: Iterable[ImageRequest]) -> Callable[[object], int]:
     return decode
 
 
-def large_ingest_records(one: dict, two: dict, peers: dict[str, float], speedup: float) -> list:
+def large_ingest_records(
+    one: list[dict], two: list[dict], peers: list[dict[str, float]], speedup: list[float]
+) -> list:
+    """Records of the 256×256 ingest on 1 and 2 workers, one run per round, beside the peers
+    measured in the same rounds."""
     kind = f"parquet {LARGE_SIDE}×{LARGE_SIDE}"
     out, rates = [], {}
-    for workers, run_ in ((1, one), (2, two)):
-        rates[workers] = run_["images"] / run_["seconds"]
+    for workers, runs in ((1, one), (2, two)):
+        run_ = runs[-1]
+        rates[workers] = [r["images"] / r["seconds"] for r in runs]
         out.append(
             record(
                 f"{kind}: imgscale ingest --features gist, {workers} worker(s)",
                 rates[workers],
                 "images/s",
-                peers["large"],
+                [round_["large"] for round_ in peers],
                 peer="plain loop: Pillow + dense float64 numpy GIST (target ratio ≥ 4 at 2 "
                 "workers)",
                 source=kind,
                 images=run_["images"],
                 workers=workers,
-                load_1min=run_["load"],
+                load_1min=max(r["load"] for r in runs),
             )
         )
     out.append(
         record(
             f"{kind}: ingest --features gist, speed-up 1 → 2 workers",
-            rates[2] / rates[1],
+            [b / a for a, b in zip(rates[1], rates[2], strict=True)],
             "x",
             speedup,
             peer="gist-tiny in 1 → 2 plain processes, no Dask (target ≥ 1.8)",
@@ -732,7 +789,13 @@ def front_end_scale(ctx: Context, sizes: tuple[int, ...], per_shard: int) -> lis
     out = []
     for run_ in done:
         n = run_["images"]
-        where = {"source": "tar", "images": n, "workers": 2, "load_1min": run_["load"]}
+        where = {
+            "source": "tar",
+            "images": n,
+            "workers": 2,
+            "load_1min": run_["load"],
+            "why_once": FRONT_END_ONCE,
+        }
         out.append(
             record(
                 f"front end: imgscale ingest --features color of {n:,} small JPEGs in tar shards",

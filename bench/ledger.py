@@ -1,7 +1,8 @@
 """The run ledger and detached runs: what following a run from anywhere costs.
 
-Every figure beside a peer measured in the same run (median of the repetitions; the record
-gives the spread):
+Every figure beside a peer measured in the same run, the two in turn (the median of the scale's
+repetitions, at least 5 above small; the record gives the spread and the median of the ratios
+of the runs paired):
 
 - one ledger event (an object created create-only in a local folder) beside the machine's
   durable file create (``open(O_EXCL)``, write, fsync of the same bytes);
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from imgscale.bench.common import record
+from imgscale.bench.common import interleaved, record, repetitions
 from imgscale.bench.registry import Context, benchmark
 from imgscale.storage import Ledger
 
@@ -44,32 +45,39 @@ def _seconds(argv: list[str], env: dict[str, str]) -> float:
 
 
 def _versus(name: str, ours: list[float], peer: list[float], peer_name: str, **extra) -> dict:
-    return record(
-        name, statistics.median(ours), "s", statistics.median(peer), peer=peer_name,
-        ours_min_s=min(ours), ours_max_s=max(ours), peer_min_s=min(peer), peer_max_s=max(peer),
-        runs=len(ours), **extra,
-    )  # fmt: skip
+    """Seconds of ours beside the peer's, the i-th runs of the two paired."""
+    return record(name, ours, "s", peer, peer=peer_name, **extra)
 
 
-def _event_cost(folder: Path, events: int) -> dict:
+def _event_cost(folder: Path, events: int, repeats: int) -> dict:
+    """Milliseconds an event: ``events`` ledger events, then as many bare durable creates, in
+    turn, ``repeats`` rounds."""
     ledger = Ledger(folder / "ledger")
     line = ["imgscale: a line of output as a driver logs it, about eighty bytes long......"]
-    started = time.perf_counter()
-    for _ in range(events):
-        ledger.log("r1", line)
-    ours = (time.perf_counter() - started) / events
     body = json.dumps({"lines": line, "run_id": "r1"}).encode()
     bare = folder / "bare"
     bare.mkdir()
-    started = time.perf_counter()
-    for i in range(events):
-        fd = os.open(bare / f"{i}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        os.write(fd, body)
-        os.fsync(fd)
-        os.close(fd)
-    peer = (time.perf_counter() - started) / events
+    rounds = iter(range(repeats))
+
+    def ours() -> float:
+        started = time.perf_counter()
+        for _ in range(events):
+            ledger.log("r1", line)
+        return (time.perf_counter() - started) / events * 1e3
+
+    def peer() -> float:
+        turn = next(rounds)
+        started = time.perf_counter()
+        for i in range(events):
+            fd = os.open(bare / f"{turn}-{i}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            os.write(fd, body)
+            os.fsync(fd)
+            os.close(fd)
+        return (time.perf_counter() - started) / events * 1e3
+
+    ours_ms, peer_ms = interleaved(ours, peer, repeats=repeats)
     return record(
-        "ledger event (local folder)", ours * 1e3, "ms", peer * 1e3,
+        "ledger event (local folder)", ours_ms, "ms", peer_ms,
         peer="open(O_EXCL) + write + fsync", events=events,
     )  # fmt: skip
 
@@ -85,8 +93,11 @@ def _listing(folder: Path, runs: int, env: dict[str, str], repeats: int) -> dict
         ledger.finish(run_id, "ok", rows=i)
     listing = [sys.executable, "-m", "imgscale", "runs", "--json", "--ledger", str(url)]
     first = _seconds(listing, env)  # compacts the finished runs into the index
-    ours = [_seconds(listing, env) for _ in range(repeats)]
-    peer = [_seconds([sys.executable, "-m", "imgscale", "--help"], env) for _ in range(repeats)]
+    ours, peer = interleaved(
+        lambda: _seconds(listing, env),
+        lambda: _seconds([sys.executable, "-m", "imgscale", "--help"], env),
+        repeats=repeats,
+    )
     return _versus(
         f"imgscale runs at {runs:,} runs", ours, peer, "imgscale --help",
         first_listing_s=first, target_s=LISTING_TARGET_S,
@@ -159,18 +170,20 @@ def _detached(folder: Path, rows: int, env: dict[str, str], repeats: int, log) -
                     argv, env=env, check=True, capture_output=True, text=True
                 ).stdout.strip()
                 submit_s.append(time.perf_counter() - started)
+                polls = []
                 while True:
                     asked = time.perf_counter()
                     shown = subprocess.run(
                         [*imgscale, "status", run_id, "--json"], env=env, check=True,
                         capture_output=True, text=True,
                     )  # fmt: skip
-                    status_s.append(time.perf_counter() - asked)
+                    polls.append(time.perf_counter() - asked)
                     outcome = json.loads(shown.stdout)["outcome"]
                     if outcome != "running":
                         break
                 if outcome != "ok":
                     raise RuntimeError(f"detached run {run_id} ended {outcome}")
+                status_s.append(statistics.median(polls))  # the turn's polls
                 detached_s.append(time.perf_counter() - started)
             help_s.append(_seconds([*imgscale, "--help"], env))
             log(f"turn {turn}: attached {attached_s[-1]:.1f} s, detached {detached_s[-1]:.1f} s")
@@ -182,7 +195,13 @@ def _detached(folder: Path, rows: int, env: dict[str, str], repeats: int, log) -
     overhead = statistics.median(detached_s) - statistics.median(attached_s)
     return [
         _versus("imgscale submit (spawn to exit)", submit_s, help_s, "imgscale --help"),
-        _versus("imgscale status (spawn to exit)", status_s, help_s, "imgscale --help"),
+        _versus(
+            "imgscale status (spawn to exit)",
+            status_s,
+            help_s,
+            "imgscale --help",
+            each="the median of a turn's polls",
+        ),
         _versus(
             f"spec run detached ({rows:,} rows ingest + ncm)",
             detached_s,
@@ -205,9 +224,10 @@ def suite(ctx: Context) -> list[dict]:
     folder.mkdir(parents=True)
     env = {**os.environ, "IMGSCALE_LEDGER": str(folder / "unused")}
     env.pop("DASK_SCHEDULER_ADDRESS", None)
-    repeats = ctx.pick(tiny=1, small=3, medium=5, large=5)
+    # Whole processes vary most from run to run: 5 runs above small, however few the scale's.
+    repeats = max(repetitions(ctx), ctx.pick(tiny=0, small=0, medium=5, large=5))
     records = [
-        _event_cost(folder, ctx.pick(tiny=100, small=1_000, medium=2_000, large=2_000)),
+        _event_cost(folder, ctx.pick(tiny=100, small=1_000, medium=2_000, large=2_000), repeats),
         _listing(folder, ctx.pick(tiny=200, small=2_000, medium=10_000, large=10_000), env,
                  repeats),
     ]  # fmt: skip

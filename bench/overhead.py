@@ -1,8 +1,9 @@
 """Fixed cost of an `imgscale` command, and a whole NCM pass beside a plain numpy process.
 
 Every figure is a whole process timed from spawn to exit, beside a peer measured in the same
-run, runs of the two alternated after an untimed one of each (the median of 1 run at tiny scale,
-3 at small, 5 above; the record gives the spread):
+run, runs of the two alternated after an untimed one of each (the median of the scale's
+repetitions, at least 5 above small; the record gives the spread and the median of the ratios
+of the runs paired):
 
 - ``imgscale --help`` and ``imgscale info STORE`` (a 5,000-row store) beside a bare interpreter
   (``python -c pass``): what a command pays before it does anything;
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from imgscale.bench.common import mixture_store, record
+from imgscale.bench.common import mixture_store, record, repetitions
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs import models
 from imgscale.jobs.cluster import THREADED_MAX_BYTES, connect
@@ -86,11 +87,8 @@ def _train_ncm(store, model: Path, env: dict[str, str]) -> Callable[[], None]:
 
 
 def _versus(name: str, ours: list[float], peer: list[float], peer_name: str, **extra) -> dict:
-    return record(
-        name, statistics.median(ours), "s", statistics.median(peer), peer=peer_name,
-        ours_min_s=min(ours), ours_max_s=max(ours), peer_min_s=min(peer), peer_max_s=max(peer),
-        runs=len(ours), **extra,
-    )  # fmt: skip
+    """Seconds of ours beside the peer's, the i-th runs of the two paired."""
+    return record(name, ours, "s", peer, peer=peer_name, **extra)
 
 
 def _fixed_costs(store, scratch: Path, env: dict[str, str], repeats: int, log) -> list[dict]:
@@ -198,7 +196,8 @@ def _ncm_pass(store, scratch: Path, env: dict[str, str], repeats: int, log) -> l
 )
 def suite(ctx: Context) -> list[dict]:
     rows = ctx.pick(tiny=2_048, small=524_288, medium=3_145_728, large=3_145_728)
-    repeats = ctx.pick(tiny=1, small=3, medium=5, large=5)
+    # Whole processes vary most from run to run: 5 runs above small, however few the scale's.
+    repeats = max(repetitions(ctx), ctx.pick(tiny=0, small=0, medium=5, large=5))
     scratch = ctx.scratch("overhead")
     # The commands record themselves in a ledger of their own, not the user's.
     env = {**os.environ, "IMGSCALE_LEDGER": str(scratch / "ledger.sqlite")}

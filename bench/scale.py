@@ -10,7 +10,9 @@ size (Gaussian-mixture stores of 512-D float32 rows, up to one larger than the m
 - **class means** (``NearestClassMean``), **ridge** over the ρ grid with ρ validated,
   **RFF → ridge**, the **ALE** fit (paper 001), **PQ encode** (``compress``, training excluded).
 
-Each fit runs once untimed on the smallest store first (numba compilation, worker imports).
+Each fit runs once untimed on the smallest store first (numba compilation, worker imports), then
+as many times as the scale's repetitions on each store (the cold pass drops the store's pages
+before each); every figure is the median of its repetitions.
 Records: seconds per million rows at each size beside the same fit's figure at the reference
 size (the first ≥ 10⁶ rows, else the smallest; target: within 15%), peak RSS of the client and
 every worker (target ≤ 2 GiB whatever the size), 1 → 2 workers on the largest store beside the
@@ -22,13 +24,14 @@ regenerated block by block (the benchmark fails if they differ beyond float64 ro
 from __future__ import annotations
 
 import shutil
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from imgscale.bench.common import PeakRSS, mixture_blocks, mixture_store, record
+from imgscale.bench.common import PeakRSS, mixture_blocks, mixture_store, record, repetitions
 from imgscale.bench.machine import drop_page_cache
 from imgscale.bench.registry import Context, benchmark
 from imgscale.jobs.cluster import connect
@@ -119,8 +122,9 @@ def suite(ctx: Context) -> list[dict]:
     scratch = ctx.scratch("scale")
     fits = _fits(rff_dim, ale_components, pq_m, scratch)
     reference = next((n for n in sizes if n >= 1_000_000), sizes[0])
-    seconds: dict[str, dict[int, float]] = {name: {} for name in fits}
-    rss: dict[str, dict[int, float]] = {name: {} for name in fits}
+    repeats = repetitions(ctx)
+    seconds: dict[str, dict[int, list[float]]] = {name: {} for name in fits}
+    rss: dict[str, dict[int, list[float]]] = {name: {} for name in fits}
     records = []
     for rows in sizes:
         path = scratch / f"mixture-{rows}x{dim}-{classes}.zarr"
@@ -132,25 +136,31 @@ def suite(ctx: Context) -> list[dict]:
             for name, fit in fits.items():
                 if rows == sizes[0]:
                     fit(store)  # untimed: compiles numba kernels, imports on the workers
-                if name.endswith("cold"):
-                    drop_page_cache(path)
-                with PeakRSS() as peak:
-                    seconds[name][rows] = fit(store)
-                rss[name][rows] = peak.peak / GIB
-                ctx.log(f"scale: {name}, {rows} rows: {seconds[name][rows]:.2f} s, "
-                        f"{rss[name][rows]:.2f} GiB")  # fmt: skip
+                seconds[name][rows], rss[name][rows], splits = [], [], []
+                for _ in range(repeats):
+                    if name.endswith("cold"):
+                        drop_page_cache(path)
+                    with PeakRSS() as peak:
+                        seconds[name][rows].append(fit(store))
+                    rss[name][rows].append(peak.peak / GIB)
+                    splits.append(peak.split_gib())
+                ctx.log(
+                    f"scale: {name}, {rows} rows: {statistics.median(seconds[name][rows]):.2f} s, "
+                    f"{statistics.median(rss[name][rows]):.2f} GiB (medians of {repeats})"
+                )
                 records.append(
                     record(
                         f"{name}, {rows} rows, peak RSS", rss[name][rows], "GiB", RSS_TARGET_GIB,
                         peer="target: flat, <= 2 GiB (client + workers)", rows=rows,
-                        split_gib=peak.split_gib(),
+                        split_gib=max(splits, key=lambda split: sum(split.values())),
                     )
                 )  # fmt: skip
         cold = seconds["read-only pass, cold"][rows]
         disk = ctx.limits.get("disk sequential read, cold")
         records.append(
             record(
-                f"read-only pass, cold, {rows} rows", rows * dim * 4 / cold / 1e9, "GB/s", disk,
+                f"read-only pass, cold, {rows} rows",
+                [rows * dim * 4 / each / 1e9 for each in cold], "GB/s", disk,
                 peer="disk sequential read, cold (dd-style, same run)", rows=rows,
             )
         )  # fmt: skip
@@ -159,21 +169,31 @@ def suite(ctx: Context) -> list[dict]:
             if ctx.external_cluster:
                 ctx.log("scale: 1 -> 2 workers left out: it starts LocalClusters of its own")
             else:
-                records += _workers(store, fits, ctx)
+                records += _workers(store, fits, repeats, ctx)
         if rows != sizes[-1] or ctx.scale != "large":
             shutil.rmtree(path)
     for name, by_rows in seconds.items():
-        anchor = by_rows[reference] / reference * 1e6
-        for rows, value in by_rows.items():
+        anchor = [each / reference * 1e6 for each in by_rows[reference]]
+        for rows, values in by_rows.items():
             records.append(
                 record(
-                    f"{name}, {rows} rows", value / rows * 1e6, "s per 1M rows", anchor,
+                    f"{name}, {rows} rows", [each / rows * 1e6 for each in values],
+                    "s per 1M rows", anchor,
                     peer=f"same fit at {reference} rows (linear growth: ratio 1, target within "
-                    f"{LINEAR_TOLERANCE:.0%})", rows=rows, seconds=value,
+                    f"{LINEAR_TOLERANCE:.0%}; the i-th repetition at each size paired)",
+                    rows=rows, seconds=statistics.median(values),
                 )
             )  # fmt: skip
-    _plot_time(seconds, reference, dim, ctx.plot("time-vs-rows"))
-    _plot_rss(rss, dim, ctx.plot("rss-vs-rows"))
+    seconds_median = {
+        name: {rows: statistics.median(values) for rows, values in by_rows.items()}
+        for name, by_rows in seconds.items()
+    }
+    rss_median = {
+        name: {rows: statistics.median(values) for rows, values in by_rows.items()}
+        for name, by_rows in rss.items()
+    }
+    _plot_time(seconds_median, reference, dim, ctx.plot("time-vs-rows"))
+    _plot_rss(rss_median, dim, ctx.plot("rss-vs-rows"))
     return records
 
 
@@ -210,24 +230,34 @@ def _reference_check(
     return out
 
 
-def _workers(store: FeatureStore, fits: dict[str, Callable], ctx: Context) -> list[dict]:
-    """Throughput of the light passes with 1 and 2 single-threaded workers, and the speed-up."""
+def _workers(
+    store: FeatureStore, fits: dict[str, Callable], repeats: int, ctx: Context
+) -> list[dict]:
+    """Throughput of the light passes with 1 and 2 single-threaded workers, ``repeats`` times
+    each, and the speed-up of the i-th repetitions."""
     chosen = ("read-only pass, warm", "class means", "ridge, rho validated")
-    rates: dict[str, dict[int, float]] = {name: {} for name in chosen}
+    rates: dict[str, dict[int, list[float]]] = {name: {} for name in chosen}
     for workers in (1, 2):
         with connect(quiet=True, n_workers=workers):
             for name in chosen:
                 fits[name](store)  # warm-up: page cache, worker imports
-                rates[name][workers] = store.committed_rows / fits[name](store)
+                rates[name][workers] = [
+                    store.committed_rows / fits[name](store) for _ in range(repeats)
+                ]
     out = []
     for name, by_workers in rates.items():
+        speed_ups = [two / one for one, two in zip(by_workers[1], by_workers[2], strict=True)]
         out.append(
             record(
-                f"{name}, 1 -> 2 workers speed-up", by_workers[2] / by_workers[1], "x", 2.0,
-                peer="ideal (2x)", rows_per_s_1=by_workers[1], rows_per_s_2=by_workers[2],
+                f"{name}, 1 -> 2 workers speed-up", speed_ups, "x", 2.0,
+                peer="ideal (2x)", rows_per_s_1=statistics.median(by_workers[1]),
+                rows_per_s_2=statistics.median(by_workers[2]),
             )
         )  # fmt: skip
-    _plot_workers(rates, ctx.plot("workers"))
+    _plot_workers(
+        {name: {w: statistics.median(r) for w, r in by.items()} for name, by in rates.items()},
+        ctx.plot("workers"),
+    )
     return out
 
 

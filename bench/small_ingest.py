@@ -25,6 +25,11 @@ sklearn's digits as 32×32 JPEGs).
   or connected to), describing and committing (of which the commits), and closing the cluster.
   Without a cluster, the cluster's start runs beside the planning when the store is new, so the
   planning stage is the longer of the two.
+
+Every measurement runs as many times as the scale's repetitions, each ingest into a store reset
+to the same state (new, or holding the first photos); the plain loops and the ingest without a
+cluster run in turn, as do describing the new photos and adding them. Each figure is the median
+of its repetitions, each ratio the median of the rounds'.
 """
 
 from __future__ import annotations
@@ -33,12 +38,14 @@ import contextlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from imgscale.bench.common import record
+from imgscale.bench.common import interleaved, record, repetitions
 from imgscale.bench.registry import Context, Skipped, benchmark
 
 PHOTOS = 400
@@ -188,15 +195,16 @@ def cluster_processes(log: Path, workers: int = 2) -> tuple[str, list[subprocess
     return address, processes
 
 
-def stage_records(what: str, stages: dict[str, float], load: float) -> list[dict]:
+def stage_records(what: str, stages: list[dict[str, float]], load: float) -> list[dict]:
+    """A record of each stage's seconds over the repetitions ``stages``."""
     return [
         record(
             f"{what}: stage {name.removesuffix('_s').replace('_', ' ')}",
-            seconds,
+            [each[name] for each in stages],
             "s",
             load_1min=load,
         )
-        for name, seconds in stages.items()
+        for name in stages[0]
     ]
 
 
@@ -230,20 +238,28 @@ def suite(ctx: Context) -> list[dict]:
         path.rename(held_back / path.parent.name / path.name)
     encoded = [p.read_bytes() for p in paths[:photos]]
     side = SIDE if ctx.scale != "tiny" else TINY_SIDE
-    plain_own_size = photos / plain_gist_rate(encoded, (GIST[0], GIST[1], side))
-    plain = photos / plain_gist_rate(encoded, GIST)
-    describing = describe_seconds(held_back) / 2  # shared by the 2 workers
-
+    repeats = repetitions(ctx)
     store = scratch / "local.zarr"
-    out = []
-    shutil.rmtree(store, ignore_errors=True)
-    local = whole_process(folder, store, None)
-    shutil.rmtree(store)
-    ctx.log(
-        f"small-ingest: {photos} photos, no cluster: {local['seconds']:.1f} s, plain loop "
-        f"{plain_own_size:.1f} s at {side}x{side}, {plain:.1f} s at {GIST[2]}x{GIST[2]} "
-        f"(load {local['load']:.1f})"
+
+    def without_cluster() -> dict:
+        shutil.rmtree(store, ignore_errors=True)
+        return whole_process(folder, store, None)
+
+    # The two plain loops and the ingest without a cluster in turn, round after round.
+    plain_own_size, plain, local = interleaved(
+        lambda: photos / plain_gist_rate(encoded, (GIST[0], GIST[1], side)),
+        lambda: photos / plain_gist_rate(encoded, GIST),
+        without_cluster,
+        repeats=repeats,
     )
+    imgscale_s = [run["seconds"] for run in local]
+    load = max(run["load"] for run in local)
+    ctx.log(
+        f"small-ingest: {photos} photos, no cluster: {statistics.median(imgscale_s):.1f} s, "
+        f"plain loop {statistics.median(plain_own_size):.1f} s at {side}x{side}, "
+        f"{statistics.median(plain):.1f} s at {GIST[2]}x{GIST[2]} (load {load:.1f})"
+    )
+    out = []
     for loop, seconds, peer in (
         (f"the photos' {side}x{side}", plain_own_size, "target ≥ 3 (aim 4)"),
         (f"imgscale's {GIST[2]}x{GIST[2]} (the same work)", plain, "the stricter ratio: no target"),
@@ -252,50 +268,72 @@ def suite(ctx: Context) -> list[dict]:
             record(
                 f"ingest --features gist of {photos} photos, no cluster: the plain loop's seconds "
                 f"over imgscale's, the loop at {loop}",
-                seconds / local["seconds"],
+                [loop_s / ours for loop_s, ours in zip(seconds, imgscale_s, strict=True)],
                 "x",
                 peer=peer,
-                imgscale_s=local["seconds"],
-                plain_loop_s=seconds,
-                load_1min=local["load"],
+                imgscale_s=statistics.median(imgscale_s),
+                plain_loop_s=statistics.median(seconds),
+                load_1min=load,
             )
         )
     load = os.getloadavg()[0]
-    out += stage_records(f"{photos} photos, no cluster", staged(folder, store, None), load)
+    stages = []
+    for _ in range(repeats):
+        shutil.rmtree(store, ignore_errors=True)
+        stages.append(staged(folder, store, None))
+    out += stage_records(f"{photos} photos, no cluster", stages, load)
     shutil.rmtree(store)
 
     address, processes = cluster_processes(scratch / "cluster.log")
     try:
-        whole_process(folder, store, address)  # the workers warm on the first photos
-        for path in paths[photos:]:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            (held_back / path.parent.name / path.name).rename(path)
-        grown = whole_process(folder, store, address)
+
+        def grown_by_new_photos(run: Callable[[], object]) -> object:
+            """``run()`` once the store holds the first photos and the folder has grown by the
+            new ones (which are held back meanwhile)."""
+            for path in paths[photos:]:
+                if path.exists():
+                    path.rename(held_back / path.parent.name / path.name)
+            shutil.rmtree(store, ignore_errors=True)
+            whole_process(folder, store, address)  # also warms the workers, the first time
+            for path in paths[photos:]:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                (held_back / path.parent.name / path.name).rename(path)
+            return run()
+
+        def describing() -> float:
+            for path in paths[photos:]:
+                if path.exists():
+                    path.rename(held_back / path.parent.name / path.name)
+            return describe_seconds(held_back) / 2  # shared by the 2 workers
+
+        described, grown = interleaved(
+            describing,
+            lambda: grown_by_new_photos(lambda: whole_process(folder, store, address)),
+            repeats=repeats,
+        )
+        grown_s = [run["seconds"] for run in grown]
         ctx.log(
-            f"small-ingest: {new} new photos on a running cluster: {grown['seconds']:.2f} s, "
-            f"describing them {describing:.2f} s (load {grown['load']:.1f})"
+            f"small-ingest: {new} new photos on a running cluster: "
+            f"{statistics.median(grown_s):.2f} s, describing them "
+            f"{statistics.median(described):.2f} s (load {max(r['load'] for r in grown):.1f})"
         )
         out.append(
             record(
                 f"ingest --features gist of {new} new photos on a running cluster of 2 workers: "
                 "seconds beyond describing them",
-                grown["seconds"] - describing,
+                [ours - alone for ours, alone in zip(grown_s, described, strict=True)],
                 "s",
                 peer="target ≤ 1 s",
-                imgscale_s=grown["seconds"],
-                describe_s=describing,
-                rows=grown["rows"],
-                load_1min=grown["load"],
+                imgscale_s=statistics.median(grown_s),
+                describe_s=statistics.median(described),
+                rows=grown[-1]["rows"],
+                load_1min=max(run["load"] for run in grown),
             )
         )
-        for path in paths[photos:]:
-            path.rename(held_back / path.parent.name / path.name)
-        shutil.rmtree(store)
-        whole_process(folder, store, address)
-        for path in paths[photos:]:
-            (held_back / path.parent.name / path.name).rename(path)
         load = os.getloadavg()[0]
-        stages = staged(folder, store, address)
+        stages = [
+            grown_by_new_photos(lambda: staged(folder, store, address)) for _ in range(repeats)
+        ]
         out += stage_records(f"{new} new photos, running cluster", stages, load)
     finally:
         for process in processes:

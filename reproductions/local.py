@@ -188,7 +188,9 @@ def oracle_records(model, X_test, y_test, name: str, tag: dict) -> list[dict]:
     ]  # fmt: skip
 
 
-def run_task(dataset, task, X_all, y_digits, params, max_rows, client, log, seed=0) -> list[dict]:
+def run_task(
+    dataset, task, X_all, y_digits, params, max_rows, client, log, seed=0, repeats=3
+) -> list[dict]:
     y_all = binary_labels(dataset, task, y_digits)
     train, test = split_task(y_all, max_rows, seed)
     pca = PCA(min(PCA_DIM, X_all.shape[1]), random_state=seed).fit(X_all[train])
@@ -223,7 +225,12 @@ def run_task(dataset, task, X_all, y_digits, params, max_rows, client, log, seed
         "global_u": rate(RidgeClassifier().fit(X, y)),
         "global_b": global_balanced(X, y, X_test, y_test, seed),
     }
-    ours_seconds, local_seconds = latencies(ours, X_test), latencies(local_b, X_test)
+    from imgscale.bench import interleaved
+
+    # Each round times every query of ours, then of Local B: its median and 95th percentile.
+    ours_seconds, local_seconds = interleaved(
+        lambda: latencies(ours, X_test), lambda: latencies(local_b, X_test), repeats=repeats
+    )
     log(f"{name}: {rates}; offline {offline:.0f} s")
     records = [
         record(f"{name} accuracy ours", rates["ours"], "fraction", rates["local_b"],
@@ -232,42 +239,53 @@ def run_task(dataset, task, X_all, y_digits, params, max_rows, client, log, seed
                rates["ours"], peer="ours", **tag),
         *(record(f"{name} accuracy {m.replace('_', ' ')}", rates[m], "fraction", **tag)
           for m in ("local_b", "local_u", "local_ml", "global_b", "global_u")),
-        record(f"{name} latency median ours", np.median(ours_seconds), "s",
-               np.median(local_seconds), peer="Local B", **tag),
-        record(f"{name} latency p95 ours", np.percentile(ours_seconds, 95), "s",
-               np.percentile(local_seconds, 95), peer="Local B", **tag),
-        record(f"{name} offline fit ours", offline, "s", **tag),
+        record(f"{name} latency median ours", [np.median(s) for s in ours_seconds], "s",
+               [np.median(s) for s in local_seconds], peer="Local B", **tag),
+        record(f"{name} latency p95 ours", [np.percentile(s, 95) for s in ours_seconds], "s",
+               [np.percentile(s, 95) for s in local_seconds], peer="Local B", **tag),
+        record(f"{name} offline fit ours", offline, "s", **tag,
+               why_once="the fit of the model every other figure measures"),
         *oracle_records(ours, X_test, y_test, name, tag),
     ]  # fmt: skip
     return records, compressed, X
 
 
-def recovery_records(compressed, X, name: str) -> list[dict]:
+def recovery_records(compressed, X, name: str, repeats: int = 3) -> list[dict]:
     """Precision on the training instances' own neighbourhoods: one-step correlation against
-    OMP recovery of the compressed indicators, and the uncompressed regression against both."""
-    omp = recovery_precision(compressed, X, "omp")
-    correlation = recovery_precision(compressed, X, "correlation")
+    OMP recovery of the compressed indicators (in turn, ``repeats`` rounds), and the
+    uncompressed regression against both."""
+    from imgscale.bench import interleaved
+
+    omp, correlation = interleaved(
+        lambda: recovery_precision(compressed, X, "omp"),
+        lambda: recovery_precision(compressed, X, "correlation"),
+        repeats=repeats,
+    )
     uncompressed = copy.deepcopy(compressed).set_params(compression=None).fit_regression()
     direct = recovery_precision(uncompressed, X, None)
     return [
-        record(f"{name} recovery precision correlation", correlation[0], "fraction", omp[0],
-               peer="OMP"),
-        record(f"{name} recovery seconds correlation", correlation[1], "s", omp[1], peer="OMP"),
-        record(f"{name} recovery precision uncompressed", direct[0], "fraction", correlation[0],
-               peer="correlation"),
+        record(f"{name} recovery precision correlation", correlation[0][0], "fraction",
+               omp[0][0], peer="OMP"),
+        record(f"{name} recovery seconds correlation", [c[1] for c in correlation], "s",
+               [o[1] for o in omp], peer="OMP"),
+        record(f"{name} recovery precision uncompressed", direct[0], "fraction",
+               correlation[0][0], peer="correlation"),
     ]  # fmt: skip
 
 
-def offline_scaling(X, y, params, seed, name: str) -> list[dict]:
-    """The offline fit (N × K × S local classifiers) on a fresh 1-worker and 2-worker cluster."""
+def offline_scaling(X, y, params, seed, name: str, repeats: int = 3) -> list[dict]:
+    """The offline fit (N × K × S local classifiers) on a fresh 1-worker and 2-worker cluster,
+    ``repeats`` times on each; the i-th fits paired."""
     seconds = {}
     for workers in (1, 2):
+        seconds[workers] = []
         with connect(n_workers=workers, quiet=True) as client:
-            started = time.perf_counter()
-            PredictedNeighbourhoodClassifier(**params, random_state=seed).fit(
-                X, y, cluster_mapper(client)
-            )
-            seconds[workers] = time.perf_counter() - started
+            for _ in range(repeats):
+                started = time.perf_counter()
+                PredictedNeighbourhoodClassifier(**params, random_state=seed).fit(
+                    X, y, cluster_mapper(client)
+                )
+                seconds[workers].append(time.perf_counter() - started)
     return [
         record(f"{name} offline fit 2 workers", seconds[2], "s", seconds[1], peer="1 worker"),
     ]
@@ -295,6 +313,8 @@ def suite(ctx: Context) -> list[dict]:
                {"n_neighbourhoods": 2000, "sizes": (50, 100, 200, 400), "n_samples": 10}, 2,
                True),
     )  # fmt: skip
+    from imgscale.bench import repetitions
+
     records = []
     first = None
     with Client(ctx.scheduler) as client:
@@ -306,16 +326,24 @@ def suite(ctx: Context) -> list[dict]:
             X_all, y_all = load_rows(dataset, data_dir)
             for task in TASKS[dataset][:tasks]:
                 task_records, model, X = run_task(
-                    dataset, task, X_all, y_all, params, max_rows, client, ctx.log
+                    dataset,
+                    task,
+                    X_all,
+                    y_all,
+                    params,
+                    max_rows,
+                    client,
+                    ctx.log,
+                    repeats=repetitions(ctx),
                 )
                 records += task_records
                 if first is None:
                     first = (dataset, task, model, X, binary_labels(dataset, task, y_all))
     dataset, task, model, X, _ = first
-    records += recovery_records(model, X, f"{dataset} {task}")
+    records += recovery_records(model, X, f"{dataset} {task}", repetitions(ctx))
     y = model.classes_[model.training_index_]
     if scaling:
-        records += offline_scaling(X, y, params, 0, f"{dataset} {task}")
+        records += offline_scaling(X, y, params, 0, f"{dataset} {task}", repetitions(ctx))
     for method in METHODS:
         values = [r["value"] for r in records if r["name"].endswith(f"accuracy {method}")]
         records.append(record(f"mean accuracy {method}", np.mean(values), "fraction"))

@@ -63,5 +63,7 @@ def test_a_tiny_run_scores_both_descriptors_and_times_ingest_beside_onnx_runtime
         cold, warm = [r for r in speed.values() if r["workers"] == workers]
         for row in (cold, warm):
             assert row["value"] > 0 and row["peer_value"] > 0
-            assert row["ratio"] == pytest.approx(row["value"] / row["peer_value"])
+            # Ingest and ONNX Runtime in turn, round after round: the median of the rounds' ratios.
+            assert row["repeats"] >= 2 and row["value_min"] <= row["value"] <= row["value_max"]
+            assert row["ratio_min"] <= row["ratio"] <= row["ratio_max"]
             assert np.isfinite(row["load_1min"]) and row["first_partition_s"] > 0

@@ -22,5 +22,8 @@ def test_update_is_timed_beside_train_on_the_change_it_describes(tiny_run):
         assert r["rows_removed"] == per_batch * 9 // 10 + FORGOTTEN * 9 // 10
         assert r["changed_rows"] == 2 * per_batch + FORGOTTEN
         assert r["prediction_agreement"] == 1.0
-        assert r["peer_value"] > 0 and r["ratio"] == r["value"] / r["peer_value"]
+        assert r["peer_value"] > 0
+        # Update and train in turn, round after round: the ratio is the median of the rounds'.
+        assert r["repeats"] >= 2 and r["value_min"] <= r["value"] <= r["value_max"]
+        assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"]
         assert r["target_seconds"] == 2 * r["changed_fraction"] * r["peer_value"] + 1
