@@ -171,6 +171,7 @@ def solver_race(
             reached["adam"],
             peer="Adam (minibatch) in the same run",
             target_error=float(target),
+            why_once="one race of the two solvers, whose validation curves are the figure",
         )
     )
     return records

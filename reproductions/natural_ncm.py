@@ -340,7 +340,8 @@ def _method_records(measured: dict, parts: dict, tag: dict) -> list[dict]:
             record(f"{label}: top-5 error", s["top5_error"], "fraction",
                    peer and peer["all"]["top5_error"], peer=peer and peer["label"], **common,
                    **paper),
-            record(f"{label}: train, wall", m["wall"], "s", in_command_s=m["seconds"], **common),
+            record(f"{label}: train, wall", m["wall"], "s", in_command_s=m["seconds"], **common,
+                   why_once="the one training whose model every accuracy here measures"),
         ]  # fmt: skip
     return [{k: v for k, v in r.items() if v is not None} for r in records]
 
