@@ -298,21 +298,21 @@ def _compare(old: Path, new: Path, names: tuple[str, ...], tolerance: float, as_
     by_verdict = {
         verdict: [d for d in found if d.verdict == verdict] for verdict in compare.VERDICTS
     }
-    compared = len(found) - len(by_verdict["added"]) - len(by_verdict["removed"])
+    compared = sum(d.old is not None and d.new is not None for d in found)
     if as_json:
         summary = {"old": str(old), "new": str(new), "tolerance": tolerance, "compared": compared}
         for verdict, differences in by_verdict.items():
             key = verdict.replace(" ", "_")
             summary[key] = len(differences)
-            if verdict != "within noise":  # the rest: most figures of two quiet runs
+            if verdict not in ("within noise", "not run"):  # listed, these would be most
                 summary[f"{key}_figures"] = "; ".join(_figure(d) for d in differences)
         click.echo(json.dumps(summary))
         return
     counts = ", ".join(f"{len(by_verdict[v])} {v}" for v in compare.VERDICTS[:5])
     click.echo(
         f"{compared} figures in both tables: {counts}; {len(by_verdict['added'])} added, "
-        f"{len(by_verdict['removed'])} removed (where a side was measured once: beyond "
-        f"{tolerance:.0%})"
+        f"{len(by_verdict['removed'])} removed, {len(by_verdict['not run'])} of benchmarks NEW did "
+        f"not run (where a side was measured once: beyond {tolerance:.0%})"
     )
     for verdict in ("worse", "better", "changed", "noisy", "added", "removed"):
         if by_verdict[verdict]:

@@ -10,7 +10,8 @@ a table written before figures had repetitions) has no interval of its own: wher
 was measured once, the intervals must stand apart by more than :data:`TOLERANCE` of the old
 value, so two single figures differ when they are more than 10% apart. A figure whose run in
 either table was noisy (:mod:`imgscale.bench.calibration`) is said to be noisy instead of
-compared, and a figure of one table only is added or removed."""
+compared, and a figure of one table only is added or removed (or not run, when the new table
+did not run its benchmark at that scale)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ TOLERANCE = 0.10
 limit of a quiet machine's drift, so a single timing is not called a change for moving less than
 the machine may between two calibrations."""
 
-VERDICTS = ("worse", "better", "changed", "noisy", "within noise", "added", "removed")
+VERDICTS = ("worse", "better", "changed", "noisy", "within noise", "added", "removed", "not run")
 """Every verdict, in the order they are listed; "changed": beyond the noise in a unit whose
-better direction is not known."""
+better direction is not known; "not run": a figure of a benchmark the new table did not run at
+that scale (a run of a few benchmarks against the documents' table), where "removed" is one its
+benchmark no longer records."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,11 @@ def compare(old: list[dict], new: list[dict], tolerance: float = TOLERANCE) -> l
     before, after = _by_figure(old), _by_figure(new)
     out = [Difference(*key, _verdict(before.get(key), row, tolerance), before.get(key), row)
            for key, row in after.items()]  # fmt: skip
+    ran = {(benchmark, scale) for benchmark, _, scale, _ in after}
     out += [
-        Difference(*key, "removed", row, None) for key, row in before.items() if key not in after
+        Difference(*key, "removed" if (key[0], key[2]) in ran else "not run", row, None)
+        for key, row in before.items()
+        if key not in after
     ]
     return out
 

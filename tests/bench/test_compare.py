@@ -87,10 +87,12 @@ def test_a_figure_measured_once_compares_within_the_stated_tolerance():
 
 
 def test_a_figure_in_one_table_only_is_added_or_removed_and_a_noisy_one_is_said_to_be():
-    old = [_row("gone", 1.0, "s"), _row("fit", 10.0, "s", low=9.5, high=10.5)]
+    old = [_row("gone", 1.0, "s"), _row("fit", 10.0, "s", low=9.5, high=10.5),
+           _row("read", 1.0, "GB/s", benchmark="io")]  # fmt: skip
     new = [_row("fit", 20.0, "s", low=19.0, high=21.0, noisy=True), _row("fresh", 1.0, "s")]
     assert _verdicts(old, new) == {
         ("ridge", "fit"): "noisy", ("ridge", "fresh"): "added", ("ridge", "gone"): "removed",
+        ("io", "read"): "not run",
     }  # fmt: skip
 
 
@@ -143,7 +145,9 @@ def test_the_command_compares_an_old_table_with_a_new_one_in_text_and_json(tmp_p
     done = runner.invoke(bench, ["--compare", str(old), str(new)])
     assert done.exit_code == 0, done.output
     assert "worse:\n  ridge: fit (small, s): 10 → 13 (12.5–13.6), +30%\n" in done.output
-    assert "(where a side was measured once: beyond 10%)" in done.output
+    assert "0 of benchmarks NEW did not run (where a side was measured once: beyond 10%)" in (
+        done.output
+    )
 
     done = runner.invoke(bench, ["ridge", "--compare", str(old), str(new), "--json"])
     assert json.loads(done.output)["added"] == 0
