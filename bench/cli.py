@@ -90,8 +90,8 @@ def _require_bench_extra() -> None:
     type=click.FloatRange(0, min_open=True),
     default=TOLERANCE,
     show_default=True,
-    help="With --compare: how far, relative to the old value, a figure measured once (it has no "
-    "spread) must move to be called a change.",
+    help="With --compare: how far, relative to the old value, a time or rate measured once (it "
+    "has no spread) must move to be called a change (an accuracy, size or count: 0.5%).",
 )
 @click.option(
     "--submit",

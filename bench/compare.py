@@ -7,8 +7,10 @@ figures). A figure measured several times stands for the interval of its repetit
 changed, better or worse as its unit says (:func:`imgscale.bench.units.direction`); when they
 overlap the change is within noise. A figure measured once (an accuracy, a count, any figure of
 a table written before figures had repetitions) has no interval of its own: where either side
-was measured once, the intervals must stand apart by more than :data:`TOLERANCE` of the old
-value, so two single figures differ when they are more than 10% apart. A figure whose run in
+was measured once, a time or a rate must stand apart by more than :data:`TOLERANCE` of the old
+value (two single timings differ when they are more than 10% apart), and a figure a busy machine
+does not move (an accuracy, a size, a count) by more than :data:`UNTIMED_TOLERANCE` of it: its
+seeds are fixed, so what moves it is the code or the data, not the machine. A figure whose run in
 either table was noisy (:mod:`imgscale.bench.calibration`) is said to be noisy instead of
 compared, and a figure of one table only is added or removed (or not run, when the new table
 did not run its benchmark at that scale)."""
@@ -17,12 +19,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from imgscale.bench.units import direction
+from imgscale.bench.units import direction, timed
 
 TOLERANCE = 0.10
 """The gap, relative to the old value, a figure measured once must move by: the calibration's
 limit of a quiet machine's drift, so a single timing is not called a change for moving less than
 the machine may between two calibrations."""
+
+UNTIMED_TOLERANCE = 0.005
+"""The gap, relative to the old value, a figure no machine's load moves must move by when
+measured once: room for floating-point summation order (threads, chunking), not for a change of
+method; an accuracy of 0.80 that reads 0.79 has changed."""
 
 VERDICTS = ("worse", "better", "changed", "noisy", "within noise", "added", "removed", "not run")
 """Every verdict, in the order they are listed; "changed": beyond the noise in a unit whose
@@ -83,7 +90,10 @@ def _verdict(old: dict | None, new: dict, tolerance: float) -> str:
     if old.get("noisy") or new.get("noisy"):
         return "noisy"
     (old_low, old_high), (new_low, new_high) = interval(old), interval(new)
-    gap = 0.0 if _repeated(old) and _repeated(new) else tolerance * abs(old["value"])
+    if _repeated(old) and _repeated(new):
+        gap = 0.0
+    else:
+        gap = (tolerance if timed(new["unit"]) else UNTIMED_TOLERANCE) * abs(old["value"])
     if new_low <= old_high + gap and old_low - gap <= new_high:
         return "within noise"
     sign = direction(new["unit"], new["name"])
