@@ -80,9 +80,9 @@ def _spread(values: list[float], key: str) -> dict[str, float]:
 
 
 def repetitions(ctx: Context) -> int:
-    """How many times a benchmark repeats each speed measurement at the run's scale: the
-    context's ``repeats`` (3; 2 at tiny, the toy run CI makes of every benchmark)."""
-    return getattr(ctx, "repeats", 2 if ctx.scale == "tiny" else 3)
+    """How many times a benchmark repeats each speed measurement: the context's ``repeats``,
+    which a suite sets from the scale (:data:`imgscale.bench.registry.REPEATS`)."""
+    return ctx.repeats
 
 
 def interleaved(*measures: Callable[[], T], repeats: int) -> list[list[T]]:
