@@ -2,15 +2,23 @@
 machine is said to be one.
 
 Each benchmark is bracketed by a short calibration, the probes of :mod:`imgscale.bench.machine`
-at sizes that take a second or two (float32 GEMM on all cores, a memory copy, a cold sequential
-read of a file written once for the run), and the 1-minute load average is sampled throughout it
-by a background thread. The benchmark is **noisy** when a probe moved by more than
-:data:`DRIFT_LIMIT` between the calibration before and the one after it (something else took the
-cores, the memory bus or the disk meanwhile), or when the load passed the machine's cores. The
-load counts every runnable process, the benchmark's own included: a benchmark that keeps more
-processes busy than there are cores marks itself noisy, which is what its timings then are. Its
-times and rates are then noisy; its accuracies, sizes and counts, which a busy machine does not
-change, are not.
+at sizes that take a fraction of a second (float32 GEMM on all cores, a memory copy, a cold
+sequential read of a file written once for the run), and the 1-minute load average is sampled
+throughout it by a background thread.
+
+A calibration takes :data:`SHOTS` shots of each probe, interleaved, and keeps each probe's
+median and range. One shot is not a measurement of the machine on a shared VM: two back-to-back
+shots of the GEMM probe can differ twofold when the hypervisor takes a core for a moment, and the
+cold read follows the host's storage, which wanders by a fifth within a minute on a machine no one
+else is using. A probe **moved** between two calibrations when its median changed by more than
+:data:`DRIFT_LIMIT` *and* the ranges of their shots do not overlap: the rule
+:mod:`imgscale.bench.compare` applies to figures, a change beyond the spread. A benchmark is
+**noisy** when a probe moved between the calibration before it and the one after (something took
+the cores, the memory bus or the disk and kept them), or when the load passed the machine's
+cores. The load counts every runnable process, the benchmark's own included: a benchmark that
+keeps more processes busy than there are cores marks itself noisy, which is what its timings
+then are. Its times and rates are then noisy; its accuracies, sizes and counts, which a busy
+machine does not change, are not.
 
 The calibration after one benchmark is the calibration before the next, so a run of n benchmarks
 makes n + 1. The run's limits (:func:`imgscale.bench.machine.limits`, the peers of the speed
@@ -22,19 +30,24 @@ machine change.
 from __future__ import annotations
 
 import os
+import statistics
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from imgscale.bench import machine, units
 
 DRIFT_LIMIT = 0.10
-"""The largest relative change of a probe between before and after a quiet benchmark."""
+"""The largest relative change of a probe's median between before and after a quiet benchmark
+(a change that stays within the shots' ranges is not a move, whatever its size)."""
+SHOTS = 7
+"""Shots of each probe in one calibration: the median outvotes a moment of lost core."""
 LOAD_INTERVAL = 2.0
 """Seconds between two samples of the load average."""
 
 MIB = 2**20
-# (GEMM rows, memory-copy bytes, disk-read bytes) by scale: from small up, 1–2 s a calibration on
+# (GEMM rows, memory-copy bytes, disk-read bytes) by scale: from small up, 2–5 s a calibration on
 # a quiet machine; at tiny (CI's toy run) a fraction of a second, its copy fitting in cache.
 _SIZES = {
     "tiny": (512, 16 * MIB, 16 * MIB),
@@ -45,26 +58,59 @@ _SIZES = {
 
 
 @dataclass(frozen=True)
+class Probe:
+    """One probe's shots in a calibration: their median, lowest and highest."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, shots: Sequence[float]) -> Probe:
+        return cls(statistics.median(shots), min(shots), max(shots))
+
+    def change(self, after: Probe) -> float:
+        """The relative change of the median from this calibration to ``after``."""
+        return abs(after.median - self.median) / self.median
+
+    def moved(self, after: Probe) -> bool:
+        """Whether the probe moved from this calibration to ``after``: its median by more than
+        :data:`DRIFT_LIMIT`, and beyond both shots' ranges."""
+        apart = after.low > self.high or after.high < self.low
+        return apart and self.change(after) > DRIFT_LIMIT
+
+
+@dataclass(frozen=True)
 class Calibration:
     """One short measurement of the machine."""
 
-    gemm: float
+    gemm: Probe
     """float32 GEMM on all cores, GFLOP/s."""
-    memory: float
+    memory: Probe
     """Memory copy, GB/s (read + written)."""
-    disk: float
+    disk: Probe
     """Cold sequential read, GB/s."""
+
+    def probes(self) -> dict[str, Probe]:
+        return {"GEMM": self.gemm, "copy": self.memory, "disk": self.disk}
 
     def describe(self) -> str:
         return (
-            f"GEMM {self.gemm:.3g} GFLOP/s, copy {self.memory:.3g} GB/s, disk {self.disk:.3g} GB/s"
+            f"GEMM {self.gemm.median:.3g} GFLOP/s, copy {self.memory.median:.3g} GB/s, "
+            f"disk {self.disk.median:.3g} GB/s"
         )
 
 
 def drift(before: Calibration, after: Calibration) -> float:
-    """The largest relative change of a probe from ``before`` to ``after``."""
-    pairs = [(before.gemm, after.gemm), (before.memory, after.memory), (before.disk, after.disk)]
-    return max(abs(b - a) / a for a, b in pairs)
+    """The largest relative change of a probe's median from ``before`` to ``after``."""
+    pairs = zip(before.probes().values(), after.probes().values(), strict=True)
+    return max(b.change(a) for b, a in pairs)
+
+
+def moved(before: Calibration, after: Calibration) -> list[str]:
+    """The probes that moved from ``before`` to ``after`` (:meth:`Probe.moved`)."""
+    after_probes = after.probes()
+    return [name for name, b in before.probes().items() if b.moved(after_probes[name])]
 
 
 @dataclass(frozen=True)
@@ -81,8 +127,12 @@ class Conditions:
         return drift(self.before, self.after)
 
     @property
+    def moved(self) -> list[str]:
+        return moved(self.before, self.after)
+
+    @property
     def noisy(self) -> bool:
-        return self.drift > DRIFT_LIMIT or self.load_max > self.cores
+        return bool(self.moved) or self.load_max > self.cores
 
     def columns(self, unit: str) -> dict[str, object]:
         """The results table's columns for a figure of the benchmark in ``unit``: a time or a
@@ -97,10 +147,11 @@ class Conditions:
     def describe(self) -> str:
         """One sentence for the run's report."""
         verdict = "**Noisy**" if self.noisy else "Quiet"
+        which = ", ".join(self.moved) or "no probe"
         return (
             f"{verdict}: load up to {self.load_max:.2f} on {self.cores} cores; calibration "
-            f"moved {self.drift:.0%} (limit {DRIFT_LIMIT:.0%}): before {self.before.describe()}; "
-            f"after {self.after.describe()}."
+            f"moved {self.drift:.0%} ({which} beyond its shots' range; limit {DRIFT_LIMIT:.0%}): "
+            f"before {self.before.describe()}; after {self.after.describe()}."
         )
 
 
@@ -119,11 +170,15 @@ class Calibrator:
     def __exit__(self, *exc) -> None:
         self.probe.unlink(missing_ok=True)
 
-    def measure(self) -> Calibration:
-        gemm = machine.gemm_gflops(rows=self.rows, dim=512, out=1024, repeats=3)
-        memory = machine.memory_bandwidth(self.memory_bytes, repeats=3)
-        disk = max(machine.sequential_read_rate(self.probe, cold=True) for _ in range(2))
-        return Calibration(gemm, memory, disk)
+    def measure(self, shots: int = SHOTS) -> Calibration:
+        """``shots`` shots of each probe, interleaved so a moment of lost core or a slow
+        stretch of the disk falls on one shot of each, not on all of one."""
+        gemm, memory, disk = [], [], []
+        for _ in range(shots):
+            gemm.append(machine.gemm_gflops(rows=self.rows, dim=512, out=1024, repeats=3))
+            memory.append(machine.memory_bandwidth(self.memory_bytes, repeats=3))
+            disk.append(machine.sequential_read_rate(self.probe, cold=True))
+        return Calibration(Probe.of(gemm), Probe.of(memory), Probe.of(disk))
 
 
 class LoadSampler:

@@ -86,8 +86,8 @@ def markdown(runs: list[dict], limits: list[dict], header: dict[str, str], out: 
         "Every ratio is ours over a peer or a machine limit measured in the same run. A figure "
         "measured several times reads median (min–max), its ratio the median (min–max) of the "
         "ratios of each repetition. Under each benchmark, the machine around it: a benchmark is "
-        "noisy when its short calibration moved from before to after it by more than the limit "
-        "or the load passed the cores.",
+        "noisy when a probe of its short calibration moved from before to after it (its median by "
+        "more than the limit, beyond the range of its shots) or the load passed the cores.",
         "",
         "## Machine limits",
         "",
