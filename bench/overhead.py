@@ -15,8 +15,9 @@ of the runs paired):
   ``THREADED_MAX_BYTES``) beside one worker process per core;
 - ``imgscale train --method ncm`` over a store of ``rows`` × 512 (4 MiB tiny, 1 GiB small,
   6 GiB medium and large) beside a plain numpy process summing the same classes over the same
-  chunk files (``bench/class_sums_peer.py``; target ≤ 3×), the two processes' class sums checked
-  equal. The page cache is warm for both (an untimed run of each first).
+  chunk files by a one-hot matrix product (``bench/class_sums_peer.py``; target ≤ 3×), the two
+  processes' class sums checked equal. The page cache is warm for both (an untimed run of each
+  first).
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ def _ncm_pass(store, scratch: Path, env: dict[str, str], repeats: int, log) -> l
             f"imgscale train --method ncm, whole process, {store.committed_rows} rows "
             f"({gib:.3g} GiB)",
             seconds["ours"], seconds["numpy"],
-            "plain numpy process, the same class sums over the same chunk files (same run)",
+            "plain numpy process, the same class sums by one-hot GEMM over the same chunk files "
+            "(same run)",
             gib=gib, target_ratio=RATIO_TARGET, sums_relative_difference=difference,
             cluster="threads" if gib * 2**30 <= THREADED_MAX_BYTES else "processes",
         )
