@@ -3,8 +3,9 @@ machine is said to be one.
 
 Each benchmark is bracketed by a short calibration, the probes of :mod:`imgscale.bench.machine`
 at sizes that take a fraction of a second (float32 GEMM on all cores, a memory copy, a cold
-sequential read of a file written once for the run), and the 1-minute load average is sampled
-throughout it by a background thread.
+sequential read of a file written once for the run), and a background thread samples, every
+:data:`LOAD_INTERVAL` seconds, the 1-minute load average and the CPU time of every process on the
+machine that is not this one or one of its descendants (the benchmark's cluster, its commands).
 
 A calibration takes :data:`SHOTS` shots of each probe, interleaved, and keeps each probe's
 median and range. One shot is not a measurement of the machine on a shared VM: two back-to-back
@@ -12,13 +13,18 @@ shots of the GEMM probe can differ twofold when the hypervisor takes a core for 
 cold read follows the host's storage, which wanders by a fifth within a minute on a machine no one
 else is using. A probe **moved** between two calibrations when its median changed by more than
 :data:`DRIFT_LIMIT` *and* the ranges of their shots do not overlap: the rule
-:mod:`imgscale.bench.compare` applies to figures, a change beyond the spread. A benchmark is
-**noisy** when a probe moved between the calibration before it and the one after (something took
-the cores, the memory bus or the disk and kept them), or when the load passed the machine's
-cores. The load counts every runnable process, the benchmark's own included: a benchmark that
-keeps more processes busy than there are cores marks itself noisy, which is what its timings
-then are. Its times and rates are then noisy; its accuracies, sizes and counts, which a busy
-machine does not change, are not.
+:mod:`imgscale.bench.compare` applies to figures, a change beyond the spread.
+
+A benchmark is **noisy** when a probe moved between the calibration before it and the one after
+(something took the cores, the memory bus or the disk and kept them), or when other processes kept
+more than :data:`OTHERS_LIMIT` cores busy on average while it ran. Not the load average against
+the cores: the load counts the benchmark's own processes, so a benchmark running two workers
+beside its client on two cores would call itself noisy on a machine no one else was using. The
+highest load is still recorded. A noisy benchmark's times and rates are noisy; its accuracies,
+sizes and counts, which a busy machine does not change, are not. Processes outside this one's
+tree are others, whoever started them: a cluster given by ``--scheduler`` whose workers run on
+this machine makes every benchmark noisy, as it should, since their CPU is not the benchmark's
+alone.
 
 The calibration after one benchmark is the calibration before the next, so a run of n benchmarks
 makes n + 1. The run's limits (:func:`imgscale.bench.machine.limits`, the peers of the speed
@@ -32,6 +38,7 @@ from __future__ import annotations
 import os
 import statistics
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +50,11 @@ DRIFT_LIMIT = 0.10
 (a change that stays within the shots' ranges is not a move, whatever its size)."""
 SHOTS = 7
 """Shots of each probe in one calibration: the median outvotes a moment of lost core."""
+OTHERS_LIMIT = 0.2
+"""The most cores other processes may keep busy, on average, while a quiet benchmark runs (a
+machine's own daemons and kernel threads keep a few hundredths busy)."""
 LOAD_INTERVAL = 2.0
-"""Seconds between two samples of the load average."""
+"""Seconds between two samples of the load and of the other processes' CPU time."""
 
 MIB = 2**20
 # (GEMM rows, memory-copy bytes, disk-read bytes) by scale: from small up, 2–5 s a calibration on
@@ -115,12 +125,13 @@ def moved(before: Calibration, after: Calibration) -> list[str]:
 
 @dataclass(frozen=True)
 class Conditions:
-    """The machine around one benchmark: its calibrations before and after and the highest load."""
+    """The machine around one benchmark: its calibrations before and after, the highest load
+    and the cores other processes kept busy on average."""
 
     before: Calibration
     after: Calibration
     load_max: float
-    cores: int
+    other_cores: float
 
     @property
     def drift(self) -> float:
@@ -132,7 +143,7 @@ class Conditions:
 
     @property
     def noisy(self) -> bool:
-        return bool(self.moved) or self.load_max > self.cores
+        return bool(self.moved) or self.other_cores > OTHERS_LIMIT
 
     def columns(self, unit: str) -> dict[str, object]:
         """The results table's columns for a figure of the benchmark in ``unit``: a time or a
@@ -142,6 +153,7 @@ class Conditions:
             "noisy": self.noisy and units.timed(unit),
             "load_max": round(self.load_max, 2),
             "calibration_drift": round(self.drift, 4),
+            "other_cores": round(self.other_cores, 3),
         }
 
     def describe(self) -> str:
@@ -149,7 +161,8 @@ class Conditions:
         verdict = "**Noisy**" if self.noisy else "Quiet"
         which = ", ".join(self.moved) or "no probe"
         return (
-            f"{verdict}: load up to {self.load_max:.2f} on {self.cores} cores; calibration "
+            f"{verdict}: other processes kept {self.other_cores:.2f} cores busy (limit "
+            f"{OTHERS_LIMIT:.2f}), load up to {self.load_max:.2f}; calibration "
             f"moved {self.drift:.0%} ({which} beyond its shots' range; limit {DRIFT_LIMIT:.0%}): "
             f"before {self.before.describe()}; after {self.after.describe()}."
         )
@@ -182,16 +195,23 @@ class Calibrator:
 
 
 class LoadSampler:
-    """The highest 1-minute load average seen while the block runs, sampled every
-    :data:`LOAD_INTERVAL` seconds, at its start and at its end."""
+    """While the block runs: the highest 1-minute load average, and the cores that processes
+    other than this one and its descendants kept busy on average (their CPU seconds over the
+    block's wall seconds), both sampled every :data:`LOAD_INTERVAL` seconds, at its start and at
+    its end. A process another one starts and reaps between two samples is not seen."""
 
     def __init__(self, interval: float = LOAD_INTERVAL):
         self.interval = interval
         self.peak = 0.0
+        self.other_seconds = 0.0
+        self._seen: dict[int, float] = {}
+        self._started = 0.0
+        self._ended = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> LoadSampler:
+        self._started = time.monotonic()
         self._sample()
         self._thread.start()
         return self
@@ -200,15 +220,57 @@ class LoadSampler:
         self._stop.set()
         self._thread.join()
         self._sample()
+        self._ended = time.monotonic()
+
+    @property
+    def other_cores(self) -> float:
+        """Cores kept busy by other processes, on average over the block."""
+        seconds = (self._ended or time.monotonic()) - self._started
+        return self.other_seconds / seconds if seconds > 0 else 0.0
 
     def _sample(self) -> None:
         self.peak = max(self.peak, os.getloadavg()[0])
+        cpu = other_cpu_seconds()
+        # A process first seen now started since the last sample (or is the first sample's):
+        # what it used before then is not this block's but cannot be told apart; it is counted
+        # from the first sample on only.
+        self.other_seconds += sum(
+            used - self._seen[pid] for pid, used in cpu.items() if pid in self._seen
+        )
+        self._seen = cpu
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self._sample()
 
 
-def cores() -> int:
-    """The cores the load average is compared with."""
-    return os.cpu_count() or 1
+def other_cpu_seconds() -> dict[int, float]:
+    """CPU seconds (user and system) so far of every process on the machine that is not this
+    one or its descendant, by pid, from ``/proc`` (empty where there is none)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents, cpu = {}, {}
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return {}
+    for name in entries:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:  # the process ended since the listing
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        pid = int(name)
+        parents[pid] = int(fields[1])
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / ticks
+    ours = {os.getpid()}
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    frontier = [os.getpid()]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            if child not in ours:
+                ours.add(child)
+                frontier.append(child)
+    return {pid: used for pid, used in cpu.items() if pid not in ours}

@@ -99,7 +99,7 @@ def write(docs: Path) -> list[Path]:
                 "now). The [summary page](README.md) has the headline figures and plots. A figure "
                 "measured several times reads median (min–max) over its repetitions, its ratio "
                 "the median (min–max) of each repetition's ratio; a run marked noisy had a busy "
-                "machine (its calibration moved or the load passed the cores).",
+                "machine (its calibration moved or other processes kept the cores busy).",
                 "",
                 _summary([n for n in names if n != "machine"], rows, stale),
                 *[s for s in sections if s],
@@ -169,8 +169,9 @@ def _section(
             note = f" {summary.STALE} **Stale:** {change.describe()}." if change else ""
             if any(r.get("noisy") for r in run):
                 note += (
-                    f" **Noisy:** load up to {first['load_max']:.2f}, calibration moved "
-                    f"{first['calibration_drift']:.0%} from before to after the benchmark: its "
+                    f" **Noisy:** {_others(first)}load up to {first['load_max']:.2f}, "
+                    f"calibration moved {first['calibration_drift']:.0%} from before to after "
+                    "the benchmark: its "
                     "times and rates are not a quiet machine's."
                 )
             lines += [
@@ -182,6 +183,13 @@ def _section(
         for image in sorted((docs / IMAGES).glob(f"{name}-{scale}-*.png")):
             lines += [f"![{image.stem}]({IMAGES}/{image.name})", ""]
     return "\n".join(lines)
+
+
+def _others(row: dict) -> str:
+    """What other processes took while a run's benchmark ran, where the run recorded it."""
+    if row.get("other_cores") is None:
+        return ""
+    return f"other processes kept {row['other_cores']:.2f} cores busy, "
 
 
 def _runs(rows: list[dict]) -> list[list[dict]]:

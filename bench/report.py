@@ -87,7 +87,8 @@ def markdown(runs: list[dict], limits: list[dict], header: dict[str, str], out: 
         "measured several times reads median (min–max), its ratio the median (min–max) of the "
         "ratios of each repetition. Under each benchmark, the machine around it: a benchmark is "
         "noisy when a probe of its short calibration moved from before to after it (its median by "
-        "more than the limit, beyond the range of its shots) or the load passed the cores.",
+        "more than the limit, beyond the range of its shots) or other processes kept the cores "
+        "busy while it ran.",
         "",
         "## Machine limits",
         "",

@@ -136,7 +136,7 @@ def run_suite(
             else:
                 seconds = time.perf_counter() - started
                 after = calibrator.measure()
-                conditions = calibration.Conditions(before, after, load.peak, calibration.cores())
+                conditions = calibration.Conditions(before, after, load.peak, load.other_cores)
                 before = after
                 bench_rows = [
                     {**row, **conditions.columns(row["unit"])}

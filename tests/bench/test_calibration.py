@@ -2,18 +2,24 @@
 
 import itertools
 import math
+import subprocess
+import sys
+import time
 
 import pytest
 
 from imgscale.bench.calibration import (
     DRIFT_LIMIT,
+    OTHERS_LIMIT,
     SHOTS,
     Calibration,
     Calibrator,
     Conditions,
+    LoadSampler,
     Probe,
     drift,
     moved,
+    other_cpu_seconds,
 )
 
 
@@ -76,7 +82,7 @@ def test_quiet_shots_recorded_on_this_vm_are_not_noisy_though_their_medians_move
     assert 182 / 102 - 1 > DRIFT_LIMIT
     for before, after in itertools.pairwise(QUIET):
         assert moved(before, after) == []
-        assert not Conditions(before, after, load_max=0.7, cores=2).noisy
+        assert not Conditions(before, after, load_max=0.7, other_cores=0.03).noisy
 
 
 def test_a_core_taken_by_another_process_is_noisy():
@@ -86,22 +92,28 @@ def test_a_core_taken_by_another_process_is_noisy():
         [18.4, 18.9, 18.2, 18.8, 19.0, 18.5, 18.7],
         [1.70, 1.66, 1.72, 1.66, 1.70, 1.73, 1.68],
     )
-    conditions = Conditions(QUIET[3], taken, load_max=1.5, cores=2)
+    conditions = Conditions(QUIET[3], taken, load_max=1.5, other_cores=0.0)
     assert conditions.moved == ["GEMM"] and conditions.noisy
     said = conditions.describe()
-    assert said.startswith("**Noisy**: load up to 1.50 on 2 cores; calibration moved 51% (GEMM be")
-    assert Conditions(QUIET[2], QUIET[3], load_max=1.0, cores=2).describe().startswith("Quiet: ")
+    assert said.startswith("**Noisy**: other processes kept 0.00 cores busy (limit 0.20), load up")
+    assert "calibration moved 51% (GEMM beyond its shots' range; limit 10%)" in said
+    quiet = Conditions(QUIET[2], QUIET[3], load_max=1.0, other_cores=0.03)
+    assert quiet.describe().startswith("Quiet: ")
 
 
-def test_a_load_past_the_cores_is_noisy_whatever_the_calibration():
-    assert Conditions(QUIET[3], QUIET[3], load_max=2.01, cores=2).noisy
-    assert not Conditions(QUIET[3], QUIET[3], load_max=2.0, cores=2).noisy
-    columns = Conditions(QUIET[0], QUIET[1], load_max=2.345, cores=2).columns("images/s")
-    assert columns == {"noisy": True, "load_max": 2.35, "calibration_drift": 0.2267}
+def test_other_processes_busy_past_the_limit_are_noisy_whatever_the_calibration_or_load():
+    assert OTHERS_LIMIT == 0.2
+    assert Conditions(QUIET[3], QUIET[3], load_max=0.5, other_cores=0.21).noisy
+    # The benchmark's own two workers and client keep the load above the cores: not noisy.
+    assert not Conditions(QUIET[3], QUIET[3], load_max=2.6, other_cores=0.05).noisy
+    columns = Conditions(QUIET[0], QUIET[1], load_max=2.345, other_cores=1.0).columns("images/s")
+    assert columns == {
+        "noisy": True, "load_max": 2.35, "calibration_drift": 0.2267, "other_cores": 1.0,
+    }  # fmt: skip
 
 
 def test_a_busy_machine_leaves_times_and_rates_noisy_not_accuracies_or_sizes():
-    busy = Conditions(QUIET[3], QUIET[3], load_max=9.0, cores=2)
+    busy = Conditions(QUIET[3], QUIET[3], load_max=9.0, other_cores=1.8)
     for unit in ("s", "ms", "rows/s", "GB/s", "x"):
         assert busy.columns(unit)["noisy"] is True, unit
     for unit in ("per-class rate", "error", "GiB", "bytes", "fraction", ""):
@@ -117,3 +129,40 @@ def test_the_calibrator_measures_this_machine_and_removes_its_file(tmp_path):
         assert math.isfinite(probe.median) and 0 < probe.low <= probe.median <= probe.high
     assert SHOTS >= 5
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_sampler_counts_processes_started_apart_and_not_this_ones_children(tmp_path):
+    spin = "import time\nwhile time.process_time() < 2.5: pass\n"  # 2.5 CPU seconds
+    (tmp_path / "spin.py").write_text(spin)
+    # A child of this process (as the benchmark's cluster and commands are) is not another's.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # A process started apart (its own session, its parent gone: reparented) spins a core.
+    launcher = (
+        "import os, subprocess, sys\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    spinner = subprocess.Popen([sys.executable, sys.argv[1]])\n"
+        "    open(sys.argv[2], 'w').write(str(spinner.pid))\n"
+        "    spinner.wait()\n"
+        "    open(sys.argv[3], 'w').close()\n"
+        "os._exit(0)\n"
+    )
+    started, done = tmp_path / "pid", tmp_path / "done"
+    try:
+        with LoadSampler(interval=0.5) as sampler:
+            subprocess.run([sys.executable, "-c", launcher, str(tmp_path / "spin.py"),
+                            str(started), str(done)], check=True)  # fmt: skip
+            while not started.exists() or not started.read_text():
+                time.sleep(0.05)
+            others = other_cpu_seconds()
+            assert int(started.read_text()) in others and child.pid not in others
+            while not done.exists():
+                time.sleep(0.1)
+    finally:
+        child.kill()
+        child.wait()
+    # The spinner's 2.5 CPU seconds, less what it used before it was first seen and after it was
+    # last seen (at most one interval each); whatever else ran only adds.
+    assert sampler.other_seconds > 1.2
+    assert sampler.other_cores > 0
+    assert sampler.peak > 0
