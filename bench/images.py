@@ -26,10 +26,12 @@ Dask.
 
 Through ``imgscale.jobs.ingest.ingest_images`` into a new store, on a LocalCluster of 1
 and then 2 single-threaded worker processes as ``imgscale.jobs.cluster.connect`` starts them,
-run from a spawned process of its own (the client holds nothing of this benchmark): images/s
-(listing, reading, hashing, decoding, describing and committing; the cluster's start is not
-counted), the 1 → 2 speed-up, and peak RSS of the client (which also runs the scheduler) and of
-the largest worker, sampled every 50 ms, for ``gist-tiny`` on the smaller and the full source.
+run from a spawned process of its own (the client holds nothing of this benchmark): the
+cluster of 1 worker is started once and kept for every round, those of 2 are new each round (the
+peak RSS they measure is of processes that held nothing before): images/s (listing, reading,
+hashing, decoding, describing and committing; the cluster's start is not counted), the 1 → 2
+speed-up, and peak RSS of the client (which also runs the scheduler) and of the largest worker,
+sampled every 50 ms, for ``gist-tiny`` on the smaller and the full source.
 Every ingest record carries the highest 1-minute load average of the machine when its runs
 started. The stages in one process run as many times as the scale's repetitions; the ingests on
 1 and 2 workers, the plain loop and the plain processes' speed-up run in turn, as many rounds,
@@ -68,6 +70,8 @@ from imgscale.jobs.ingest import describe_partition, known_of
 from imgscale.storage import ImageRequest, decode_image, open_image_source, read_partition
 
 if TYPE_CHECKING:
+    from multiprocessing.pool import Pool
+
     from distributed import Client
 
 CIFAR_TRAIN = "cifar10/train.parquet"
@@ -299,20 +303,26 @@ def _describer(features: Features) -> Callable[[object], int]:
     return describe
 
 
-def plain_processes_speedup(url: str, features: Features) -> float:
-    """``describe_partition`` over the source's partitions in 2 plain processes (partition i in
-    process i mod 2) over 1: the 1 → 2 speed-up this machine allows now, without Dask."""
+def plain_processes_speedup(url: str, features: Features, pool: Pool) -> float:
+    """``describe_partition`` over the source's partitions in 2 plain processes of ``pool``
+    (`plain_processes`; partition i in process i mod 2) over 1: the 1 → 2 speed-up this machine
+    allows now, without Dask."""
     partitions = open_image_source(url).partitions()
-    context = multiprocessing.get_context("spawn")
     seconds = {}
-    with context.Pool(2) as pool:
-        pool.map(_warm, range(2))
-        for procs in (1, 2):
-            shares = [partitions[p::procs] for p in range(procs)]
-            started = time.perf_counter()
-            pool.starmap(_describe_all, [(features, share) for share in shares])
-            seconds[procs] = time.perf_counter() - started
+    for procs in (1, 2):
+        shares = [partitions[p::procs] for p in range(procs)]
+        started = time.perf_counter()
+        pool.starmap(_describe_all, [(features, share) for share in shares])
+        seconds[procs] = time.perf_counter() - started
     return seconds[1] / seconds[2]
+
+
+def plain_processes(processes: int) -> Pool:
+    """A pool of ``processes`` spawned plain processes, their imports done: what the peers'
+    timed spans run in, kept across a benchmark's rounds."""
+    pool = multiprocessing.get_context("spawn").Pool(processes)
+    pool.map(_warm, range(processes))
+    return pool
 
 
 def _warm(_: int) -> None:
@@ -331,88 +341,146 @@ def ingest_runs(
     workers: int, runs: list[tuple[str, str, str]], store_root: str, *, again: bool = False
 ) -> list[dict]:
     """``ingest_images(source, new store, features)`` for each (name, source, features) of
-    ``runs``, on one LocalCluster of ``workers`` single-threaded workers (as the CLI starts
-    them), from a spawned process: seconds, images, 1-minute load, and peak RSS (bytes) of the
-    client and of the largest worker during each run (at the moment of their summed peak, and
-    each process's own), the client's CPU seconds and the commits. With ``again``, each source
-    is then ingested again into its store, which finds nothing new: ``again_seconds`` (listing
-    and planning included) and ``again_client_peak_rss``."""
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    child = context.Process(target=_ingest_child, args=(queue, workers, runs, store_root, again))
-    child.start()
-    try:
-        result = queue.get(timeout=CHILD_SECONDS)
-    except queue_module.Empty:
-        result = {"error": "no answer"}
-    child.join()
-    if "error" in result:
-        raise RuntimeError(f"ingest on {workers} worker(s) failed: {result['error']}")
-    return result["runs"]
+    ``runs``, on a new LocalCluster of ``workers`` single-threaded workers (as the CLI starts
+    them), from a spawned process of its own: :meth:`IngestHost.ingest`'s figures."""
+    with IngestHost(workers) as host:
+        return host.ingest(runs, store_root, again=again)
 
 
-def _ingest_child(
-    queue, workers: int, runs: list[tuple[str, str, str]], store_root: str, again: bool
-) -> None:
+class IngestHost:
+    """A spawned process holding one LocalCluster of ``workers`` single-threaded workers (as the
+    CLI starts them) while it is open, ingesting on it as often as asked: a benchmark's rounds
+    share one cluster, and no ingest's timed span includes the cluster's start. The client holds
+    nothing of the benchmark that starts it."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+
+    def __enter__(self) -> IngestHost:
+        context = multiprocessing.get_context("spawn")
+        self._commands, self._answers = context.Queue(), context.Queue()
+        self._process = context.Process(
+            target=_ingest_host, args=(self._commands, self._answers, self.workers)
+        )
+        self._process.start()
+        try:
+            self._answer()  # the cluster is up
+        except BaseException:
+            self._process.kill()
+            self._process.join()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._commands.put(None)
+        self._process.join(timeout=60)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+
+    def ingest(
+        self, runs: list[tuple[str, str, str]], store_root: str, *, again: bool = False
+    ) -> list[dict]:
+        """``ingest_images(source, new store, features)`` for each (name, source, features) of
+        ``runs``, the stores under ``store_root``: seconds, images, 1-minute load, and peak RSS
+        (bytes) of the client and of the largest worker during each run (at the moment of
+        their summed peak, and each process's own), the client's CPU seconds and the commits.
+        With ``again``, each source is then ingested again into its store, which finds nothing
+        new: ``again_seconds`` (listing and planning included) and ``again_client_peak_rss``."""
+        self._commands.put((runs, store_root, again))
+        return self._answer()
+
+    def _answer(self):
+        deadline = time.monotonic() + CHILD_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                answer = self._answers.get(timeout=1)
+            except queue_module.Empty:
+                if self._process.is_alive():
+                    continue
+                try:  # it may have answered as it ended
+                    answer = self._answers.get(timeout=1)
+                except queue_module.Empty:
+                    answer = {"error": f"exited with code {self._process.exitcode}"}
+            if "error" in answer:
+                raise RuntimeError(f"ingest on {self.workers} worker(s) failed: {answer['error']}")
+            return answer["answer"]
+        raise RuntimeError(f"ingest on {self.workers} worker(s): no answer")
+
+
+def _ingest_host(commands, answers, workers: int) -> None:
+    from imgscale.jobs.cluster import connect
+
     try:
-        queue.put({"runs": _ingest_in_cluster(workers, runs, Path(store_root), again)})
-    except Exception as exc:  # reported to the parent, which raises it there
-        queue.put({"error": f"{type(exc).__name__}: {exc}"})
+        with connect(quiet=True, n_workers=workers) as client:
+            client.run(importlib.import_module, "imgscale.jobs.ingest")
+            worker_pids = {f"pid {pid}" for pid in client.run(os.getpid).values()}
+            client.get_task_stream(start=time.time())  # the scheduler records tasks from now on
+            answers.put({"answer": None})
+            while (command := commands.get()) is not None:
+                runs, store_root, again = command
+                try:
+                    done = _ingest_in_cluster(client, worker_pids, runs, Path(store_root), again)
+                except Exception as exc:  # reported to the parent, which raises it there
+                    answers.put({"error": f"{type(exc).__name__}: {exc}"})
+                else:
+                    answers.put({"answer": done})
+    except Exception as exc:
+        answers.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
 def _ingest_in_cluster(
-    workers: int, runs: list[tuple[str, str, str]], root: Path, again: bool
+    client: Client,
+    worker_pids: set[str],
+    runs: list[tuple[str, str, str]],
+    root: Path,
+    again: bool,
 ) -> list[dict]:
-    from imgscale.jobs.cluster import connect
     from imgscale.jobs.ingest import ingest_images, plan_ingest
 
     out = []
-    with connect(quiet=True, n_workers=workers) as client:
-        client.run(importlib.import_module, "imgscale.jobs.ingest")
-        worker_pids = {f"pid {pid}" for pid in client.run(os.getpid).values()}
-        client.get_task_stream(start=time.time())  # the scheduler records tasks from now on
-        for name, source, features in runs:
-            store = root / f"{name}.zarr"
-            shutil.rmtree(store, ignore_errors=True)
-            load = os.getloadavg()[0]
-            started, client_cpu = time.time(), time.process_time()
-            with PeakRSS() as rss:
-                summary = ingest_images(plan_ingest(source, store, features=features), client)
-            client_cpu = time.process_time() - client_cpu
-            first, rest = partition_seconds(client.get_task_stream(start=started))
-            repeated = {}
-            if again:
-                cpu_before = _cpu_seconds(client)
-                with PeakRSS() as again_rss:
-                    plan = plan_ingest(source, store, features=features)
-                    again_summary = ingest_images(plan, client) if plan.partitions else {}
-                repeated = {
-                    "again_seconds": time.perf_counter() - plan.started,
-                    "again_rows": again_summary.get("rows", 0),
-                    "again_client_peak_rss": again_rss.each_peak.get("client", 0),
-                    "again_cpu_s": _cpu_seconds(client) - cpu_before,
-                }
-            shutil.rmtree(store)
-            out.append(
-                {
-                    **repeated,
-                    "name": name,
-                    "seconds": summary["seconds"],
-                    "images": summary["images_seen"],
-                    "load": load,
-                    "client_rss": rss.at_peak.get("client", 0),
-                    "worker_rss": max(v for k, v in rss.at_peak.items() if k in worker_pids),
-                    "first_partition_s": first,
-                    "median_partition_s": rest,
-                    # Each process's own peak, the client's CPU seconds (its scheduler's too), and
-                    # the commits: what the front end's scale is judged by.
-                    "client_peak_rss": rss.each_peak.get("client", 0),
-                    "worker_peak_rss": max(v for k, v in rss.each_peak.items() if k in worker_pids),
-                    "client_cpu_s": client_cpu,
-                    "commits": summary["commits"],
-                    "commit_seconds": summary["commit_seconds"],
-                }
-            )
+    for name, source, features in runs:
+        store = root / f"{name}.zarr"
+        shutil.rmtree(store, ignore_errors=True)
+        load = os.getloadavg()[0]
+        started, client_cpu = time.time(), time.process_time()
+        with PeakRSS() as rss:
+            summary = ingest_images(plan_ingest(source, store, features=features), client)
+        client_cpu = time.process_time() - client_cpu
+        first, rest = partition_seconds(client.get_task_stream(start=started))
+        repeated = {}
+        if again:
+            cpu_before = _cpu_seconds(client)
+            with PeakRSS() as again_rss:
+                plan = plan_ingest(source, store, features=features)
+                again_summary = ingest_images(plan, client) if plan.partitions else {}
+            repeated = {
+                "again_seconds": time.perf_counter() - plan.started,
+                "again_rows": again_summary.get("rows", 0),
+                "again_client_peak_rss": again_rss.each_peak.get("client", 0),
+                "again_cpu_s": _cpu_seconds(client) - cpu_before,
+            }
+        shutil.rmtree(store)
+        out.append(
+            {
+                **repeated,
+                "name": name,
+                "seconds": summary["seconds"],
+                "images": summary["images_seen"],
+                "load": load,
+                "client_rss": rss.at_peak.get("client", 0),
+                "worker_rss": max(v for k, v in rss.at_peak.items() if k in worker_pids),
+                "first_partition_s": first,
+                "median_partition_s": rest,
+                # Each process's own peak, the client's CPU seconds (its scheduler's too), and
+                # the commits: what the front end's scale is judged by.
+                "client_peak_rss": rss.each_peak.get("client", 0),
+                "worker_peak_rss": max(v for k, v in rss.each_peak.items() if k in worker_pids),
+                "client_cpu_s": client_cpu,
+                "commits": summary["commits"],
+                "commit_seconds": summary["commit_seconds"],
+            }
+        )
     return out
 
 
@@ -560,13 +628,15 @@ def run(ctx: Context, n: int, n_few: int, n_peer_tiny: int, n_peer: int) -> list
 
     def ingest_round() -> tuple[dict[str, dict], dict[str, dict], float]:
         ctx.log("images: ingest on 1 worker, then on 2")
-        one = {r["name"]: r for r in ingest_runs(1, runs_one + large_runs, stores)}
+        one = {r["name"]: r for r in one_worker.ingest(runs_one + large_runs, stores)}
         two = {r["name"]: r for r in ingest_runs(2, runs_two + large_runs, stores)}
-        return one, two, plain_processes_speedup(full["folder"], features[GIST_TINY[0]])
+        return one, two, plain_processes_speedup(full["folder"], features[GIST_TINY[0]], pool)
 
-    # The plain loop and the ingests in turn, round after round; then the stages in one process,
-    # beside the median of the plain loop's rounds.
-    peer_rounds, rounds = interleaved(plain_loop, ingest_round, repeats=repeats)
+    # The plain loop and the ingests in turn, round after round, the cluster of 1 worker and the
+    # plain processes kept across the rounds; then the stages in one process, beside the median
+    # of the plain loop's rounds.
+    with IngestHost(1) as one_worker, plain_processes(2) as pool:
+        peer_rounds, rounds = interleaved(plain_loop, ingest_round, repeats=repeats)
     with threadpool_limits(limits=1):  # first calls (imports, filter banks) are not timed
         first = open_image_source(few["parquet"]).partitions()[0]
         for one_features in features.values():

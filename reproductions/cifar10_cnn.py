@@ -47,10 +47,12 @@ and global pooling), at 10 a class, linear ridge and NCM only, no Fisher vectors
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import shutil
 import time
+from multiprocessing.pool import Pool
 from pathlib import Path
 
 import numpy as np
@@ -331,17 +333,20 @@ def speed_suite(ctx: Context) -> list[dict]:
     features = f"onnx:{model}"
     batches = decoded_batches(source, features)
     out = []
+    spawn = multiprocessing.get_context("spawn")
     for workers in (1, 2):
         # The second ingest, into another store on the same cluster, finds the workers warm;
-        # both and ONNX Runtime alone in turn, round after round.
-        rounds, peers = interleaved(
-            lambda workers=workers: ingest_runs(
-                workers, [(f"cnn-{t}", str(source), features) for t in ("cold", "warm")],
-                str(scratch),
-            ),
-            lambda workers=workers: ort_rate(model, batches, workers),
-            repeats=repetitions(ctx),
-        )  # fmt: skip
+        # both (on a new cluster each round) and ONNX Runtime alone (in the same plain
+        # processes each round) in turn, round after round.
+        with spawn.Pool(workers) as pool:
+            rounds, peers = interleaved(
+                lambda workers=workers: ingest_runs(
+                    workers, [(f"cnn-{t}", str(source), features) for t in ("cold", "warm")],
+                    str(scratch),
+                ),
+                lambda pool=pool, workers=workers: ort_rate(model, batches, pool, workers),
+                repeats=repetitions(ctx),
+            )  # fmt: skip
         peer_rates = [peer["rate"] for peer in peers]
         for i, when in enumerate(("a new cluster", "the same cluster again")):
             runs = [each[i] for each in rounds]
@@ -391,17 +396,16 @@ def decoded_batches(source: Path, features: str) -> list[np.ndarray]:
     return [np.stack(images[i : i + _SLICE]) for i in range(0, len(images), _SLICE)]
 
 
-def ort_rate(model: Path, batches: list[np.ndarray], processes: int) -> dict[str, float]:
+def ort_rate(
+    model: Path, batches: list[np.ndarray], pool: Pool, processes: int
+) -> dict[str, float]:
     """Images/s of ONNX Runtime's ``session.run`` (one thread a process, as a worker runs it)
-    on ``batches``, shared out over ``processes`` spawned processes: the images over the
-    longest process's seconds inside ``session.run``, and the 1-minute load as it started."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
+    on ``batches``, shared out over the ``processes`` spawned processes of ``pool``: the images
+    over the longest process's seconds inside ``session.run``, and the 1-minute load as it
+    started."""
     shares = [batches[p::processes] for p in range(processes)]
     load = os.getloadavg()[0]
-    with context.Pool(processes) as pool:
-        seconds = pool.starmap(_run_session, [(str(model), share) for share in shares])
+    seconds = pool.starmap(_run_session, [(str(model), share) for share in shares])
     images = sum(len(b) for b in batches)
     return {"rate": images / max(seconds), "load": load}
 
