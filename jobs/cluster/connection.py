@@ -297,7 +297,7 @@ def _local_cluster(n_workers: int | None) -> LocalCluster:
     """
     n_workers = n_workers or psutil.cpu_count(logical=False) or os.cpu_count() or 1
     memory = psutil.virtual_memory().total
-    with _main_script_not_rerun():
+    with _main_script_not_rerun(), _environment_kept():
         return LocalCluster(
             n_workers=n_workers,
             threads_per_worker=1,
@@ -321,6 +321,26 @@ def _main_script_not_rerun() -> Iterator[None]:
     finally:
         if script is not None:
             main.__file__ = script
+
+
+@contextlib.contextmanager
+def _environment_kept() -> Iterator[None]:
+    """While worker processes are spawned: each nanny sets ``distributed.nanny.pre-spawn-environ``
+    (one OpenMP and BLAS thread, a malloc trim threshold) and a hash seed in *this* process's
+    environment for its worker to inherit. The workers want them; this process does not: a
+    library it loads later (faiss's OpenMP) and every process it starts later (a command, a peer)
+    would run on one thread. They are put back as they were once the workers have started (a
+    worker the nanny restarts later sets them again)."""
+    names = [*(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}), "PYTHONHASHSEED"]
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _threaded_cluster(n_threads: int | None) -> LocalCluster:

@@ -4,6 +4,10 @@ processes."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import dask
 import psutil
 import pytest
@@ -48,3 +52,22 @@ def test_a_larger_store_runs_on_worker_processes(data_bytes):
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         worker_pid = client.submit(lambda: psutil.Process().pid).result()
         assert worker_pid != psutil.Process().pid
+
+
+def test_worker_processes_get_one_thread_and_this_process_keeps_its_environment(monkeypatch):
+    # The nannies put OMP_NUM_THREADS=1 (and BLAS's) in the spawning process's environment for
+    # their workers; left there, faiss's OpenMP loaded later and every command or peer started
+    # later would run on one thread.
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    with connect(quiet=True, n_workers=1, data_bytes=None) as client:
+        assert "OMP_NUM_THREADS" not in os.environ
+        assert os.environ["OPENBLAS_NUM_THREADS"] == "2"
+        started_here = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.environ.get('OMP_NUM_THREADS'))"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert started_here == "None"
+        names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+        in_worker = client.submit(lambda: [os.environ.get(name) for name in names]).result()
+        assert in_worker == ["1", "2"]  # a variable the user set is the user's, there too
