@@ -39,7 +39,7 @@ from tests.processes import start_logged, wait_for_workers, wait_until
 IMGSCALE = str(Path(sys.executable).with_name("imgscale"))
 DASK = str(Path(sys.executable).with_name("dask"))
 TIMEOUT = 240.0
-ROWS = 400_000  # big.npz: an ingest of several seconds
+ROWS = 1_600_000  # big.npz: an ingest of several seconds on a quiet machine
 
 
 class Cluster:
