@@ -154,7 +154,15 @@ class Conditions:
             "load_max": round(self.load_max, 2),
             "calibration_drift": round(self.drift, 4),
             "other_cores": round(self.other_cores, 3),
+            "gemm_gflops": round(self.gemm_gflops, 1),
         }
+
+    @property
+    def gemm_gflops(self) -> float:
+        """The host's GEMM rate around the benchmark (the two calibrations' medians averaged):
+        hosts sold as the same machine (same cores, memory and CPU name) run it at rates that
+        differ by half, so a time is compared only with one taken on a host of the same rate."""
+        return (self.before.gemm.median + self.after.gemm.median) / 2
 
     def describe(self) -> str:
         """One sentence for the run's report."""

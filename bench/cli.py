@@ -308,19 +308,19 @@ def _compare(old: Path, new: Path, names: tuple[str, ...], tolerance: float, as_
                 summary[f"{key}_figures"] = "; ".join(_figure(d) for d in differences)
         click.echo(json.dumps(summary))
         return
-    counts = ", ".join(f"{len(by_verdict[v])} {v}" for v in compare.VERDICTS[:5])
+    counts = ", ".join(f"{len(by_verdict[v])} {v}" for v in compare.VERDICTS[:6])
     click.echo(
         f"{compared} figures in both tables: {counts}; {len(by_verdict['added'])} added, "
         f"{len(by_verdict['removed'])} removed, {len(by_verdict['not run'])} of benchmarks NEW did "
         f"not run (where a side was measured once: beyond {tolerance:.0%})"
     )
-    for verdict in ("worse", "better", "changed", "noisy", "added", "removed"):
+    for verdict in ("worse", "better", "changed", "noisy", "other machine", "added", "removed"):
         if by_verdict[verdict]:
             click.echo(f"{verdict}:")
         for d in by_verdict[verdict]:
             sides = [report.spread(row) if row else "—" for row in (d.old, d.new)]
             change = f", {d.change:+.0%}" if d.change is not None else ""
-            click.echo(f"  {_figure(d)}: {sides[0]} → {sides[1]}{change}{_noisy_in(d)}")
+            click.echo(f"  {_figure(d)}: {sides[0]} → {sides[1]}{change}{_why(d)}")
 
 
 def _figure(difference) -> str:
@@ -328,8 +328,12 @@ def _figure(difference) -> str:
     return f"{difference.benchmark}: {difference.name} ({difference.scale}{unit})"
 
 
-def _noisy_in(difference) -> str:
-    """Which table's run of the figure was noisy, for a figure said to be noisy."""
+def _why(difference) -> str:
+    """Which table's run of a figure said to be noisy was noisy; how the hosts of a figure said
+    to be from another machine differ."""
+    if difference.verdict == "other machine":
+        old, new = (row["gemm_gflops"] for row in (difference.old, difference.new))
+        return f" (host GEMM {old:.0f} → {new:.0f} GFLOP/s)"
     if difference.verdict != "noisy":
         return ""
     sides = [

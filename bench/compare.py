@@ -12,13 +12,17 @@ value (two single timings differ when they are more than 10% apart), and a figur
 does not move (an accuracy, a size, a count) by more than :data:`UNTIMED_TOLERANCE` of it: its
 seeds are fixed, so what moves it is the code or the data, not the machine. A figure whose run in
 either table was noisy (:mod:`imgscale.bench.calibration`) is said to be noisy instead of
-compared, and a figure of one table only is added or removed (or not run, when the new table
-did not run its benchmark at that scale)."""
+compared; a time or a rate whose runs' hosts ran the calibration's GEMM at rates more than
+:data:`HOST_TOLERANCE` apart was measured on another machine, though the cores, memory and CPU
+name are the same (hosts of one cloud offer differ by half), and is said so rather than called
+better or worse. A figure of one table only is added or removed (or not run, when the new
+table did not run its benchmark at that scale)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from imgscale.bench.calibration import DRIFT_LIMIT
 from imgscale.bench.units import direction, timed
 
 TOLERANCE = 0.10
@@ -31,9 +35,17 @@ UNTIMED_TOLERANCE = 0.005
 measured once: room for floating-point summation order (threads, chunking), not for a change of
 method; an accuracy of 0.80 that reads 0.79 has changed."""
 
-VERDICTS = ("worse", "better", "changed", "noisy", "within noise", "added", "removed", "not run")
+HOST_TOLERANCE = DRIFT_LIMIT
+"""How far apart, relative to the old run's, two runs' GEMM rates may be for their times to be
+compared: the calibration's limit of one quiet host's drift."""
+
+VERDICTS = (
+    "worse", "better", "changed", "noisy", "other machine", "within noise", "added", "removed",
+    "not run",
+)  # fmt: skip
 """Every verdict, in the order they are listed; "changed": beyond the noise in a unit whose
-better direction is not known; "not run": a figure of a benchmark the new table did not run at
+better direction is not known; "other machine": a time or rate measured on hosts of different
+speed (:func:`host_change`); "not run": a figure of a benchmark the new table did not run at
 that scale (a run of a few benchmarks against the documents' table), where "removed" is one its
 benchmark no longer records."""
 
@@ -73,6 +85,14 @@ def compare(old: list[dict], new: list[dict], tolerance: float = TOLERANCE) -> l
     return out
 
 
+def host_change(old: dict, new: dict) -> float | None:
+    """The new run's host GEMM rate over the old's, less 1; None where either is unknown (a
+    table written before runs recorded it)."""
+    if not old.get("gemm_gflops") or not new.get("gemm_gflops"):
+        return None
+    return new["gemm_gflops"] / old["gemm_gflops"] - 1
+
+
 def interval(row: dict) -> tuple[float, float]:
     """The values the figure stands for: its repetitions' extremes, or its one value."""
     if _repeated(row) and row.get("value_min") is not None:
@@ -89,6 +109,9 @@ def _verdict(old: dict | None, new: dict, tolerance: float) -> str:
         return "added"
     if old.get("noisy") or new.get("noisy"):
         return "noisy"
+    host = host_change(old, new)
+    if timed(new["unit"]) and host is not None and abs(host) > HOST_TOLERANCE:
+        return "other machine"
     (old_low, old_high), (new_low, new_high) = interval(old), interval(new)
     if _repeated(old) and _repeated(new):
         gap = 0.0

@@ -10,9 +10,11 @@ and ``value_max`` its extremes and ``ratio_min`` and ``ratio_max`` those of its 
 ratios; a figure measured once has ``repeats`` 1 and extremes equal to its value. The suite adds
 what it knows of the run of the benchmark: ``noisy`` (its calibration moved or other
 processes kept the cores busy, :mod:`imgscale.bench.calibration`), ``load_max``,
-``calibration_drift``, ``other_cores`` and ``code_hash`` (the measured code's hash,
-:mod:`imgscale.bench.staleness`). A table written before these columns existed reads with each
-figure measured once and the run's conditions unknown (None).
+``calibration_drift``, ``other_cores``, ``code_hash`` (the measured code's hash,
+:mod:`imgscale.bench.staleness`) and ``gemm_gflops`` (the host's GEMM rate in the calibrations:
+the same cores, memory and CPU name can be hosts of different speed). A table written before
+these columns existed reads with each figure measured once and the run's conditions unknown
+(None).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ SCHEMA = pa.schema(
         ("calibration_drift", pa.float64()),
         ("code_hash", pa.string()),
         ("other_cores", pa.float64()),
+        ("gemm_gflops", pa.float64()),
     ]
 )
 # The columns a table written before figures had repetitions lacks; read() fills them.
@@ -80,8 +83,8 @@ def provenance() -> tuple[str, str]:
 
 def rows(records: list[dict], **columns: object) -> list[dict]:
     """Benchmark records as table rows; ``columns`` fills benchmark, scale, machine, …, command
-    and the run's conditions (noisy, load_max, calibration_drift, other_cores, code_hash). A
-    record without repetitions is a figure measured once."""
+    and the run's conditions (noisy, load_max, calibration_drift, other_cores, code_hash,
+    gemm_gflops). A record without repetitions is a figure measured once."""
     out = []
     for r in records:
         detail = {k: v for k, v in r.items() if k not in _OWN_KEYS}

@@ -65,7 +65,10 @@ def write(
         "ours over that. The last column links the full table, which gives the command that "
         f"regenerates it. {STALE} marks a figure measured before the code it measures last "
         "changed. A figure measured several times reads median (min–max) over its repetitions; "
-        "a run on a busy machine (marked noisy) gives no headline.",
+        "a run on a busy machine (marked noisy) gives no headline. Hosts sold as one machine "
+        "(the same cores, memory and CPU) differ in speed: where a run measured it, the machine "
+        "column gives its host's GEMM rate, and times are comparable between rows of one rate; "
+        "a ratio is always of one run on one host.",
         "",
         "| question | figure | ours | against | theirs | ratio | reads | machine, scale | table |",
         "|---|---|---:|---|---:|---:|---|---|---|",
@@ -81,7 +84,7 @@ def write(
             f"| {h['question']} | {h['label']} | {_with_unit(report.spread(h), h['unit'])} "
             f"| {h['peer']} | {_with_unit(report.number(h['peer_value']), h['unit'])} "
             f"| {report.spread(h, 'ratio', '.3g')} "
-            f"| {h['reading']} | {h['machine']}; {h['scale']}; {h['commit'] or '?'}{mark} "
+            f"| {h['reading']} | {_host(h)}; {h['scale']}; {h['commit'] or '?'}{mark} "
             f"| [{h['benchmark']}]({document}#{anchor(h['benchmark'])}) |"
         )
     lines.append("")
@@ -299,6 +302,14 @@ def _rows(n: int) -> str:
         if n >= size:
             return f"{n / size:g}{suffix} rows"
     return f"{n} rows"
+
+
+def _host(h: dict) -> str:
+    """The machine a headline was measured on, with its host's GEMM rate where the run recorded
+    it: hosts sold as one machine differ in speed, and a reader compares times across rows."""
+    if not h.get("gemm_gflops"):
+        return h["machine"]
+    return f"{h['machine']}, GEMM {h['gemm_gflops']:.0f} GFLOP/s"
 
 
 def _ram_gib(machine: str) -> float | None:

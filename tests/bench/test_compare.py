@@ -17,7 +17,9 @@ OLD_COLUMNS = ["benchmark", "name", "value", "unit", "peer_value", "ratio", "sca
                "imgscale_version", "commit", "time", "peer", "command", "detail"]  # fmt: skip
 
 
-def _row(name, value, unit, *, low=None, high=None, repeats=3, noisy=False, benchmark="ridge"):
+def _row(
+    name, value, unit, *, low=None, high=None, repeats=3, noisy=False, benchmark="ridge", gemm=None
+):
     """A row as a suite run writes it: the median of ``repeats`` with its extremes."""
     return {
         "benchmark": benchmark, "name": name, "value": value, "unit": unit, "peer_value": None,
@@ -25,7 +27,7 @@ def _row(name, value, unit, *, low=None, high=None, repeats=3, noisy=False, benc
         "commit": "abc", "time": "t", "peer": "", "command": "cmd", "detail": "{}",
         "value_min": value if low is None else low, "value_max": value if high is None else high,
         "repeats": repeats, "ratio_min": None, "ratio_max": None, "noisy": noisy,
-        "load_max": 1.0, "calibration_drift": 0.02, "code_hash": "h",
+        "load_max": 1.0, "calibration_drift": 0.02, "code_hash": "h", "gemm_gflops": gemm,
     }  # fmt: skip
 
 
@@ -170,6 +172,34 @@ def test_a_noisy_figure_names_the_table_whose_run_was_noisy(tmp_path):
     new = _table(tmp_path / "new.parquet", [_row("fit", 30.0, "s", repeats=1, noisy=True)])
     done = CliRunner().invoke(bench, ["--compare", str(old), str(new)])
     assert "noisy:\n  ridge: fit (small, s): 10 → 30, +200% (noisy in new)\n" in done.output
+
+
+def test_a_time_from_a_host_of_another_speed_is_not_called_worse(tmp_path):
+    """Recorded on two hosts both described as "2 cores, 24 GiB, AMD EPYC": bench embed's
+    RFF-2000 → ridge took 34.95 s where the calibration's GEMM ran at 186 GFLOP/s and 64.1 s
+    (64.1–67.7) where it ran at 140; the code it measured had not changed."""
+    old = [_row("rff ridge", 34.95, "s", repeats=1, gemm=186.0),
+           _row("rate", 0.7245, "fraction", repeats=1, gemm=186.0)]  # fmt: skip
+    new = [_row("rff ridge", 64.11, "s", low=64.11, high=67.69, gemm=140.3),
+           _row("rate", 0.7245, "fraction", repeats=1, gemm=140.3)]  # fmt: skip
+    assert _verdicts(old, new) == {
+        ("ridge", "rff ridge"): "other machine",
+        ("ridge", "rate"): "within noise",  # no host moves an accuracy
+    }
+    # Within the limit of one host's drift, or with a host unknown, the times are compared.
+    for gemm in (180.0, None):
+        new[0]["gemm_gflops"] = gemm
+        assert _verdicts(old, new)[("ridge", "rff ridge")] == "worse"
+    new[0]["gemm_gflops"] = 140.3
+    done = CliRunner().invoke(
+        bench, ["--compare", str(_table(tmp_path / "old.parquet", old)),
+                str(_table(tmp_path / "new.parquet", new))],
+    )  # fmt: skip
+    assert "1 other machine" in done.output
+    assert (
+        "other machine:\n  ridge: rff ridge (small, s): 34.95 → 64.11 (64.11–67.69), +83% "
+        "(host GEMM 186 → 140 GFLOP/s)\n" in done.output
+    )
 
 
 def test_compare_refuses_the_options_of_a_run_and_tolerance_needs_it(tmp_path):

@@ -78,6 +78,19 @@ def test_a_figure_is_taken_from_its_newest_run_at_its_largest_scale():
     assert h["reading"] == "5.0× better"
 
 
+def test_a_headline_names_its_hosts_gemm_rate_where_its_run_measured_it(tmp_path):
+    rows = results.read(DOCS / docs.TABLE_FILE)
+    for row in rows:
+        row["gemm_gflops"] = 140.3 if row["benchmark"] == "ridge" else None
+    results.write(tmp_path / docs.TABLE_FILE, rows)
+    docs.write(tmp_path)
+    lines = (tmp_path / "README.md").read_text().splitlines()
+    ridge = [line for line in lines if "(benchmarks.md#ridge)" in line]
+    others = [line for line in lines if line.startswith("| ") and "#ridge)" not in line]
+    assert ridge and all(", GEMM 140 GFLOP/s; " in line for line in ridge)
+    assert others and not any("GFLOP/s;" in line for line in others)
+
+
 def test_the_peer_can_be_another_figure_of_the_same_run_or_a_papers():
     rows = _rows(
         "hope", "medium", "t2", record("2-D error", 2.5, "%"), record("1-NN error", 3.0, "%")
