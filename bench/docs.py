@@ -175,7 +175,7 @@ def _section(
                     "times and rates are not a quiet machine's."
                 )
             lines += [
-                f"**Scale {scale}.** Machine: {first['machine']}. Commit "
+                f"**Scale {scale}.** Machine: {summary.host(first)}. Commit "
                 f"{first['commit'] or 'unknown'}{when}. Command: `{first['command']}`{note}",
                 "",
                 report.table(peers.annotate(run)),

@@ -84,7 +84,7 @@ def write(
             f"| {h['question']} | {h['label']} | {_with_unit(report.spread(h), h['unit'])} "
             f"| {h['peer']} | {_with_unit(report.number(h['peer_value']), h['unit'])} "
             f"| {report.spread(h, 'ratio', '.3g')} "
-            f"| {h['reading']} | {_host(h)}; {h['scale']}; {h['commit'] or '?'}{mark} "
+            f"| {h['reading']} | {host(h)}; {h['scale']}; {h['commit'] or '?'}{mark} "
             f"| [{h['benchmark']}]({document}#{anchor(h['benchmark'])}) |"
         )
     lines.append("")
@@ -139,6 +139,15 @@ _EMBEDDING_ABOUT = (
     "The test images placed by en-HOPE trained against a few exemplars a class, drawn by the "
     "hope benchmark's run; the kNN error in 2-D is in the table above."
 )
+
+
+def host(h: dict) -> str:
+    """The machine a figure (a results row) was measured on, with its host's GEMM rate where the
+    run recorded it: hosts sold as one machine differ in speed, and a reader compares times
+    across rows."""
+    if not h.get("gemm_gflops"):
+        return h["machine"]
+    return f"{h['machine']}, GEMM {h['gemm_gflops']:.0f} GFLOP/s"
 
 
 def _unique(found: list[dict]) -> list[dict]:
@@ -302,14 +311,6 @@ def _rows(n: int) -> str:
         if n >= size:
             return f"{n / size:g}{suffix} rows"
     return f"{n} rows"
-
-
-def _host(h: dict) -> str:
-    """The machine a headline was measured on, with its host's GEMM rate where the run recorded
-    it: hosts sold as one machine differ in speed, and a reader compares times across rows."""
-    if not h.get("gemm_gflops"):
-        return h["machine"]
-    return f"{h['machine']}, GEMM {h['gemm_gflops']:.0f} GFLOP/s"
 
 
 def _ram_gib(machine: str) -> float | None:
