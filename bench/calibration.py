@@ -182,8 +182,7 @@ class Calibrator:
 
     def __init__(self, workdir: Path, scale: str):
         self.rows, self.memory_bytes, disk_bytes = _SIZES[scale]
-        self.probe = workdir / "calibration-read.bin"
-        machine.write_file(self.probe, disk_bytes)
+        self.probe = machine.probe_file(workdir, "calibration-read-", disk_bytes)
 
     def __enter__(self) -> Calibrator:
         return self

@@ -132,6 +132,17 @@ def test_the_calibrator_measures_this_machine_and_removes_its_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_two_runs_given_one_work_dir_each_probe_and_remove_their_own_file(tmp_path):
+    """Two `imgscale bench` runs started with one --workdir: the first to close its calibrator
+    used to remove the file the other was about to read (a run failed, No such file)."""
+    with Calibrator(tmp_path, "tiny") as first:
+        with Calibrator(tmp_path, "tiny") as second:
+            assert first.probe != second.probe
+        assert first.probe.is_file() and not second.probe.exists()
+        assert math.isfinite(first.measure(shots=1).disk.median)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_sampler_counts_processes_started_apart_and_not_this_ones_children(tmp_path):
     spin = "import time\nwhile time.process_time() < 2.5: pass\n"  # 2.5 CPU seconds
     (tmp_path / "spin.py").write_text(spin)
