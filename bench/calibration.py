@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -182,7 +183,11 @@ class Calibrator:
 
     def __init__(self, workdir: Path, scale: str):
         self.rows, self.memory_bytes, disk_bytes = _SIZES[scale]
-        self.probe = machine.probe_file(workdir, "calibration-read-", disk_bytes)
+        # A name no other calibrator has: runs given one work dir each write and remove their own.
+        handle, name = tempfile.mkstemp(prefix="calibration-read-", suffix=".bin", dir=workdir)
+        os.close(handle)
+        self.probe = Path(name)
+        machine.write_file(self.probe, disk_bytes)
 
     def __enter__(self) -> Calibrator:
         return self

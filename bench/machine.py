@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
@@ -108,16 +107,7 @@ def _read_through(path: Path) -> float:
     return time.perf_counter() - started
 
 
-def probe_file(workdir: Path, prefix: str, nbytes: int) -> Path:
-    """A new file of ``nbytes`` in ``workdir`` for a disk probe to read, under a name no other
-    probe has: two benchmark runs given one work dir each write and remove their own."""
-    handle, name = tempfile.mkstemp(prefix=prefix, suffix=".bin", dir=workdir)
-    os.close(handle)
-    _write_file(Path(name), nbytes)
-    return Path(name)
-
-
-def _write_file(path: Path, nbytes: int) -> None:
+def write_file(path: Path, nbytes: int) -> None:
     """``nbytes`` of random bytes in 16 MiB writes, flushed to disk."""
     block = np.random.default_rng(0).integers(0, 256, READ_BLOCK, dtype=np.uint8).tobytes()
     with open(path, "wb") as file:
@@ -133,7 +123,8 @@ def limits(workdir: Path, disk_bytes: int, memory_bytes: int) -> list[dict]:
         one_core = gemm_gflops()
     all_cores = gemm_gflops()
     bandwidth = memory_bandwidth(memory_bytes)
-    probe = probe_file(workdir, "sequential-read-", disk_bytes)
+    probe = workdir / "sequential-read.bin"
+    write_file(probe, disk_bytes)
     try:
         cold = sequential_read_rate(probe, cold=True)
         warm = sequential_read_rate(probe, cold=False)

@@ -7,6 +7,7 @@ rewritten after every benchmark, so a long run that is stopped keeps what it fin
 from __future__ import annotations
 
 import datetime
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -81,7 +82,10 @@ def run_suite(
         "command": command,
     }
     log("measuring the machine's limits")
-    limit_records = machine.limits(workdir, *_LIMIT_BYTES[scale])
+    # A folder of this run's own for the disk probe's file: runs given one work dir at once
+    # would otherwise write and remove the same file.
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="limits-") as probe_dir:
+        limit_records = machine.limits(Path(probe_dir), *_LIMIT_BYTES[scale])
     table_rows = results.rows(limit_records, benchmark="machine", **columns)
     outcome = Outcome(out / RESULTS_FILE, out / REPORT_FILE)
     runs: list[dict] = []
