@@ -174,8 +174,9 @@ def _section(
                     "the benchmark: its "
                     "times and rates are not a quiet machine's."
                 )
+            machine = summary.host(first["machine"], first.get("gemm_gflops"))
             lines += [
-                f"**Scale {scale}.** Machine: {summary.host(first)}. Commit "
+                f"**Scale {scale}.** Machine: {machine}. Commit "
                 f"{first['commit'] or 'unknown'}{when}. Command: `{first['command']}`{note}",
                 "",
                 report.table(peers.annotate(run)),

@@ -14,7 +14,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from imgscale.bench import headlines, report, staleness
+from imgscale.bench import headlines, report, staleness, units
 from imgscale.bench.registry import SCALES
 from imgscale.bench.staleness import Change
 
@@ -84,7 +84,7 @@ def write(
             f"| {h['question']} | {h['label']} | {_with_unit(report.spread(h), h['unit'])} "
             f"| {h['peer']} | {_with_unit(report.number(h['peer_value']), h['unit'])} "
             f"| {report.spread(h, 'ratio', '.3g')} "
-            f"| {h['reading']} | {host(h)}; {h['scale']}; {h['commit'] or '?'}{mark} "
+            f"| {h['reading']} | {_headline_host(h)}; {h['scale']}; {h['commit'] or '?'}{mark} "
             f"| [{h['benchmark']}]({document}#{anchor(h['benchmark'])}) |"
         )
     lines.append("")
@@ -141,13 +141,16 @@ _EMBEDDING_ABOUT = (
 )
 
 
-def host(h: dict) -> str:
-    """The machine a figure (a results row) was measured on, with its host's GEMM rate where the
-    run recorded it: hosts sold as one machine differ in speed, and a reader compares times
-    across rows."""
-    if not h.get("gemm_gflops"):
-        return h["machine"]
-    return f"{h['machine']}, GEMM {h['gemm_gflops']:.0f} GFLOP/s"
+def host(machine: str, gemm_gflops: float | None) -> str:
+    """The machine, with its host's GEMM rate where a run recorded it: hosts sold as one machine
+    differ in speed, and a reader compares times across rows."""
+    return f"{machine}, GEMM {gemm_gflops:.0f} GFLOP/s" if gemm_gflops else machine
+
+
+def _headline_host(h: dict) -> str:
+    """A headline's machine; the host's rate beside a time or a rate only, which it moves (an
+    accuracy run is often made on a busy machine, whose calibration says little of the host)."""
+    return host(h["machine"], h.get("gemm_gflops") if units.timed(h["unit"]) else None)
 
 
 def _unique(found: list[dict]) -> list[dict]:
