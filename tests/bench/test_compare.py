@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from imgscale.bench import compare, docs, headlines, results, units
+from imgscale.bench import calibration, compare, docs, headlines, results, units
 from imgscale.bench.cli import bench
 
 OLD_COLUMNS = ["benchmark", "name", "value", "unit", "peer_value", "ratio", "scale", "machine",
@@ -172,6 +172,10 @@ def test_a_noisy_figure_names_the_table_whose_run_was_noisy(tmp_path):
     new = _table(tmp_path / "new.parquet", [_row("fit", 30.0, "s", repeats=1, noisy=True)])
     done = CliRunner().invoke(bench, ["--compare", str(old), str(new)])
     assert "noisy:\n  ridge: fit (small, s): 10 → 30, +200% (noisy in new)\n" in done.output
+
+
+def test_hosts_differ_past_the_calibrations_limit_of_one_hosts_drift():
+    assert compare.HOST_TOLERANCE == calibration.DRIFT_LIMIT
 
 
 def test_a_time_from_a_host_of_another_speed_is_not_called_worse(tmp_path):

@@ -155,7 +155,7 @@ def test_a_table_written_before_the_spread_reads_as_figures_measured_once(tmp_pa
     assert row == {
         **old, "value_min": 2.0, "value_max": 2.0, "repeats": 1, "ratio_min": 0.25,
         "ratio_max": 0.25, "noisy": None, "load_max": None, "calibration_drift": None,
-        "code_hash": None, "other_cores": None,
+        "code_hash": None, "other_cores": None, "gemm_gflops": None,
     }  # fmt: skip
     pq.write_table(pa.Table.from_pylist([{k: old[k] for k in OLD_COLUMNS[1:]}]), tmp_path / "x.pq")
     with pytest.raises(ValueError, match="missing columns benchmark"):
